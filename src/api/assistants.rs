@@ -1,0 +1,387 @@
+//! Assistants: named configuration presets of a registered graph. Each graph also has a system
+//! assistant whose id is derived from the graph id, and the graph id works wherever an assistant
+//! id does.
+
+use super::error::{ApiResult, AppError, Body, parse_id};
+use super::{AppState, check_paging, paged, project};
+use crate::graph::Graph;
+use crate::ids;
+use crate::store::{Assistant, AssistantPatch, AssistantQuery, IfExists, JsonMap, SortOrder};
+use crate::time::Timestamp;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use uuid::Uuid;
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/assistants", post(create))
+        .route("/assistants/search", post(search))
+        .route("/assistants/count", post(count))
+        .route(
+            "/assistants/{assistant_id}",
+            get(fetch).patch(update).delete(remove),
+        )
+        .route("/assistants/{assistant_id}/graph", get(graph))
+        .route("/assistants/{assistant_id}/schemas", get(schemas))
+        .route("/assistants/{assistant_id}/subgraphs", get(subgraphs))
+        .route(
+            "/assistants/{assistant_id}/subgraphs/{namespace}",
+            get(subgraphs_ns),
+        )
+}
+
+/// The system assistant of a graph.
+pub fn system_assistant(graph_id: &str, now: Timestamp) -> Assistant {
+    Assistant {
+        assistant_id: ids::default_assistant_id(graph_id),
+        graph_id: graph_id.to_owned(),
+        config: json!({}),
+        context: json!({}),
+        metadata: [("created_by".to_owned(), json!("system"))]
+            .into_iter()
+            .collect(),
+        name: graph_id.to_owned(),
+        description: None,
+        version: 1,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// Finds the assistant an id names: an assistant UUID, or a registered graph id (its system
+/// assistant). Unknown names get the reference's 422 message listing the graphs.
+pub(crate) async fn resolve(state: &AppState, raw: &str) -> ApiResult<Assistant> {
+    let id = match raw.parse::<Uuid>() {
+        Ok(id) => id,
+        Err(_) if state.registry.get(raw).is_some() => ids::default_assistant_id(raw),
+        Err(_) => {
+            let graphs: Vec<&str> = state.registry.ids().collect();
+            return Err(AppError::Invalid(format!(
+                "Invalid assistant: '{raw}'. Must be either:\n- A valid assistant UUID, or\n- One of \
+                 the registered graphs: {}",
+                graphs.join(", ")
+            )));
+        }
+    };
+    state
+        .store
+        .get_assistant(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("Assistant '{raw}' not found")))
+}
+
+fn graph_of(state: &AppState, assistant: &Assistant) -> ApiResult<Arc<Graph>> {
+    state.registry.get(&assistant.graph_id).ok_or_else(|| {
+        AppError::NotFound(format!("Graph '{}' is not registered", assistant.graph_id))
+    })
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct NewAssistant {
+    graph_id: String,
+    assistant_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    config: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    context: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+    if_exists: Option<String>,
+    name: Option<String>,
+    description: Option<String>,
+}
+
+fn object_or_empty(v: Option<Value>, field: &str) -> ApiResult<Value> {
+    match v {
+        None | Some(Value::Null) => Ok(json!({})),
+        Some(v @ Value::Object(_)) => Ok(v),
+        Some(_) => Err(AppError::Invalid(format!("{field} must be an object"))),
+    }
+}
+
+/// Creates an assistant for a registered graph.
+#[utoipa::path(post, path = "/assistants", tag = "assistants", request_body = NewAssistant,
+    responses((status = 200, body = Assistant), (status = 404), (status = 409), (status = 422)))]
+pub(super) async fn create(
+    State(state): State<AppState>,
+    Body(body): Body<NewAssistant>,
+) -> ApiResult<Json<Assistant>> {
+    if state.registry.get(&body.graph_id).is_none() {
+        return Err(AppError::NotFound(format!(
+            "Graph '{}' not found",
+            body.graph_id
+        )));
+    }
+    let if_exists: IfExists = parse_enum(body.if_exists.as_deref(), "if_exists", IfExists::Raise)?;
+    let assistant_id = match body.assistant_id.as_deref() {
+        Some(raw) => parse_id(raw, "assistant")?,
+        None => ids::new_id(),
+    };
+    let now = Timestamp::now();
+    let assistant = Assistant {
+        assistant_id,
+        graph_id: body.graph_id,
+        config: object_or_empty(body.config, "config")?,
+        context: object_or_empty(body.context, "context")?,
+        metadata: body.metadata.unwrap_or_default(),
+        name: body.name.unwrap_or_else(|| "Untitled".into()),
+        description: body.description,
+        version: 1,
+        created_at: now,
+        updated_at: now,
+    };
+    Ok(Json(
+        state.store.create_assistant(&assistant, if_exists).await?,
+    ))
+}
+
+/// Parses an optional enum field, naming the field in the error.
+pub(crate) fn parse_enum<T: std::str::FromStr<Err = String>>(
+    raw: Option<&str>,
+    field: &str,
+    default: T,
+) -> ApiResult<T> {
+    match raw {
+        None => Ok(default),
+        Some(text) => text
+            .parse()
+            .map_err(|e| AppError::Invalid(format!("{field}: {e}"))),
+    }
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct AssistantSearch {
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+    graph_id: Option<String>,
+    name: Option<String>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+    sort_by: Option<String>,
+    sort_order: Option<String>,
+    #[serde(default)]
+    select: Vec<String>,
+}
+
+fn assistant_query(body: AssistantSearch) -> ApiResult<(AssistantQuery, Vec<String>)> {
+    let limit = body.limit.unwrap_or(10);
+    let offset = body.offset.unwrap_or(0);
+    check_paging(limit, offset)?;
+    const SORTS: [&str; 5] = [
+        "assistant_id",
+        "graph_id",
+        "name",
+        "created_at",
+        "updated_at",
+    ];
+    if let Some(s) = body.sort_by.as_deref().filter(|s| !SORTS.contains(s)) {
+        return Err(AppError::Invalid(format!(
+            "sort_by: invalid value '{s}' (expected one of {})",
+            SORTS.join(", ")
+        )));
+    }
+    let sort_order = body
+        .sort_order
+        .as_deref()
+        .map(|s| {
+            s.parse::<SortOrder>()
+                .map_err(|e| AppError::Invalid(format!("sort_order: {e}")))
+        })
+        .transpose()?;
+    let q = AssistantQuery {
+        metadata: body.metadata.unwrap_or_default(),
+        graph_id: body.graph_id,
+        name: body.name,
+        limit,
+        offset,
+        sort_by: body.sort_by,
+        sort_order,
+    };
+    Ok((q, body.select))
+}
+
+/// Lists assistants, newest first by default.
+#[utoipa::path(post, path = "/assistants/search", tag = "assistants", request_body = AssistantSearch,
+    responses((status = 200, body = Vec<Assistant>), (status = 404), (status = 422)))]
+pub(super) async fn search(
+    State(state): State<AppState>,
+    Body(body): Body<AssistantSearch>,
+) -> ApiResult<Response> {
+    if let Some(g) = body
+        .graph_id
+        .as_deref()
+        .filter(|g| state.registry.get(g).is_none())
+    {
+        return Err(AppError::NotFound(format!("Graph '{g}' not found")));
+    }
+    let (q, select) = assistant_query(body)?;
+    let page = state.store.search_assistants(&q).await?;
+    let items = page
+        .items
+        .into_iter()
+        .map(|a| project(json!(a), &select))
+        .collect();
+    Ok(paged(items, page.total, q.offset, q.limit))
+}
+
+/// Counts assistants matching the filters.
+#[utoipa::path(post, path = "/assistants/count", tag = "assistants", request_body = AssistantSearch,
+    responses((status = 200, body = i64)))]
+pub(super) async fn count(
+    State(state): State<AppState>,
+    Body(body): Body<AssistantSearch>,
+) -> ApiResult<Json<i64>> {
+    let (mut q, _) = assistant_query(AssistantSearch {
+        limit: Some(1),
+        offset: Some(0),
+        ..body
+    })?;
+    q.limit = 1;
+    Ok(Json(state.store.search_assistants(&q).await?.total))
+}
+
+async fn by_path(state: &AppState, raw: &str) -> ApiResult<Assistant> {
+    resolve(state, raw).await.map_err(|e| match e {
+        AppError::Invalid(_) => AppError::Invalid(
+            "Invalid assistant ID: must be a UUID or a registered graph id".into(),
+        ),
+        other => other,
+    })
+}
+
+/// One assistant.
+#[utoipa::path(get, path = "/assistants/{assistant_id}", tag = "assistants",
+    params(("assistant_id" = String, Path, description = "Assistant UUID or graph id")),
+    responses((status = 200, body = Assistant), (status = 404), (status = 422)))]
+pub(super) async fn fetch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Assistant>> {
+    Ok(Json(by_path(&state, &id).await?))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct AssistantUpdate {
+    graph_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    config: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    context: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+    name: Option<String>,
+    description: Option<String>,
+}
+
+/// Changes an assistant; metadata is merged and the version goes up.
+#[utoipa::path(patch, path = "/assistants/{assistant_id}", tag = "assistants", request_body = AssistantUpdate,
+    params(("assistant_id" = String, Path)), responses((status = 200, body = Assistant), (status = 404), (status = 422)))]
+pub(super) async fn update(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<AssistantUpdate>,
+) -> ApiResult<Json<Assistant>> {
+    let current = by_path(&state, &id).await?;
+    if let Some(g) = body
+        .graph_id
+        .as_deref()
+        .filter(|g| state.registry.get(g).is_none())
+    {
+        return Err(AppError::NotFound(format!("Graph '{g}' not found")));
+    }
+    let patch = AssistantPatch {
+        graph_id: body.graph_id,
+        config: body
+            .config
+            .map(|c| object_or_empty(Some(c), "config"))
+            .transpose()?,
+        context: body
+            .context
+            .map(|c| object_or_empty(Some(c), "context"))
+            .transpose()?,
+        metadata: body.metadata,
+        name: body.name,
+        description: body.description,
+    };
+    state
+        .store
+        .update_assistant(current.assistant_id, &patch, Timestamp::now())
+        .await?
+        .map(Json)
+        .ok_or_else(|| AppError::NotFound(format!("Assistant '{id}' not found")))
+}
+
+/// Deletes an assistant.
+#[utoipa::path(delete, path = "/assistants/{assistant_id}", tag = "assistants",
+    params(("assistant_id" = String, Path)), responses((status = 204), (status = 404), (status = 422)))]
+pub(super) async fn remove(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let current = by_path(&state, &id).await?;
+    state.store.delete_assistant(current.assistant_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The graph's nodes and edges.
+#[utoipa::path(get, path = "/assistants/{assistant_id}/graph", tag = "assistants",
+    params(("assistant_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
+pub(super) async fn graph(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let assistant = by_path(&state, &id).await?;
+    Ok(Json(graph_of(&state, &assistant)?.drawing()))
+}
+
+/// The graph's input, output, state and config JSON Schemas.
+#[utoipa::path(get, path = "/assistants/{assistant_id}/schemas", tag = "assistants",
+    params(("assistant_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
+pub(super) async fn schemas(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let assistant = by_path(&state, &id).await?;
+    let graph = graph_of(&state, &assistant)?;
+    let s = &graph.schemas;
+    Ok(Json(json!({
+        "graph_id": graph.id,
+        "input_schema": s.input,
+        "output_schema": s.output,
+        "state_schema": s.state,
+        "config_schema": s.config,
+        "context_schema": null,
+    })))
+}
+
+#[derive(Deserialize)]
+pub(super) struct SubgraphQuery {
+    #[allow(dead_code)]
+    recurse: Option<String>,
+}
+
+/// Subgraph schemas (none are published yet: `{}`).
+#[utoipa::path(get, path = "/assistants/{assistant_id}/subgraphs", tag = "assistants",
+    params(("assistant_id" = String, Path)), responses((status = 200), (status = 404)))]
+pub(super) async fn subgraphs(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(_q): Query<SubgraphQuery>,
+) -> ApiResult<impl IntoResponse> {
+    by_path(&state, &id).await?;
+    Ok(Json(json!({})))
+}
+
+async fn subgraphs_ns(
+    State(state): State<AppState>,
+    Path((id, _ns)): Path<(String, String)>,
+) -> ApiResult<impl IntoResponse> {
+    by_path(&state, &id).await?;
+    Ok(Json(json!({})))
+}

@@ -1,0 +1,114 @@
+//! The one HTTP error type: every failure becomes `{"detail": …}` with a fitting status, and
+//! server errors are logged in full but shown to clients only as "internal error".
+
+use crate::store::StoreError;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("{0}")]
+    NotFound(String),
+    /// A well-formed request the server cannot accept (422).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("Missing or invalid API key: send it in the x-api-key header")]
+    Unauthorized,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+/// The message the reference server gives for a busy thread under `reject`.
+pub const BUSY: &str = "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.";
+
+impl AppError {
+    fn status(&self) -> StatusCode {
+        match self {
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Store(StoreError::Busy(_) | StoreError::Conflict(_)) => StatusCode::CONFLICT,
+            Self::Store(StoreError::NotFound(_)) => StatusCode::NOT_FOUND,
+            Self::Store(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            Self::Store(StoreError::Busy(_)) => BUSY.to_owned(),
+            other => other.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let detail = if status.is_server_error() {
+            tracing::error!(error = ?self, "request failed");
+            "internal error".to_owned()
+        } else {
+            self.detail()
+        };
+        (status, Json(json!({ "detail": detail }))).into_response()
+    }
+}
+
+/// Result alias for handlers.
+pub type ApiResult<T> = Result<T, AppError>;
+
+/// Parses a path id, with the reference's message for a malformed one.
+pub fn parse_id(raw: &str, what: &str) -> ApiResult<Uuid> {
+    raw.parse()
+        .map_err(|_| AppError::Invalid(format!("Invalid {what} ID: must be a UUID")))
+}
+
+/// A JSON body. Unlike axum's `Json` it ignores the content type (the SDKs send bodiless POSTs
+/// and the reference accepts `text/plain`), treats an empty body as `{}`, and reports
+/// problems as `{"detail"}` with 422 (invalid) or 413 (too large).
+pub struct Body<T>(pub T);
+
+impl<S, T> FromRequest<S> for Body<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
+            BytesRejection::FailedToBufferBody(inner)
+                if inner.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+            {
+                AppError::TooLarge("Request body is too large".into())
+            }
+            other => AppError::Invalid(format!("Could not read the request body: {other}")),
+        })?;
+        let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(text)
+            .map(Body)
+            .map_err(|e| AppError::Invalid(format!("Invalid request body: {e}")))
+    }
+}

@@ -1,0 +1,159 @@
+//! HTTP surface: the LangGraph Server API (assistants, threads, runs, streams) plus health and
+//! OpenAPI. Handlers validate, call the store and the runner, and shape responses.
+
+mod assistants;
+pub mod error;
+mod meta;
+pub mod openapi;
+mod runs;
+mod threads;
+
+use crate::config::Settings;
+use crate::graph::Registry;
+use crate::runs::Runner;
+use crate::store::Store;
+use crate::stream::Bus;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use error::AppError;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tower_http::cors::{AllowHeaders, Any, CorsLayer};
+use tower_http::trace::TraceLayer;
+
+/// What every handler can reach; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub bus: Bus,
+    pub registry: Registry,
+    pub runner: Arc<Runner>,
+    pub settings: Arc<Settings>,
+    pub shutdown: CancellationToken,
+}
+
+/// The whole application router with its layers.
+pub fn router(state: AppState) -> Router {
+    let limit = state.settings.max_body_bytes;
+    Router::new()
+        .merge(meta::router())
+        .merge(assistants::router())
+        .merge(threads::router())
+        .merge(runs::router())
+        .merge(openapi::router())
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_api_key,
+        ))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(cors())
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// The reference server's permissive CORS, plus `location` exposed so browser clients can
+/// reconnect to a stream, and Private Network Access for pages calling localhost.
+fn cors() -> CorsLayer {
+    CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods([
+            Method::DELETE,
+            Method::GET,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::PATCH,
+            Method::POST,
+            Method::PUT,
+        ])
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers([
+            HeaderName::from_static("x-pagination-total"),
+            HeaderName::from_static("x-pagination-next"),
+            header::CONTENT_LOCATION,
+            header::LOCATION,
+        ])
+        .allow_private_network(true)
+        .max_age(Duration::from_secs(600))
+}
+
+/// Paths open without a key: health, server info and API docs.
+fn is_public(path: &str) -> bool {
+    matches!(path, "/ok" | "/info" | "/openapi.json") || path.starts_with("/docs")
+}
+
+async fn require_api_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(expected) = state.settings.api_key.as_deref() else {
+        return next.run(req).await;
+    };
+    if req.method() == Method::OPTIONS || is_public(req.uri().path()) {
+        return next.run(req).await;
+    }
+    let given = req.headers().get("x-api-key").map(HeaderValue::as_bytes);
+    if given.is_some_and(|g| constant_time_eq(g, expected.as_bytes())) {
+        next.run(req).await
+    } else {
+        AppError::Unauthorized.into_response()
+    }
+}
+
+/// Compares secrets without leaking how many leading bytes matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A search response: the page as JSON plus the pagination headers the SDKs read.
+pub(crate) fn paged(
+    items: Vec<serde_json::Value>,
+    total: i64,
+    offset: i64,
+    limit: i64,
+) -> Response {
+    let mut response = axum::Json(items).into_response();
+    let headers = response.headers_mut();
+    let next = offset + limit;
+    let total = if next < total {
+        if let Ok(v) = HeaderValue::from_str(&next.to_string()) {
+            headers.insert("x-pagination-next", v);
+        }
+        total.max(next + 1)
+    } else {
+        total
+    };
+    if let Ok(v) = HeaderValue::from_str(&total.to_string()) {
+        headers.insert("x-pagination-total", v);
+    }
+    response
+}
+
+/// Keeps only the `select`ed keys of each object (all when `select` is empty).
+pub(crate) fn project(value: serde_json::Value, select: &[String]) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) if !select.is_empty() => serde_json::Value::Object(
+            map.into_iter()
+                .filter(|(k, _)| select.contains(k))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// Checks `limit`/`offset` of a search body.
+pub(crate) fn check_paging(limit: i64, offset: i64) -> Result<(), AppError> {
+    if !(1..=1000).contains(&limit) {
+        return Err(AppError::Invalid(format!(
+            "limit must be between 1 and 1000, got {limit}"
+        )));
+    }
+    if offset < 0 {
+        return Err(AppError::Invalid(format!(
+            "offset must not be negative, got {offset}"
+        )));
+    }
+    Ok(())
+}
+
+pub use assistants::system_assistant;

@@ -1,0 +1,627 @@
+//! Threads and their state: create, read, search, copy, delete; state at any checkpoint,
+//! history, state updates, and the thread-wide event stream.
+
+use super::error::{ApiResult, AppError, Body, parse_id};
+use super::{AppState, check_paging, paged, project};
+use crate::graph::state::{StateBuilder, empty_state};
+use crate::graph::{Graph, NullSink, RunScope, Start, update_state};
+use crate::ids;
+use crate::store::{
+    CancelAction, CheckpointQuery, IfExists, JsonMap, SortOrder, Thread, ThreadQuery, ThreadStatus,
+    ThreadSummary,
+};
+use crate::stream::frame_bytes;
+use crate::time::Timestamp;
+use axum::body::Body as HttpBody;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/threads", post(create))
+        .route("/threads/search", post(search))
+        .route("/threads/count", post(count))
+        .route("/threads/prune", post(prune))
+        .route(
+            "/threads/{thread_id}",
+            get(fetch).patch(update).delete(remove),
+        )
+        .route("/threads/{thread_id}/copy", post(copy))
+        .route(
+            "/threads/{thread_id}/state",
+            get(get_state).post(post_state),
+        )
+        .route("/threads/{thread_id}/state/checkpoint", post(state_at_body))
+        .route("/threads/{thread_id}/state/{checkpoint_id}", get(state_at))
+        .route(
+            "/threads/{thread_id}/history",
+            get(history_get).post(history_post),
+        )
+        .route("/threads/{thread_id}/stream", get(stream))
+}
+
+/// The thread a path names, or the reference's 404.
+pub(crate) async fn load(state: &AppState, raw: &str) -> ApiResult<Thread> {
+    let id = parse_id(raw, "thread")?;
+    state
+        .store
+        .get_thread(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))
+}
+
+/// The graph that last ran on the thread (its metadata `graph_id`).
+fn graph_of(state: &AppState, thread: &Thread) -> Option<Arc<Graph>> {
+    let id = thread.metadata.get("graph_id")?.as_str()?;
+    state.registry.get(id)
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct NewThread {
+    thread_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+    if_exists: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    #[allow(dead_code)]
+    ttl: Option<Value>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    supersteps: Option<Vec<Value>>,
+    /// Some SDK versions send the graph id here; it is kept in metadata.
+    graph_id: Option<String>,
+}
+
+/// Creates a thread.
+#[utoipa::path(post, path = "/threads", tag = "threads", request_body = NewThread,
+    responses((status = 200, body = Thread), (status = 409), (status = 422)))]
+pub(super) async fn create(
+    State(state): State<AppState>,
+    Body(body): Body<NewThread>,
+) -> ApiResult<Json<Thread>> {
+    if body.supersteps.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(AppError::Invalid(
+            "supersteps is not supported by this server".into(),
+        ));
+    }
+    let if_exists =
+        super::assistants::parse_enum(body.if_exists.as_deref(), "if_exists", IfExists::Raise)?;
+    let thread_id = match body.thread_id.as_deref() {
+        Some(raw) => parse_id(raw, "thread")?,
+        None => ids::new_id(),
+    };
+    let mut metadata = body.metadata.unwrap_or_default();
+    if let Some(g) = body.graph_id {
+        metadata.insert("graph_id".into(), json!(g));
+    }
+    let now = Timestamp::now();
+    let thread = Thread {
+        thread_id,
+        created_at: now,
+        updated_at: now,
+        state_updated_at: now,
+        metadata,
+        status: ThreadStatus::Idle,
+        config: json!({}),
+        values: None,
+        error: None,
+        interrupts: json!({}),
+    };
+    Ok(Json(state.store.create_thread(&thread, if_exists).await?))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct ThreadSearch {
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+    #[schema(value_type = Option<Object>)]
+    values: Option<JsonMap>,
+    ids: Option<Vec<String>>,
+    status: Option<String>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+    sort_by: Option<String>,
+    sort_order: Option<String>,
+    #[serde(default)]
+    select: Vec<String>,
+}
+
+fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
+    let limit = body.limit.unwrap_or(10);
+    let offset = body.offset.unwrap_or(0);
+    check_paging(limit, offset)?;
+    const SORTS: [&str; 5] = [
+        "thread_id",
+        "status",
+        "created_at",
+        "updated_at",
+        "state_updated_at",
+    ];
+    if let Some(s) = body.sort_by.as_deref().filter(|s| !SORTS.contains(s)) {
+        return Err(AppError::Invalid(format!(
+            "sort_by: invalid value '{s}' (expected one of {})",
+            SORTS.join(", ")
+        )));
+    }
+    let status = body
+        .status
+        .as_deref()
+        .map(|s| {
+            s.parse::<ThreadStatus>()
+                .map_err(|e| AppError::Invalid(format!("status: {e}")))
+        })
+        .transpose()?;
+    let sort_order = body
+        .sort_order
+        .as_deref()
+        .map(|s| {
+            s.parse::<SortOrder>()
+                .map_err(|e| AppError::Invalid(format!("sort_order: {e}")))
+        })
+        .transpose()?;
+    let ids = body
+        .ids
+        .unwrap_or_default()
+        .iter()
+        .map(|raw| parse_id(raw, "thread"))
+        .collect::<ApiResult<Vec<Uuid>>>()?;
+    let q = ThreadQuery {
+        metadata: body.metadata.unwrap_or_default(),
+        values: body.values.unwrap_or_default(),
+        ids,
+        status,
+        limit,
+        offset,
+        sort_by: body.sort_by,
+        sort_order,
+    };
+    Ok((q, body.select))
+}
+
+/// Searches threads (metadata/values containment, status, ids), newest update first.
+#[utoipa::path(post, path = "/threads/search", tag = "threads", request_body = ThreadSearch,
+    responses((status = 200, body = Vec<Thread>), (status = 422)))]
+pub(super) async fn search(
+    State(state): State<AppState>,
+    Body(body): Body<ThreadSearch>,
+) -> ApiResult<Response> {
+    let (q, select) = thread_query(body)?;
+    let page = state.store.search_threads(&q).await?;
+    let items = page
+        .items
+        .into_iter()
+        .map(|t| project(json!(t), &select))
+        .collect();
+    Ok(paged(items, page.total, q.offset, q.limit))
+}
+
+/// Counts threads matching the filters.
+#[utoipa::path(post, path = "/threads/count", tag = "threads", request_body = ThreadSearch,
+    responses((status = 200, body = i64)))]
+pub(super) async fn count(
+    State(state): State<AppState>,
+    Body(body): Body<ThreadSearch>,
+) -> ApiResult<Json<i64>> {
+    let (q, _) = thread_query(ThreadSearch {
+        limit: Some(1),
+        offset: Some(0),
+        ..body
+    })?;
+    Ok(Json(state.store.search_threads(&q).await?.total))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct Prune {
+    thread_ids: Vec<String>,
+    strategy: Option<String>,
+}
+
+/// Deletes the given threads.
+#[utoipa::path(post, path = "/threads/prune", tag = "threads", request_body = Prune,
+    responses((status = 200), (status = 422)))]
+pub(super) async fn prune(
+    State(state): State<AppState>,
+    Body(body): Body<Prune>,
+) -> ApiResult<Json<Value>> {
+    match body.strategy.as_deref() {
+        None | Some("delete") => {}
+        Some(other) => {
+            return Err(AppError::Invalid(format!(
+                "strategy: '{other}' is not supported (use 'delete')"
+            )));
+        }
+    }
+    let ids = body
+        .thread_ids
+        .iter()
+        .map(|raw| parse_id(raw, "thread"))
+        .collect::<ApiResult<Vec<Uuid>>>()?;
+    let mut pruned = 0;
+    for id in ids {
+        stop_runs(&state, id).await?;
+        if state.store.delete_thread(id).await? {
+            pruned += 1;
+        }
+    }
+    Ok(Json(json!({"pruned_count": pruned})))
+}
+
+/// One thread.
+#[utoipa::path(get, path = "/threads/{thread_id}", tag = "threads", params(("thread_id" = String, Path)),
+    responses((status = 200, body = Thread), (status = 404), (status = 422)))]
+pub(super) async fn fetch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Thread>> {
+    Ok(Json(load(&state, &id).await?))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct ThreadPatch {
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+}
+
+/// Merges metadata into a thread.
+#[utoipa::path(patch, path = "/threads/{thread_id}", tag = "threads", request_body = ThreadPatch,
+    params(("thread_id" = String, Path)), responses((status = 200, body = Thread), (status = 404), (status = 422)))]
+pub(super) async fn update(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Body(body): Body<ThreadPatch>,
+) -> ApiResult<Response> {
+    let id = parse_id(&id, "thread")?;
+    let thread = state
+        .store
+        .patch_thread(id, &body.metadata.unwrap_or_default(), Timestamp::now())
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))?;
+    let minimal = headers
+        .get("prefer")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("return=minimal"));
+    Ok(if minimal {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        Json(thread).into_response()
+    })
+}
+
+/// Cancels whatever runs on a thread that is about to disappear.
+async fn stop_runs(state: &AppState, thread_id: Uuid) -> ApiResult<()> {
+    let inflight = state.store.inflight_runs(thread_id).await?;
+    if inflight.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = inflight.iter().map(|r| r.run_id).collect();
+    let affected = state
+        .store
+        .cancel_runs(&ids, CancelAction::Interrupt)
+        .await?;
+    state
+        .runner
+        .cancelled(&affected, CancelAction::Interrupt)
+        .await;
+    Ok(())
+}
+
+/// Deletes a thread with its runs and checkpoints.
+#[utoipa::path(delete, path = "/threads/{thread_id}", tag = "threads", params(("thread_id" = String, Path)),
+    responses((status = 204), (status = 404), (status = 422)))]
+pub(super) async fn remove(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let thread = load(&state, &id).await?;
+    stop_runs(&state, thread.thread_id).await?;
+    state.store.delete_thread(thread.thread_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Copies a thread and its checkpoints under a new id.
+#[utoipa::path(post, path = "/threads/{thread_id}/copy", tag = "threads", params(("thread_id" = String, Path)),
+    responses((status = 200, body = Thread), (status = 404), (status = 422)))]
+pub(super) async fn copy(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Thread>> {
+    let thread = load(&state, &id).await?;
+    state
+        .store
+        .copy_thread(thread.thread_id, ids::new_id(), Timestamp::now())
+        .await?
+        .map(Json)
+        .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))
+}
+
+async fn state_of(state: &AppState, thread: &Thread, checkpoint: Option<Uuid>) -> ApiResult<Value> {
+    let store = &*state.store;
+    let cp = match checkpoint {
+        Some(cid) => Some(
+            store
+                .get_checkpoint(thread.thread_id, "", cid)
+                .await?
+                .ok_or_else(|| AppError::NotFound(format!("Checkpoint {cid} not found")))?,
+        ),
+        None => store.latest_checkpoint(thread.thread_id, "").await?,
+    };
+    let (Some(cp), Some(graph)) = (cp, graph_of(state, thread)) else {
+        return Ok(empty_state());
+    };
+    Ok(StateBuilder::new(store, &graph, thread.thread_id)
+        .thread_state(&cp)
+        .await?)
+}
+
+#[derive(Deserialize)]
+pub(super) struct StateQuery {
+    #[allow(dead_code)]
+    subgraphs: Option<String>,
+}
+
+/// The thread's current state.
+#[utoipa::path(get, path = "/threads/{thread_id}/state", tag = "state", params(("thread_id" = String, Path)),
+    responses((status = 200), (status = 404), (status = 422)))]
+pub(super) async fn get_state(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(_q): Query<StateQuery>,
+) -> ApiResult<Json<Value>> {
+    let thread = load(&state, &id).await?;
+    Ok(Json(state_of(&state, &thread, None).await?))
+}
+
+/// The thread's state at one checkpoint.
+#[utoipa::path(get, path = "/threads/{thread_id}/state/{checkpoint_id}", tag = "state",
+    params(("thread_id" = String, Path), ("checkpoint_id" = String, Path)),
+    responses((status = 200), (status = 404), (status = 422)))]
+pub(super) async fn state_at(
+    State(state): State<AppState>,
+    Path((id, checkpoint)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let thread = load(&state, &id).await?;
+    let cid = parse_id(&checkpoint, "checkpoint")?;
+    Ok(Json(state_of(&state, &thread, Some(cid)).await?))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct CheckpointBody {
+    #[schema(value_type = Option<Object>)]
+    checkpoint: Option<Value>,
+    #[allow(dead_code)]
+    subgraphs: Option<bool>,
+}
+
+/// Reads `checkpoint_id` from any of the shapes clients send: a string, `{checkpoint_id}` or
+/// `{configurable: {checkpoint_id}}`.
+pub(crate) fn checkpoint_id_of(value: Option<&Value>) -> ApiResult<Option<Uuid>> {
+    let raw = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(v) => v
+            .get("checkpoint_id")
+            .or_else(|| v.get("configurable").and_then(|c| c.get("checkpoint_id")))
+            .and_then(Value::as_str),
+    };
+    raw.map(|r| parse_id(r, "checkpoint")).transpose()
+}
+
+/// The thread's state at the checkpoint named in the body.
+#[utoipa::path(post, path = "/threads/{thread_id}/state/checkpoint", tag = "state", request_body = CheckpointBody,
+    params(("thread_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
+pub(super) async fn state_at_body(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<CheckpointBody>,
+) -> ApiResult<Json<Value>> {
+    let thread = load(&state, &id).await?;
+    let cid = checkpoint_id_of(body.checkpoint.as_ref())?;
+    Ok(Json(state_of(&state, &thread, cid).await?))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct StateUpdate {
+    #[schema(value_type = Object)]
+    values: Value,
+    as_node: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    checkpoint: Option<Value>,
+    checkpoint_id: Option<String>,
+}
+
+/// Writes a checkpoint as if `as_node` had returned `values` (reducers apply).
+#[utoipa::path(post, path = "/threads/{thread_id}/state", tag = "state", request_body = StateUpdate,
+    params(("thread_id" = String, Path)), responses((status = 200), (status = 400), (status = 404), (status = 409), (status = 422)))]
+pub(super) async fn post_state(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<StateUpdate>,
+) -> ApiResult<Json<Value>> {
+    let thread = load(&state, &id).await?;
+    let graph = graph_of(&state, &thread).ok_or_else(|| {
+        AppError::BadRequest(
+            "Thread has no graph yet: start a run on it before updating its state".into(),
+        )
+    })?;
+    if let Some(node) = body
+        .as_node
+        .as_deref()
+        .filter(|n| graph.node_names().all(|g| g != *n))
+    {
+        return Err(AppError::Invalid(format!("as_node: unknown node '{node}'")));
+    }
+    if !state
+        .store
+        .inflight_runs(thread.thread_id)
+        .await?
+        .is_empty()
+    {
+        return Err(AppError::Conflict(
+            "Thread is busy: wait for its run to finish before updating its state".into(),
+        ));
+    }
+    let cid = match body.checkpoint_id.as_deref() {
+        Some(raw) => Some(parse_id(raw, "checkpoint")?),
+        None => checkpoint_id_of(body.checkpoint.as_ref())?,
+    };
+    let scope = Arc::new(RunScope::new(
+        state.store.clone(),
+        thread.thread_id,
+        Uuid::nil(),
+        json!({}),
+        thread.metadata.clone(),
+        Arc::new(NullSink),
+        CancellationToken::new(),
+    ));
+    let start = cid.map_or(Start::Head, Start::From);
+    let cp = update_state(&scope, &graph, start, body.values, body.as_node.as_deref())
+        .await
+        .map_err(|e| match e {
+            crate::graph::RunError::Store(s) => AppError::Store(s),
+            crate::graph::RunError::CheckpointNotFound(c) => {
+                AppError::NotFound(format!("Checkpoint {c} not found"))
+            }
+            other => AppError::Invalid(other.to_string()),
+        })?;
+    let values = StateBuilder::new(&*state.store, &graph, thread.thread_id)
+        .values(&cp)
+        .await?;
+    let status = if cp.next.is_empty() {
+        ThreadStatus::Idle
+    } else {
+        ThreadStatus::Interrupted
+    };
+    let summary = ThreadSummary {
+        status,
+        values: Some(Value::Object(values)),
+        error: None,
+        interrupts: json!({}),
+    };
+    state
+        .store
+        .set_thread_summary(thread.thread_id, &summary, Timestamp::now())
+        .await?;
+    let reference = json!({"thread_id": thread.thread_id, "checkpoint_ns": "", "checkpoint_id": cp.checkpoint_id});
+    Ok(Json(
+        json!({"checkpoint": reference, "configurable": reference, "checkpoint_id": cp.checkpoint_id}),
+    ))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+pub(super) struct HistoryBody {
+    limit: Option<i64>,
+    #[schema(value_type = Option<Object>)]
+    before: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+    #[schema(value_type = Option<Object>)]
+    checkpoint: Option<Value>,
+}
+
+async fn history(state: &AppState, raw_id: &str, body: HistoryBody) -> ApiResult<Json<Vec<Value>>> {
+    let thread = load(state, raw_id).await?;
+    let limit = body.limit.unwrap_or(1);
+    if !(1..=1000).contains(&limit) {
+        return Err(AppError::Invalid(format!(
+            "limit must be between 1 and 1000, got {limit}"
+        )));
+    }
+    let ns = body
+        .checkpoint
+        .as_ref()
+        .and_then(|c| c.get("checkpoint_ns"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let q = CheckpointQuery {
+        checkpoint_ns: ns,
+        before: checkpoint_id_of(body.before.as_ref())?,
+        limit,
+        metadata: body.metadata.unwrap_or_default(),
+    };
+    let Some(graph) = graph_of(state, &thread) else {
+        return Ok(Json(Vec::new()));
+    };
+    let items = StateBuilder::new(&*state.store, &graph, thread.thread_id)
+        .history(&q)
+        .await?;
+    Ok(Json(items))
+}
+
+/// Checkpoints of the thread, newest first, with their states.
+#[utoipa::path(post, path = "/threads/{thread_id}/history", tag = "state", request_body = HistoryBody,
+    params(("thread_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
+pub(super) async fn history_post(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<HistoryBody>,
+) -> ApiResult<Json<Vec<Value>>> {
+    history(&state, &id, body).await
+}
+
+#[derive(Deserialize)]
+pub(super) struct HistoryQuery {
+    limit: Option<i64>,
+    before: Option<String>,
+}
+
+/// Checkpoints of the thread (query-string form).
+#[utoipa::path(get, path = "/threads/{thread_id}/history", tag = "state", params(("thread_id" = String, Path)),
+    responses((status = 200), (status = 404), (status = 422)))]
+pub(super) async fn history_get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<HistoryQuery>,
+) -> ApiResult<Json<Vec<Value>>> {
+    let body = HistoryBody {
+        limit: q.limit,
+        before: q.before.map(Value::String),
+        metadata: None,
+        checkpoint: None,
+    };
+    history(&state, &id, body).await
+}
+
+/// Every event of every run on the thread from now on, plus a `run_done` marker per run.
+#[utoipa::path(get, path = "/threads/{thread_id}/stream", tag = "threads", params(("thread_id" = String, Path)),
+    responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 422)))]
+pub(super) async fn stream(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let thread = load(&state, &id).await?;
+    let mut rx = state.bus.subscribe_thread(thread.thread_id);
+    let (tx, out) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let heartbeat = state.settings.heartbeat;
+    let shutdown = state.shutdown.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+        loop {
+            let bytes = tokio::select! {
+                frame = rx.recv() => match frame {
+                    Ok(frame) => frame_bytes(&frame, true),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => break,
+                },
+                _ = tick.tick() => Bytes::from_static(b": heartbeat\r\n\r\n"),
+                () = shutdown.cancelled() => break,
+            };
+            if tx.send(Ok(bytes)).await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok(super::runs::sse_response(
+        HttpBody::from_stream(tokio_stream::wrappers::ReceiverStream::new(out)),
+        None,
+    ))
+}

@@ -1,0 +1,107 @@
+//! Start-up and shutdown: bind, open and migrate the store, register the system assistants,
+//! start the workers, serve until the shutdown token fires.
+
+use crate::api::{self, AppState};
+use crate::config::Settings;
+use crate::graph::Registry;
+use crate::runs::Runner;
+use crate::store::{self, IfExists, Store};
+use crate::stream::Bus;
+use crate::time::Timestamp;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// A bound, migrated, ready-to-serve service.
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Application {
+    /// Binds `settings.host:port` (port 0 picks a free one), opens the store and starts workers.
+    pub async fn build(settings: Settings, registry: Registry) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind((settings.host.as_str(), settings.port)).await?;
+        let store: Arc<dyn Store> =
+            Arc::new(store::connect(&settings.store_url(), settings.db_max_connections).await?);
+        Self::with_store(listener, store, settings, registry).await
+    }
+
+    /// Like `build`, with a store and listener the caller made (tests).
+    pub async fn with_store(
+        listener: TcpListener,
+        store: Arc<dyn Store>,
+        settings: Settings,
+        registry: Registry,
+    ) -> anyhow::Result<Self> {
+        let now = Timestamp::now();
+        for graph_id in registry.ids() {
+            let assistant = api::system_assistant(graph_id, now);
+            store
+                .create_assistant(&assistant, IfExists::DoNothing)
+                .await?;
+        }
+        let orphans = store.fail_expired_runs(now).await?;
+        if !orphans.is_empty() {
+            tracing::warn!(
+                count = orphans.len(),
+                "marked runs of a stopped worker as failed"
+            );
+        }
+        let settings = Arc::new(settings);
+        let shutdown = CancellationToken::new();
+        let bus = Bus::new();
+        let runner = Runner::new(
+            store.clone(),
+            bus.clone(),
+            registry.clone(),
+            settings.clone(),
+            shutdown.clone(),
+        );
+        let workers = runner.spawn_workers();
+        let state = AppState {
+            store,
+            bus,
+            registry,
+            runner,
+            settings,
+            shutdown,
+        };
+        Ok(Self {
+            listener,
+            state,
+            workers,
+        })
+    }
+
+    /// Where the server listens.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The token that stops the server, its streams and its workers.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.state.shutdown.clone()
+    }
+
+    /// The shared state (tests reach the store through it).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until the shutdown token is cancelled, then waits for the workers to stop.
+    pub async fn run_until_stopped(self) -> anyhow::Result<()> {
+        let token = self.state.shutdown.clone();
+        let app = api::router(self.state);
+        axum::serve(self.listener, app)
+            .with_graceful_shutdown(token.cancelled_owned())
+            .await?;
+        for worker in self.workers {
+            let _ = worker.await;
+        }
+        Ok(())
+    }
+}

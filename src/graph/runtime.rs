@@ -1,0 +1,651 @@
+//! The superstep loop: load the namespace's head, apply input, run the scheduled nodes
+//! concurrently, merge their updates, write a checkpoint, repeat until nothing is scheduled.
+
+use super::channels::{ChannelError, writes_from_json, writes_to_json};
+use super::events::{GraphEvent, Sink};
+use super::messages::{is_message, message_id};
+use super::{Command, END, Graph, NodeError, START};
+use crate::store::{Checkpoint, JsonMap, Store, StoreError};
+use crate::time::Timestamp;
+use futures::future::join_all;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// Everything one run shares across its graphs and subgraphs.
+pub struct RunScope {
+    pub store: Arc<dyn Store>,
+    pub thread_id: Uuid,
+    pub run_id: Uuid,
+    /// The run's config (`configurable`, `recursion_limit`, …), passed to every node.
+    pub config: Value,
+    /// Merged into every checkpoint's metadata (graph_id, assistant_id, user metadata, …).
+    pub metadata: JsonMap,
+    pub sink: Sink,
+    pub cancel: CancellationToken,
+    /// Supersteps allowed per graph invocation.
+    pub recursion_limit: i64,
+    seen_messages: Mutex<HashSet<String>>,
+}
+
+impl RunScope {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Arc<dyn Store>,
+        thread_id: Uuid,
+        run_id: Uuid,
+        config: Value,
+        metadata: JsonMap,
+        sink: Sink,
+        cancel: CancellationToken,
+    ) -> Self {
+        let recursion_limit = config
+            .get("recursion_limit")
+            .and_then(Value::as_i64)
+            .unwrap_or(25);
+        Self {
+            store,
+            thread_id,
+            run_id,
+            config,
+            metadata,
+            sink,
+            cancel,
+            recursion_limit,
+            seen_messages: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Records a message id; true the first time it is seen in this run.
+    fn first_sighting(&self, id: &str) -> bool {
+        match self.seen_messages.lock() {
+            Ok(mut seen) => seen.insert(id.to_owned()),
+            Err(poisoned) => poisoned.into_inner().insert(id.to_owned()),
+        }
+    }
+}
+
+/// Where an invocation starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// The namespace's latest checkpoint (or an empty state).
+    Head,
+    /// A given checkpoint; with no input this forks it and reruns its pending nodes.
+    From(Uuid),
+}
+
+/// One call of a graph.
+pub struct Invocation<'a> {
+    pub graph: &'a Graph,
+    pub ns: String,
+    /// Written through the input channels; `None` continues from the checkpoint.
+    pub input: Option<Value>,
+    pub start: Start,
+    /// For subgraphs: the parent namespace and its checkpoint, recorded in metadata.
+    pub parents: JsonMap,
+}
+
+/// How an invocation ended.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub values: JsonMap,
+    /// The last checkpoint written or loaded (`None` only if nothing ever was).
+    pub checkpoint: Option<Checkpoint>,
+}
+
+/// Why an invocation stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("node '{node}' failed: {error}")]
+    Node { node: String, error: NodeError },
+    #[error("run cancelled")]
+    Cancelled,
+    #[error("Recursion limit of {0} reached without hitting a stop condition")]
+    Recursion(i64),
+    #[error("invalid input: {0}")]
+    Input(String),
+    #[error("checkpoint {0} not found")]
+    CheckpointNotFound(Uuid),
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl RunError {
+    /// The `(error type, message)` pair clients see.
+    pub fn describe(&self) -> (String, String) {
+        match self {
+            Self::Node {
+                error: NodeError::Failed { kind, message },
+                ..
+            } => (kind.clone(), message.clone()),
+            Self::Recursion(_) => ("GraphRecursionError".into(), self.to_string()),
+            Self::Input(_) | Self::Channel(_) => ("InvalidUpdateError".into(), self.to_string()),
+            Self::CheckpointNotFound(_) => ("EmptyInputError".into(), self.to_string()),
+            Self::Cancelled
+            | Self::Node {
+                error: NodeError::Cancelled,
+                ..
+            } => ("CancelledError".into(), "run cancelled".into()),
+            Self::Store(_) => ("InternalError".into(), "An internal error occurred".into()),
+        }
+    }
+}
+
+/// What a node can use while it runs.
+#[derive(Clone)]
+pub struct NodeContext {
+    pub scope: Arc<RunScope>,
+    /// Namespace of the graph this node belongs to.
+    pub graph_ns: String,
+    pub node: String,
+    pub task_id: Uuid,
+    pub step: i64,
+}
+
+impl NodeContext {
+    /// The run's config (`configurable` etc.).
+    pub fn config(&self) -> &Value {
+        &self.scope.config
+    }
+
+    /// Cancelled when the run must stop.
+    pub fn cancelled(&self) -> &CancellationToken {
+        &self.scope.cancel
+    }
+
+    /// This node's own namespace, under which its subgraphs and streamed tokens appear.
+    pub fn node_ns(&self) -> String {
+        join_ns(&self.graph_ns, &format!("{}:{}", self.node, self.task_id))
+    }
+
+    /// Metadata attached to messages this node streams.
+    pub fn message_meta(&self) -> Value {
+        message_meta(
+            &self.scope,
+            &self.graph_ns,
+            &self.node,
+            self.task_id,
+            self.step,
+        )
+    }
+
+    /// Sends a `custom` stream event.
+    pub fn emit_custom(&self, data: Value) {
+        self.scope.sink.emit(GraphEvent::Custom {
+            ns: self.graph_ns.clone(),
+            data,
+        });
+    }
+
+    /// Streams one token chunk (`type: AIMessageChunk`, same id on every chunk).
+    pub fn emit_chunk(&self, chunk: Value) {
+        // A streamed message is not sent again whole when the node returns it.
+        if let Some(id) = message_id(&chunk) {
+            self.scope.first_sighting(id);
+        }
+        self.scope.sink.emit(GraphEvent::MessageChunk {
+            ns: self.graph_ns.clone(),
+            chunk,
+            meta: self.message_meta(),
+        });
+    }
+
+    /// Runs `graph` as this node's subgraph (namespace `node:task_id`) and returns its final state.
+    pub async fn subgraph(&self, graph: &Graph, input: Value) -> Result<JsonMap, NodeError> {
+        self.run_child(graph, self.node_ns(), input).await
+    }
+
+    /// Runs `graph` under a fresh namespace `name:<uuid>` below this node's graph, so several
+    /// subgraphs can run side by side from one node.
+    pub async fn subgraph_named(
+        &self,
+        name: &str,
+        graph: &Graph,
+        input: Value,
+    ) -> Result<JsonMap, NodeError> {
+        let ns = join_ns(&self.node_ns(), &format!("{name}:{}", Uuid::now_v7()));
+        self.run_child(graph, ns, input).await
+    }
+
+    async fn run_child(
+        &self,
+        graph: &Graph,
+        ns: String,
+        input: Value,
+    ) -> Result<JsonMap, NodeError> {
+        let inv = Invocation {
+            graph,
+            ns,
+            input: Some(input),
+            start: Start::Head,
+            parents: JsonMap::new(),
+        };
+        match Box::pin(invoke(&self.scope, inv)).await {
+            Ok(outcome) => Ok(outcome.values),
+            Err(RunError::Node { error, .. }) => Err(error),
+            Err(RunError::Cancelled) => Err(NodeError::Cancelled),
+            Err(other) => {
+                let (kind, message) = other.describe();
+                Err(NodeError::new(kind, message))
+            }
+        }
+    }
+}
+
+fn message_meta(scope: &RunScope, graph_ns: &str, node: &str, task_id: Uuid, step: i64) -> Value {
+    let ns = join_ns(graph_ns, &format!("{node}:{task_id}"));
+    let mut meta = scope.metadata.clone();
+    for (k, v) in [
+        ("thread_id", json!(scope.thread_id)),
+        ("run_id", json!(scope.run_id)),
+        ("langgraph_step", json!(step)),
+        ("langgraph_node", json!(node)),
+        ("langgraph_triggers", json!([format!("branch:to:{node}")])),
+        ("langgraph_path", json!(["__pregel_pull", node])),
+        ("langgraph_checkpoint_ns", json!(ns)),
+        ("checkpoint_ns", json!(ns)),
+    ] {
+        meta.insert(k.to_owned(), v);
+    }
+    Value::Object(meta)
+}
+
+fn join_ns(parent: &str, child: &str) -> String {
+    if parent.is_empty() {
+        child.to_owned()
+    } else {
+        format!("{parent}|{child}")
+    }
+}
+
+/// Rebuilds a state by replaying the writes of a lineage (root first).
+pub fn replay(graph: &Graph, lineage: &[Checkpoint]) -> JsonMap {
+    let mut state = graph.channels.initial_state();
+    for cp in lineage {
+        graph
+            .channels
+            .apply(&mut state, &writes_from_json(&cp.writes));
+    }
+    state
+}
+
+async fn load(
+    scope: &RunScope,
+    inv: &Invocation<'_>,
+) -> Result<(JsonMap, Option<Checkpoint>), RunError> {
+    let store = &scope.store;
+    let head = match inv.start {
+        Start::Head => store.latest_checkpoint(scope.thread_id, &inv.ns).await?,
+        Start::From(id) => Some(
+            store
+                .get_checkpoint(scope.thread_id, &inv.ns, id)
+                .await?
+                .ok_or(RunError::CheckpointNotFound(id))?,
+        ),
+    };
+    let Some(head) = head else {
+        return Ok((inv.graph.channels.initial_state(), None));
+    };
+    let lineage = store
+        .checkpoint_lineage(scope.thread_id, &inv.ns, head.checkpoint_id)
+        .await?;
+    Ok((replay(inv.graph, &lineage), Some(head)))
+}
+
+/// Runs one graph invocation to its end (or error / cancellation).
+pub async fn invoke(scope: &Arc<RunScope>, inv: Invocation<'_>) -> Result<Outcome, RunError> {
+    let (mut state, head) = load(scope, &inv).await?;
+    let mut writer = CheckpointWriter::new(scope, &inv, head);
+    let Some(mut next) = writer
+        .begin(&mut state, inv.input.clone(), inv.start)
+        .await?
+    else {
+        return Ok(writer.outcome(state));
+    };
+    for _ in 0..=scope.recursion_limit {
+        if next.is_empty() {
+            return Ok(writer.outcome(state));
+        }
+        if scope.cancel.is_cancelled() {
+            return Err(RunError::Cancelled);
+        }
+        next = run_step(scope, &inv, &mut writer, &mut state).await?;
+    }
+    Err(RunError::Recursion(scope.recursion_limit))
+}
+
+struct TaskSpec {
+    id: Uuid,
+    name: String,
+}
+
+fn tasks_of(cp: &Checkpoint) -> Vec<TaskSpec> {
+    cp.tasks
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            Some(TaskSpec {
+                id: t.get("id")?.as_str()?.parse().ok()?,
+                name: t.get("name")?.as_str()?.to_owned(),
+            })
+        })
+        .collect()
+}
+
+async fn run_step(
+    scope: &Arc<RunScope>,
+    inv: &Invocation<'_>,
+    writer: &mut CheckpointWriter<'_>,
+    state: &mut JsonMap,
+) -> Result<Vec<String>, RunError> {
+    let step = writer.step() + 1;
+    let tasks = writer.head().map(tasks_of).unwrap_or_default();
+    let runs = tasks
+        .iter()
+        .map(|task| run_task(scope, inv, task, step, state.clone()));
+    let results = tokio::select! {
+        results = join_all(runs) => results,
+        () = scope.cancel.cancelled() => return Err(RunError::Cancelled),
+    };
+    let mut writes = Vec::new();
+    let mut next = Vec::new();
+    for (task, result) in tasks.iter().zip(results) {
+        let command = result?;
+        let prepared = inv.graph.channels.prepare_update(command.update)?;
+        report_update(scope, inv, task, step, &prepared);
+        let targets = if command.goto.is_empty() {
+            inv.graph.successors(&task.name)
+        } else {
+            command.goto
+        };
+        for target in targets {
+            if target != END && !next.contains(&target) {
+                next.push(target);
+            }
+        }
+        writes.extend(prepared);
+    }
+    if let Some(unknown) = next.iter().find(|n| inv.graph.node(n).is_none()) {
+        return Err(RunError::Input(format!("goto to unknown node '{unknown}'")));
+    }
+    inv.graph.channels.apply(state, &writes);
+    writer.write("loop", &writes, &next, state).await?;
+    Ok(next)
+}
+
+async fn run_task(
+    scope: &Arc<RunScope>,
+    inv: &Invocation<'_>,
+    task: &TaskSpec,
+    step: i64,
+    state: JsonMap,
+) -> Result<Command, RunError> {
+    let node = inv.graph.node(&task.name).ok_or_else(|| RunError::Node {
+        node: task.name.clone(),
+        error: NodeError::new("KeyError", format!("unknown node '{}'", task.name)),
+    })?;
+    scope.sink.emit(GraphEvent::TaskStart {
+        ns: inv.ns.clone(),
+        step,
+        task: json!({"id": task.id, "name": task.name, "input": state,
+                     "triggers": [format!("branch:to:{}", task.name)]}),
+    });
+    let ctx = NodeContext {
+        scope: scope.clone(),
+        graph_ns: inv.ns.clone(),
+        node: task.name.clone(),
+        task_id: task.id,
+        step,
+    };
+    let result = node(state, ctx).await;
+    if let Err(error) = &result {
+        scope.sink.emit(GraphEvent::TaskResult {
+            ns: inv.ns.clone(),
+            step,
+            task: json!({"id": task.id, "name": task.name, "error": error.to_string(),
+                         "result": null, "interrupts": []}),
+        });
+    }
+    result.map_err(|error| match error {
+        NodeError::Cancelled => RunError::Cancelled,
+        error => RunError::Node {
+            node: task.name.clone(),
+            error,
+        },
+    })
+}
+
+fn report_update(
+    scope: &RunScope,
+    inv: &Invocation<'_>,
+    task: &TaskSpec,
+    step: i64,
+    writes: &[(String, Value)],
+) {
+    let update: JsonMap = writes.iter().cloned().collect();
+    let ctx_meta = message_meta(scope, &inv.ns, &task.name, task.id, step);
+    for message in writes.iter().flat_map(|(_, v)| messages_in(v)) {
+        if message_id(message).is_some_and(|id| scope.first_sighting(id)) {
+            scope.sink.emit(GraphEvent::Message {
+                ns: inv.ns.clone(),
+                message: message.clone(),
+                meta: ctx_meta.clone(),
+            });
+        }
+    }
+    let update = Value::Object(update);
+    scope.sink.emit(GraphEvent::Updates {
+        ns: inv.ns.clone(),
+        node: task.name.clone(),
+        update: update.clone(),
+    });
+    scope.sink.emit(GraphEvent::TaskResult {
+        ns: inv.ns.clone(),
+        step,
+        task: json!({"id": task.id, "name": task.name, "error": null, "result": update, "interrupts": []}),
+    });
+}
+
+/// Messages anywhere at the top of a written value (a message, or a list of them).
+fn messages_in(value: &Value) -> Vec<&Value> {
+    match value {
+        Value::Array(items) => items.iter().filter(|v| is_message(v)).collect(),
+        v if is_message(v) => vec![v],
+        _ => Vec::new(),
+    }
+}
+
+/// Writes the checkpoints of one invocation and reports them.
+struct CheckpointWriter<'a> {
+    scope: &'a Arc<RunScope>,
+    ns: String,
+    parents: JsonMap,
+    graph: &'a Graph,
+    head: Option<Checkpoint>,
+}
+
+impl<'a> CheckpointWriter<'a> {
+    fn new(scope: &'a Arc<RunScope>, inv: &Invocation<'a>, head: Option<Checkpoint>) -> Self {
+        Self {
+            scope,
+            ns: inv.ns.clone(),
+            parents: inv.parents.clone(),
+            graph: inv.graph,
+            head,
+        }
+    }
+
+    fn head(&self) -> Option<&Checkpoint> {
+        self.head.as_ref()
+    }
+
+    fn step(&self) -> i64 {
+        self.head.as_ref().map_or(-2, |h| h.step)
+    }
+
+    fn outcome(self, values: JsonMap) -> Outcome {
+        Outcome {
+            values,
+            checkpoint: self.head,
+        }
+    }
+
+    /// Applies the input (or forks / continues) and returns the nodes to run, or `None` when
+    /// there is nothing to do.
+    async fn begin(
+        &mut self,
+        state: &mut JsonMap,
+        input: Option<Value>,
+        start: Start,
+    ) -> Result<Option<Vec<String>>, RunError> {
+        let next = match (input, start) {
+            (Some(input), _) => {
+                let Value::Object(update) = input else {
+                    return Err(RunError::Input(format!("expected an object, got {input}")));
+                };
+                let writes = self.graph.channels.prepare_update(update)?;
+                self.graph.channels.apply(state, &writes);
+                let next = self.graph.entry().to_vec();
+                self.write("input", &writes, &next, state).await?;
+                next
+            }
+            (None, Start::From(_)) => {
+                let next = self
+                    .head
+                    .as_ref()
+                    .map(|h| h.next.clone())
+                    .unwrap_or_default();
+                self.write("fork", &[], &next, state).await?;
+                next
+            }
+            (None, Start::Head) => match &self.head {
+                Some(head) if !head.next.is_empty() => {
+                    self.report_values(state);
+                    head.next.clone()
+                }
+                _ => return Ok(None),
+            },
+        };
+        Ok(Some(next))
+    }
+
+    async fn write(
+        &mut self,
+        source: &str,
+        writes: &[(String, Value)],
+        next: &[String],
+        state: &JsonMap,
+    ) -> Result<(), RunError> {
+        let step = if source == "input" && self.head.is_none() {
+            -1
+        } else {
+            self.step() + 1
+        };
+        let mut metadata = self.scope.metadata.clone();
+        metadata.insert("source".into(), json!(source));
+        metadata.insert("step".into(), json!(step));
+        metadata.insert("parents".into(), Value::Object(self.parents.clone()));
+        metadata.insert("run_id".into(), json!(self.scope.run_id));
+        metadata.insert("thread_id".into(), json!(self.scope.thread_id));
+        let tasks: Vec<Value> = next
+            .iter()
+            .map(|name| {
+                json!({"id": Uuid::new_v4(), "name": name, "path": ["__pregel_pull", name],
+                       "error": null, "interrupts": [], "checkpoint": null, "state": null, "result": null})
+            })
+            .collect();
+        let cp = Checkpoint {
+            thread_id: self.scope.thread_id,
+            checkpoint_ns: self.ns.clone(),
+            checkpoint_id: crate::ids::checkpoint_id(),
+            parent_checkpoint_id: self.head.as_ref().map(|h| h.checkpoint_id),
+            run_id: Some(self.scope.run_id),
+            step,
+            source: source.to_owned(),
+            metadata,
+            writes: writes_to_json(writes),
+            next: next.to_vec(),
+            tasks: Value::Array(tasks),
+            created_at: Timestamp::now(),
+        };
+        self.scope.store.put_checkpoint(&cp).await?;
+        let payload = checkpoint_payload(&cp, self.head.as_ref(), state);
+        self.head = Some(cp);
+        self.report_values(state);
+        self.scope.sink.emit(GraphEvent::Checkpoint {
+            ns: self.ns.clone(),
+            step,
+            payload,
+        });
+        Ok(())
+    }
+
+    fn report_values(&self, state: &JsonMap) {
+        self.scope.sink.emit(GraphEvent::Values {
+            ns: self.ns.clone(),
+            values: Value::Object(state.clone()),
+        });
+    }
+}
+
+/// The `checkpoints` stream payload for a checkpoint.
+fn checkpoint_payload(cp: &Checkpoint, parent: Option<&Checkpoint>, state: &JsonMap) -> Value {
+    let config = |c: &Checkpoint| {
+        json!({"configurable": {"thread_id": c.thread_id, "checkpoint_ns": c.checkpoint_ns,
+                                "checkpoint_id": c.checkpoint_id}})
+    };
+    let tasks: Vec<Value> = cp
+        .tasks
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| json!({"id": t["id"], "name": t["name"], "interrupts": [], "state": null}))
+        .collect();
+    json!({
+        "config": config(cp),
+        "parent_config": parent.map(config),
+        "values": state,
+        "metadata": cp.metadata,
+        "next": cp.next,
+        "tasks": tasks,
+    })
+}
+
+/// Writes a checkpoint as if `as_node` had returned `values` (`POST /threads/{id}/state`).
+/// Returns the new checkpoint.
+pub async fn update_state(
+    scope: &Arc<RunScope>,
+    graph: &Graph,
+    start: Start,
+    values: Value,
+    as_node: Option<&str>,
+) -> Result<Checkpoint, RunError> {
+    let inv = Invocation {
+        graph,
+        ns: String::new(),
+        input: None,
+        start,
+        parents: JsonMap::new(),
+    };
+    let (mut state, head) = load(scope, &inv).await?;
+    let Value::Object(update) = values else {
+        return Err(RunError::Input(format!("expected an object, got {values}")));
+    };
+    let writes = graph.channels.prepare_update(update)?;
+    graph.channels.apply(&mut state, &writes);
+    let next = match as_node {
+        Some(node) if node != START => graph.successors(node),
+        _ => head.as_ref().map(|h| h.next.clone()).unwrap_or_default(),
+    };
+    let next: Vec<String> = next.into_iter().filter(|n| n != END).collect();
+    let mut writer = CheckpointWriter::new(scope, &inv, head);
+    writer.write("update", &writes, &next, &state).await?;
+    writer
+        .head
+        .ok_or(RunError::Input("no checkpoint was written".into()))
+}

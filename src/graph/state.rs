@@ -1,0 +1,101 @@
+//! Thread state as the API shows it (`/state`, `/history`): values rebuilt from checkpoint
+//! writes, plus next nodes, tasks and checkpoint links.
+
+use super::Graph;
+use super::channels::writes_from_json;
+use crate::store::{Checkpoint, CheckpointQuery, JsonMap, Store, StoreResult};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// The state of a thread that has no checkpoint yet.
+pub fn empty_state() -> Value {
+    json!({"values": {}, "next": [], "tasks": [], "metadata": null, "created_at": null,
+           "checkpoint": null, "parent_checkpoint": null, "interrupts": [],
+           "checkpoint_id": null, "parent_checkpoint_id": null})
+}
+
+/// Rebuilds values of many checkpoints of one thread, sharing work along common lineages.
+pub struct StateBuilder<'a> {
+    store: &'a dyn Store,
+    graph: &'a Graph,
+    thread_id: Uuid,
+    cache: HashMap<Uuid, JsonMap>,
+}
+
+impl<'a> StateBuilder<'a> {
+    pub fn new(store: &'a dyn Store, graph: &'a Graph, thread_id: Uuid) -> Self {
+        Self {
+            store,
+            graph,
+            thread_id,
+            cache: HashMap::new(),
+        }
+    }
+
+    /// The values at `cp`.
+    pub async fn values(&mut self, cp: &Checkpoint) -> StoreResult<JsonMap> {
+        if let Some(v) = self.cache.get(&cp.checkpoint_id) {
+            return Ok(v.clone());
+        }
+        let lineage = self
+            .store
+            .checkpoint_lineage(self.thread_id, &cp.checkpoint_ns, cp.checkpoint_id)
+            .await?;
+        // Start from the newest ancestor already rebuilt, then replay forward, caching each step.
+        let start = lineage
+            .iter()
+            .rposition(|c| self.cache.contains_key(&c.checkpoint_id));
+        let mut state = match start {
+            Some(i) => self.cache[&lineage[i].checkpoint_id].clone(),
+            None => self.graph.channels.initial_state(),
+        };
+        for c in &lineage[start.map_or(0, |i| i + 1)..] {
+            self.graph
+                .channels
+                .apply(&mut state, &writes_from_json(&c.writes));
+            self.cache.insert(c.checkpoint_id, state.clone());
+        }
+        Ok(state)
+    }
+
+    /// The full ThreadState document for `cp`.
+    pub async fn thread_state(&mut self, cp: &Checkpoint) -> StoreResult<Value> {
+        let values = self.values(cp).await?;
+        Ok(render(cp, values))
+    }
+
+    /// `/history`: newest first.
+    pub async fn history(&mut self, q: &CheckpointQuery) -> StoreResult<Vec<Value>> {
+        let cps = self.store.list_checkpoints(self.thread_id, q).await?;
+        // Rebuild oldest first so later checkpoints reuse their ancestors' cached states.
+        let mut out = Vec::with_capacity(cps.len());
+        for cp in cps.iter().rev() {
+            out.push(self.thread_state(cp).await?);
+        }
+        out.reverse();
+        Ok(out)
+    }
+}
+
+fn cp_ref(thread_id: Uuid, ns: &str, id: Uuid) -> Value {
+    json!({"checkpoint_id": id, "thread_id": thread_id, "checkpoint_ns": ns})
+}
+
+fn render(cp: &Checkpoint, values: JsonMap) -> Value {
+    let parent = cp
+        .parent_checkpoint_id
+        .map(|p| cp_ref(cp.thread_id, &cp.checkpoint_ns, p));
+    json!({
+        "values": values,
+        "next": cp.next,
+        "tasks": cp.tasks,
+        "metadata": cp.metadata,
+        "created_at": cp.created_at,
+        "checkpoint": cp_ref(cp.thread_id, &cp.checkpoint_ns, cp.checkpoint_id),
+        "parent_checkpoint": parent,
+        "interrupts": [],
+        "checkpoint_id": cp.checkpoint_id,
+        "parent_checkpoint_id": cp.parent_checkpoint_id,
+    })
+}

@@ -1,0 +1,367 @@
+//! Executes one claimed run: publishes its events, keeps its lease alive, and records how it
+//! ended (final status before the stream closes, as clients expect).
+
+use super::{Active, RunKwargs, Runner, lock};
+use crate::graph::state::StateBuilder;
+use crate::graph::{EventSink, GraphEvent, Invocation, RunError, RunScope, Start, invoke};
+use crate::store::{
+    CancelAction, EventId, JsonMap, Lease, LeaseState, Run, RunEnd, RunStatus, StoreError,
+    ThreadStatus, ThreadSummary,
+};
+use crate::stream::{Bus, Encoder, RunChannel, StreamModes};
+use crate::time::Timestamp;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// Encodes graph events for the run's stream modes and publishes them.
+struct RunSink {
+    encoder: Mutex<Encoder>,
+    channel: Arc<RunChannel>,
+    bus: Bus,
+}
+
+impl EventSink for RunSink {
+    fn emit(&self, event: GraphEvent) {
+        let frames = lock(&self.encoder).encode(&event);
+        if frames.is_empty() {
+            return;
+        }
+        let thread_tx = self.bus.thread_sender(self.channel.thread_id);
+        for (name, data) in frames {
+            self.channel.publish(name, &data, thread_tx.as_ref());
+        }
+    }
+}
+
+/// How the graph invocation ended, before it is written down.
+enum Ending {
+    Done(JsonMap),
+    Cancelled(Option<CancelAction>),
+    Failed(RunError),
+}
+
+impl Runner {
+    pub(super) async fn execute(self: Arc<Self>, lease: Lease) {
+        let run = lease.run;
+        let kwargs: RunKwargs = serde_json::from_value(run.kwargs.clone()).unwrap_or_default();
+        let channel = self.bus.open(run.run_id, run.thread_id, kwargs.resumable);
+        let publish = |event: &str, data: Value| {
+            let thread_tx = self.bus.thread_sender(run.thread_id);
+            channel.publish(event.to_owned(), &data, thread_tx.as_ref());
+        };
+        publish("metadata", json!({"run_id": run.run_id, "attempt": 1}));
+
+        let cancel = CancellationToken::new();
+        let action = Arc::new(Mutex::new(None));
+        lock(&self.active).insert(
+            run.run_id,
+            Active {
+                cancel: cancel.clone(),
+                action: action.clone(),
+            },
+        );
+        let keeper = tokio::spawn(self.clone().keep_lease(
+            run.run_id,
+            cancel.clone(),
+            action.clone(),
+        ));
+        let ending = self
+            .invoke_graph(&run, &kwargs, &channel, cancel.clone())
+            .await;
+        keeper.abort();
+        lock(&self.active).remove(&run.run_id);
+
+        let ending = match ending {
+            Ending::Cancelled(_) => Ending::Cancelled(*lock(&action)),
+            other => other,
+        };
+        let result = self.record_end(&run, &channel, ending).await;
+        self.bus.close(run.run_id, result);
+        if let Some(tx) = self.bus.thread_sender(run.thread_id) {
+            let done = json!({"status": "run_done", "run_id": run.run_id});
+            let frame = crate::stream::Frame {
+                id: EventId {
+                    ms: Timestamp::now().millis(),
+                    seq: 0,
+                },
+                run_id: run.run_id,
+                event: "metadata".into(),
+                data: done.to_string().into(),
+            };
+            let _ = tx.send(Arc::new(frame));
+        }
+        if kwargs.temporary && kwargs.delete_on_completion {
+            if let Err(error) = self.store.delete_thread(run.thread_id).await {
+                tracing::warn!(%error, "could not delete a stateless run's thread");
+            }
+        }
+    }
+
+    async fn invoke_graph(
+        &self,
+        run: &Run,
+        kwargs: &RunKwargs,
+        channel: &Arc<RunChannel>,
+        cancel: CancellationToken,
+    ) -> Ending {
+        let Some(graph) = kwargs.graph_id().and_then(|id| self.registry.get(id)) else {
+            let id = kwargs.graph_id().unwrap_or_default().to_owned();
+            return Ending::Failed(RunError::Input(format!("graph '{id}' is not registered")));
+        };
+        let names: Vec<Value> = kwargs.stream_mode.iter().map(|m| json!(m)).collect();
+        let modes = StreamModes::from_json(Some(&Value::Array(names)))
+            .unwrap_or_else(|_| StreamModes::values_only());
+        let sink = Arc::new(RunSink {
+            encoder: Mutex::new(Encoder::new(modes, kwargs.subgraphs, kwargs.temporary)),
+            channel: channel.clone(),
+            bus: self.bus.clone(),
+        });
+        let mut metadata = run.metadata.clone();
+        metadata.insert("graph_id".into(), json!(graph.id));
+        let scope = Arc::new(RunScope::new(
+            self.store.clone(),
+            run.thread_id,
+            run.run_id,
+            kwargs.config.clone(),
+            metadata,
+            sink,
+            cancel.clone(),
+        ));
+        let input = Some(kwargs.input.clone()).filter(|v| !v.is_null());
+        let start = kwargs.checkpoint_id().map_or(Start::Head, Start::From);
+        let inv = Invocation {
+            graph: &graph,
+            ns: String::new(),
+            input,
+            start,
+            parents: JsonMap::new(),
+        };
+        let flusher = self.flush_periodically(channel.clone());
+        let result = tokio::select! {
+            result = invoke(&scope, inv) => result,
+            () = self.shutdown.cancelled() => Err(RunError::Cancelled),
+        };
+        flusher.abort();
+        match result {
+            Ok(outcome) => Ending::Done(outcome.values),
+            Err(RunError::Cancelled) => Ending::Cancelled(None),
+            Err(error) if cancel.is_cancelled() => {
+                tracing::debug!(%error, "run stopped after cancellation");
+                Ending::Cancelled(None)
+            }
+            Err(error) => Ending::Failed(error),
+        }
+    }
+
+    /// Writes resumable runs' frames to the store in batches while the run goes on.
+    fn flush_periodically(&self, channel: Arc<RunChannel>) -> tokio::task::JoinHandle<()> {
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if !channel.resumable {
+                return;
+            }
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+            loop {
+                tick.tick().await;
+                flush(&*store, &channel).await;
+            }
+        })
+    }
+
+    /// Renews the lease until the run ends; cancels the run when asked to or when the lease
+    /// was lost.
+    async fn keep_lease(
+        self: Arc<Self>,
+        run_id: uuid::Uuid,
+        cancel: CancellationToken,
+        action: Arc<Mutex<Option<CancelAction>>>,
+    ) {
+        let every = self.settings.run_lease / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            match self
+                .store
+                .renew_lease(run_id, &self.worker_id, self.settings.run_lease)
+                .await
+            {
+                Ok(LeaseState::Held { cancel: None }) => {}
+                Ok(LeaseState::Held { cancel: Some(a) }) => {
+                    *lock(&action) = Some(a);
+                    cancel.cancel();
+                }
+                Ok(LeaseState::Lost) => {
+                    tracing::warn!("lost the lease; stopping the run");
+                    cancel.cancel();
+                }
+                Err(error) => tracing::warn!(%error, "lease renewal failed"),
+            }
+        }
+    }
+
+    /// Stores the run's end and the thread's new summary; returns the result for waiters.
+    async fn record_end(
+        &self,
+        run: &Run,
+        channel: &Arc<RunChannel>,
+        ending: Ending,
+    ) -> Option<Value> {
+        let outcome = match ending {
+            Ending::Done(values) => {
+                let summary = summary(ThreadStatus::Idle, Value::Object(values.clone()), None);
+                self.finish(
+                    run,
+                    RunEnd::Finished(RunStatus::Success),
+                    Some(summary),
+                    channel,
+                )
+                .await
+                .map(|()| Value::Object(values))
+            }
+            Ending::Failed(error) => self.record_failure(run, channel, error).await,
+            Ending::Cancelled(Some(CancelAction::Rollback)) => {
+                self.record_rollback(run, channel).await
+            }
+            Ending::Cancelled(_) if self.shutdown.is_cancelled() => {
+                // Leave the run `running`: its lease expires and the last checkpoint is the
+                // resume point; nothing more is written by this process.
+                flush(&*self.store, channel).await;
+                Ok(json!({}))
+            }
+            Ending::Cancelled(_) => self.record_interrupt(run, channel).await,
+        };
+        match outcome {
+            Ok(result) => Some(result),
+            Err(error) => {
+                tracing::error!(%error, "could not record the end of a run");
+                None
+            }
+        }
+    }
+
+    async fn record_failure(
+        &self,
+        run: &Run,
+        channel: &Arc<RunChannel>,
+        error: RunError,
+    ) -> Result<Value, StoreError> {
+        if let RunError::Store(e) = &error {
+            tracing::error!(error = %e, "run failed on a storage error");
+        }
+        let (kind, message) = error.describe();
+        let detail = json!({"error": kind, "message": message});
+        channel.publish(
+            "error".into(),
+            &detail,
+            self.bus.thread_sender(run.thread_id).as_ref(),
+        );
+        let values = self.head_values(run).await?;
+        let summary = summary(ThreadStatus::Error, values, Some(detail.clone()));
+        self.finish(
+            run,
+            RunEnd::Finished(RunStatus::Error),
+            Some(summary),
+            channel,
+        )
+        .await?;
+        Ok(json!({"__error__": detail}))
+    }
+
+    async fn record_interrupt(
+        &self,
+        run: &Run,
+        channel: &Arc<RunChannel>,
+    ) -> Result<Value, StoreError> {
+        let head = self.store.latest_checkpoint(run.thread_id, "").await?;
+        let status = match &head {
+            Some(cp) if !cp.next.is_empty() => ThreadStatus::Interrupted,
+            _ => ThreadStatus::Idle,
+        };
+        let values = self.head_values(run).await?;
+        let summary = summary(status, values.clone(), None);
+        self.finish(
+            run,
+            RunEnd::Finished(RunStatus::Interrupted),
+            Some(summary),
+            channel,
+        )
+        .await?;
+        Ok(values)
+    }
+
+    async fn record_rollback(
+        &self,
+        run: &Run,
+        channel: &Arc<RunChannel>,
+    ) -> Result<Value, StoreError> {
+        self.finish(run, RunEnd::RolledBack, None, channel).await?;
+        let values = self.head_values(run).await?;
+        let busy = !self.store.inflight_runs(run.thread_id).await?.is_empty();
+        let status = if busy {
+            ThreadStatus::Busy
+        } else {
+            ThreadStatus::Idle
+        };
+        let values_opt = if values.as_object().is_some_and(|m| m.is_empty()) {
+            Value::Null
+        } else {
+            values.clone()
+        };
+        let s = summary(status, values_opt, None);
+        self.store
+            .set_thread_summary(run.thread_id, &s, Timestamp::now())
+            .await?;
+        Ok(values)
+    }
+
+    async fn finish(
+        &self,
+        run: &Run,
+        end: RunEnd,
+        summary: Option<ThreadSummary>,
+        channel: &Arc<RunChannel>,
+    ) -> Result<(), StoreError> {
+        flush(&*self.store, channel).await;
+        self.store
+            .finish_run(run.run_id, &end, summary.as_ref())
+            .await
+    }
+
+    /// The values at the thread's latest root checkpoint (`{}` when there is none).
+    async fn head_values(&self, run: &Run) -> Result<Value, StoreError> {
+        let kwargs: RunKwargs = serde_json::from_value(run.kwargs.clone()).unwrap_or_default();
+        let Some(graph) = kwargs.graph_id().and_then(|id| self.registry.get(id)) else {
+            return Ok(json!({}));
+        };
+        let Some(head) = self.store.latest_checkpoint(run.thread_id, "").await? else {
+            return Ok(json!({}));
+        };
+        let mut builder = StateBuilder::new(&*self.store, &graph, run.thread_id);
+        Ok(Value::Object(builder.values(&head).await?))
+    }
+}
+
+fn summary(status: ThreadStatus, values: Value, error: Option<Value>) -> ThreadSummary {
+    ThreadSummary {
+        status,
+        values: Some(values).filter(|v| !v.is_null()),
+        error,
+        interrupts: json!({}),
+    }
+}
+
+/// Writes the channel's unflushed frames to the store.
+async fn flush(store: &dyn crate::store::Store, channel: &RunChannel) {
+    let frames = channel.unflushed();
+    let Some(last) = frames.last().map(|f| f.id) else {
+        return;
+    };
+    let events: Vec<_> = frames
+        .iter()
+        .map(|f| f.to_stored(channel.thread_id))
+        .collect();
+    match store.append_events(&events).await {
+        Ok(()) => channel.mark_flushed(last),
+        Err(error) => tracing::warn!(%error, "could not store run events; will retry"),
+    }
+}

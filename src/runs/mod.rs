@@ -1,0 +1,206 @@
+//! The run queue and worker pool: workers claim pending runs from the store (a bounded number at
+//! a time), execute them with a renewed lease, and stop them promptly when asked to.
+
+mod executor;
+
+use crate::config::Settings;
+use crate::graph::Registry;
+use crate::store::{CancelAction, Run, RunStatus, Store, ThreadStatus, ThreadSummary};
+use crate::stream::Bus;
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+/// A run's parameters as stored in `run.kwargs` (the reference server's key names).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunKwargs {
+    pub input: Value,
+    pub command: Value,
+    /// `configurable` carries run_id, thread_id, graph_id, assistant_id and checkpoint_id.
+    pub config: Value,
+    pub context: Value,
+    pub stream_mode: Vec<String>,
+    pub interrupt_before: Value,
+    pub interrupt_after: Value,
+    pub webhook: Value,
+    pub feedback_keys: Value,
+    /// Stateless run: its thread is temporary.
+    pub temporary: bool,
+    /// Stateless only: delete the temporary thread when the run ends.
+    pub delete_on_completion: bool,
+    pub subgraphs: bool,
+    pub resumable: bool,
+    pub checkpoint_during: bool,
+    pub durability: String,
+}
+
+impl RunKwargs {
+    fn configurable(&self, key: &str) -> Option<&str> {
+        self.config.get("configurable")?.get(key)?.as_str()
+    }
+
+    /// The graph this run executes.
+    pub fn graph_id(&self) -> Option<&str> {
+        self.configurable("graph_id")
+    }
+
+    /// The checkpoint to start from, if any.
+    pub fn checkpoint_id(&self) -> Option<Uuid> {
+        self.configurable("checkpoint_id")?.parse().ok()
+    }
+}
+
+/// Signals for a run executing in this process.
+struct Active {
+    cancel: CancellationToken,
+    action: Arc<Mutex<Option<CancelAction>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Owns the worker pool of one process.
+pub struct Runner {
+    store: Arc<dyn Store>,
+    bus: Bus,
+    registry: Registry,
+    settings: Arc<Settings>,
+    worker_id: String,
+    wake: Notify,
+    active: Mutex<HashMap<Uuid, Active>>,
+    shutdown: CancellationToken,
+}
+
+impl Runner {
+    pub fn new(
+        store: Arc<dyn Store>,
+        bus: Bus,
+        registry: Registry,
+        settings: Arc<Settings>,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            bus,
+            registry,
+            settings,
+            worker_id: format!("worker-{}", Uuid::new_v4().simple()),
+            wake: Notify::new(),
+            active: Mutex::new(HashMap::new()),
+            shutdown,
+        })
+    }
+
+    /// Starts `max_concurrent_runs` workers; they stop when the shutdown token fires.
+    pub fn spawn_workers(self: &Arc<Self>) -> Vec<JoinHandle<()>> {
+        (0..self.settings.max_concurrent_runs.max(1))
+            .map(|i| {
+                let me = self.clone();
+                tokio::spawn(
+                    me.worker_loop()
+                        .instrument(tracing::info_span!("worker", i)),
+                )
+            })
+            .collect()
+    }
+
+    /// Tells idle workers to look for work now.
+    pub fn wake(&self) {
+        self.wake.notify_waiters();
+    }
+
+    async fn worker_loop(self: Arc<Self>) {
+        while !self.shutdown.is_cancelled() {
+            // Register interest before claiming so a wake-up between the two is not lost.
+            let notified = self.wake.notified();
+            match self
+                .store
+                .claim_run(&self.worker_id, self.settings.run_lease)
+                .await
+            {
+                Ok(Some(lease)) => {
+                    let run_id = lease.run.run_id;
+                    let span =
+                        tracing::info_span!("run", %run_id, thread_id = %lease.run.thread_id);
+                    self.clone().execute(lease).instrument(span).await;
+                    self.wake();
+                    continue;
+                }
+                Ok(None) => {}
+                Err(error) => tracing::error!(%error, "claiming a run failed"),
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(self.settings.poll_interval) => {}
+                () = self.shutdown.cancelled() => {}
+            }
+        }
+    }
+
+    /// Applies cancellation to runs the store just marked: signals the ones executing here and
+    /// closes the streams of pending ones, which ended without ever starting.
+    pub async fn cancelled(&self, runs: &[Run], action: CancelAction) {
+        let mut touched_threads = Vec::new();
+        for run in runs {
+            if run.status == RunStatus::Running {
+                self.signal(run.run_id, action);
+            } else {
+                self.bus.close(run.run_id, Some(json!({})));
+                touched_threads.push(run.thread_id);
+            }
+        }
+        touched_threads.dedup();
+        for thread_id in touched_threads {
+            if let Err(error) = self.settle_thread(thread_id).await {
+                tracing::warn!(%error, %thread_id, "could not update thread after cancelling");
+            }
+        }
+    }
+
+    /// Cancels a run executing in this process; other replicas see the store's flag.
+    fn signal(&self, run_id: Uuid, action: CancelAction) {
+        if let Some(active) = lock(&self.active).get(&run_id) {
+            *lock(&active.action) = Some(action);
+            active.cancel.cancel();
+        }
+    }
+
+    /// Marks an idle thread idle again once nothing is in flight on it.
+    async fn settle_thread(&self, thread_id: Uuid) -> Result<(), crate::store::StoreError> {
+        if !self.store.inflight_runs(thread_id).await?.is_empty() {
+            return Ok(());
+        }
+        let Some(thread) = self.store.get_thread(thread_id).await? else {
+            return Ok(());
+        };
+        if thread.status == ThreadStatus::Busy {
+            let summary = ThreadSummary {
+                status: ThreadStatus::Idle,
+                values: thread.values,
+                error: thread.error,
+                interrupts: thread.interrupts,
+            };
+            self.store
+                .set_thread_summary(thread_id, &summary, Timestamp::now())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs currently executing in this process.
+    pub fn active_runs(&self) -> usize {
+        lock(&self.active).len()
+    }
+}

@@ -1,0 +1,200 @@
+//! Persistence: one `Store` trait over assistants, threads, runs, checkpoints and run events,
+//! implemented once in SQL for both Postgres and SQLite (`sql.rs`). Knows nothing about HTTP or graphs.
+
+mod model;
+mod sql;
+
+pub use model::*;
+pub use sql::SqlStore;
+
+use crate::time::Timestamp;
+use async_trait::async_trait;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// Errors from the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A row with this id already exists (create with `if_exists = raise`).
+    #[error("{0} already exists")]
+    Conflict(&'static str),
+    /// The thread has a run in flight and the new run's strategy is `reject`.
+    #[error("thread {0} is busy")]
+    Busy(Uuid),
+    /// A row the operation depends on does not exist.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// A stored value could not be decoded (corrupt row or a bug).
+    #[error("corrupt {what}: {detail}")]
+    Corrupt { what: &'static str, detail: String },
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Result alias for store calls.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What a running run learns when it renews its lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Still ours; `cancel` is set when someone asked the run to stop.
+    Held { cancel: Option<CancelAction> },
+    /// The run is gone or owned by another worker: stop without writing more.
+    Lost,
+}
+
+/// How a new run is inserted.
+#[derive(Clone, Debug)]
+pub struct RunInsert {
+    pub run: Run,
+    /// Merged into the thread's metadata (`graph_id`, `assistant_id`, …).
+    pub thread_metadata: model::JsonMap,
+    /// Create the thread when it does not exist (`if_not_exists: create`, stateless runs).
+    pub create_thread: bool,
+}
+
+/// The whole persistence surface. Every method is one transaction.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `postgres` or `sqlite`.
+    fn backend(&self) -> &'static str;
+
+    // ---- assistants ----
+
+    /// Inserts an assistant. With `IfExists::Raise` an existing id is `Conflict`; with
+    /// `DoNothing` the existing row is returned unchanged.
+    async fn create_assistant(&self, a: &Assistant, if_exists: IfExists) -> StoreResult<Assistant>;
+    async fn get_assistant(&self, id: Uuid) -> StoreResult<Option<Assistant>>;
+    /// Applies `patch` (metadata merged), bumps `version` and `updated_at`.
+    async fn update_assistant(
+        &self,
+        id: Uuid,
+        patch: &AssistantPatch,
+        now: Timestamp,
+    ) -> StoreResult<Option<Assistant>>;
+    /// Returns whether a row was deleted.
+    async fn delete_assistant(&self, id: Uuid) -> StoreResult<bool>;
+    async fn search_assistants(&self, q: &AssistantQuery) -> StoreResult<Page<Assistant>>;
+
+    // ---- threads ----
+
+    /// Inserts a thread; `IfExists` as for assistants.
+    async fn create_thread(&self, t: &Thread, if_exists: IfExists) -> StoreResult<Thread>;
+    async fn get_thread(&self, id: Uuid) -> StoreResult<Option<Thread>>;
+    /// Merges `metadata` into the thread's metadata and bumps `updated_at`.
+    async fn patch_thread(
+        &self,
+        id: Uuid,
+        metadata: &JsonMap,
+        now: Timestamp,
+    ) -> StoreResult<Option<Thread>>;
+    /// Deletes the thread with its runs, checkpoints and events.
+    async fn delete_thread(&self, id: Uuid) -> StoreResult<bool>;
+    async fn search_threads(&self, q: &ThreadQuery) -> StoreResult<Page<Thread>>;
+    /// Copies a thread (metadata, values, checkpoints) under a new id; runs are not copied.
+    async fn copy_thread(
+        &self,
+        from: Uuid,
+        to: Uuid,
+        now: Timestamp,
+    ) -> StoreResult<Option<Thread>>;
+    /// Sets status, values, error and interrupts, bumping `updated_at` and `state_updated_at`.
+    async fn set_thread_summary(
+        &self,
+        id: Uuid,
+        summary: &ThreadSummary,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+
+    // ---- runs ----
+
+    /// Inserts a pending run and applies its multitask strategy in the same transaction:
+    /// `reject` fails with `Busy` when the thread has a pending or running run; `interrupt` and
+    /// `rollback` request cancellation of those runs (pending ones end at once: interrupted or
+    /// deleted; running ones get their cancel flag) and return them; `enqueue` does nothing else.
+    /// The thread becomes `busy` and gains `thread_metadata`. A missing thread is `NotFound`
+    /// unless `create_thread`.
+    async fn insert_run(&self, ins: &RunInsert) -> StoreResult<Vec<Run>>;
+    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<Run>>;
+    /// A thread's runs, newest first.
+    async fn list_runs(
+        &self,
+        thread_id: Uuid,
+        status: Option<RunStatus>,
+        limit: i64,
+        offset: i64,
+    ) -> StoreResult<Vec<Run>>;
+    /// Pending and running runs of a thread, oldest first.
+    async fn inflight_runs(&self, thread_id: Uuid) -> StoreResult<Vec<Run>>;
+    /// Deletes a run and its events. Returns whether it existed.
+    async fn delete_run(&self, run_id: Uuid) -> StoreResult<bool>;
+    /// Asks runs to stop: pending ones end at once (`interrupted`, or deleted for rollback),
+    /// running ones get the cancel flag their worker sees on its next lease renewal.
+    /// Returns the runs that were in flight and are now affected.
+    async fn cancel_runs(&self, run_ids: &[Uuid], action: CancelAction) -> StoreResult<Vec<Run>>;
+    /// Claims the oldest pending run that may start now and whose thread has no running run,
+    /// marking it `running` under `worker` until `now + lease`.
+    async fn claim_run(&self, worker: &str, lease: Duration) -> StoreResult<Option<Lease>>;
+    /// Extends the lease and reports whether cancellation was requested.
+    async fn renew_lease(
+        &self,
+        run_id: Uuid,
+        worker: &str,
+        lease: Duration,
+    ) -> StoreResult<LeaseState>;
+    /// Ends a run and updates its thread in one transaction: the thread stays `busy` while other
+    /// runs are in flight, otherwise takes `summary.status`; values/error/interrupts come from
+    /// `summary` when given. `RolledBack` deletes the run, its checkpoints and its events.
+    async fn finish_run(
+        &self,
+        run_id: Uuid,
+        end: &RunEnd,
+        summary: Option<&ThreadSummary>,
+    ) -> StoreResult<()>;
+    /// Marks running runs whose lease expired before `now` as `error` (their worker died) and
+    /// returns them.
+    async fn fail_expired_runs(&self, now: Timestamp) -> StoreResult<Vec<Run>>;
+
+    // ---- checkpoints ----
+
+    async fn put_checkpoint(&self, cp: &Checkpoint) -> StoreResult<()>;
+    async fn get_checkpoint(
+        &self,
+        thread_id: Uuid,
+        ns: &str,
+        id: Uuid,
+    ) -> StoreResult<Option<Checkpoint>>;
+    /// The checkpoint with the greatest id in namespace `ns`.
+    async fn latest_checkpoint(&self, thread_id: Uuid, ns: &str)
+    -> StoreResult<Option<Checkpoint>>;
+    /// Newest first.
+    async fn list_checkpoints(
+        &self,
+        thread_id: Uuid,
+        q: &CheckpointQuery,
+    ) -> StoreResult<Vec<Checkpoint>>;
+    /// The chain from the root to `id` (inclusive) following parent links, oldest first.
+    async fn checkpoint_lineage(
+        &self,
+        thread_id: Uuid,
+        ns: &str,
+        id: Uuid,
+    ) -> StoreResult<Vec<Checkpoint>>;
+
+    // ---- run events ----
+
+    async fn append_events(&self, events: &[StoredEvent]) -> StoreResult<()>;
+    /// A run's stored events with id greater than `after` (all when `None`), in id order.
+    async fn run_events_after(
+        &self,
+        run_id: Uuid,
+        after: Option<EventId>,
+    ) -> StoreResult<Vec<StoredEvent>>;
+}
+
+/// Opens the store `url` names (`postgres://…` or `sqlite://…`) and runs its migrations.
+pub async fn connect(url: &str, max_connections: u32) -> StoreResult<SqlStore> {
+    SqlStore::connect(url, max_connections).await
+}

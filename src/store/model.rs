@@ -1,0 +1,308 @@
+//! The rows the service persists: assistants, threads, runs, checkpoints and run events.
+//! Shapes follow the LangGraph Server API so handlers can serialise them as they are.
+
+use crate::time::Timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::fmt;
+use std::str::FromStr;
+use uuid::Uuid;
+
+/// A JSON object.
+pub type JsonMap = Map<String, Value>;
+
+macro_rules! text_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            /// The wire and storage spelling.
+            pub fn as_str(&self) -> &'static str {
+                match self { $(Self::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok(Self::$variant),)+
+                    other => Err(format!(
+                        "invalid {}: '{}' (expected one of: {})",
+                        stringify!($name), other, [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+text_enum!(
+    /// Where a thread stands, recomputed whenever one of its runs starts or ends.
+    ThreadStatus { Idle => "idle", Busy => "busy", Interrupted => "interrupted", Error => "error" }
+);
+
+text_enum!(
+    /// A run's lifecycle: `pending` → `running` → one of the four ends.
+    RunStatus {
+        Pending => "pending",
+        Running => "running",
+        Success => "success",
+        Error => "error",
+        Timeout => "timeout",
+        Interrupted => "interrupted",
+    }
+);
+
+impl RunStatus {
+    /// Pending or running: the run still occupies its thread.
+    pub fn is_inflight(&self) -> bool {
+        matches!(self, Self::Pending | Self::Running)
+    }
+}
+
+text_enum!(
+    /// What a new run does when its thread already has one in flight.
+    MultitaskStrategy {
+        Reject => "reject",
+        Interrupt => "interrupt",
+        Rollback => "rollback",
+        Enqueue => "enqueue",
+    }
+);
+
+text_enum!(
+    /// How a cancelled run is treated: kept as `interrupted`, or deleted with what it wrote.
+    CancelAction { Interrupt => "interrupt", Rollback => "rollback" }
+);
+
+text_enum!(
+    /// Behaviour of a create call when the id already exists.
+    IfExists { Raise => "raise", DoNothing => "do_nothing" }
+);
+
+text_enum!(
+    /// Sort direction for search endpoints.
+    SortOrder { Asc => "asc", Desc => "desc" }
+);
+
+/// A named configuration preset of a graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Assistant {
+    pub assistant_id: Uuid,
+    pub graph_id: String,
+    #[schema(value_type = Object)]
+    pub config: Value,
+    #[schema(value_type = Object)]
+    pub context: Value,
+    #[schema(value_type = Object)]
+    pub metadata: JsonMap,
+    pub name: String,
+    pub description: Option<String>,
+    pub version: i64,
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    #[schema(value_type = String)]
+    pub updated_at: Timestamp,
+}
+
+/// Fields a PATCH may change; `None` leaves the field alone. Metadata is merged.
+#[derive(Clone, Debug, Default)]
+pub struct AssistantPatch {
+    pub graph_id: Option<String>,
+    pub config: Option<Value>,
+    pub context: Option<Value>,
+    pub metadata: Option<JsonMap>,
+    pub name: Option<String>,
+    pub description: Option<String>,
+}
+
+/// Filters for assistant search. Metadata uses JSON containment on top-level keys.
+#[derive(Clone, Debug, Default)]
+pub struct AssistantQuery {
+    pub metadata: JsonMap,
+    pub graph_id: Option<String>,
+    /// Case-insensitive substring of the name.
+    pub name: Option<String>,
+    pub limit: i64,
+    pub offset: i64,
+    /// One of assistant_id, graph_id, name, created_at, updated_at (validated by the API).
+    pub sort_by: Option<String>,
+    pub sort_order: Option<SortOrder>,
+}
+
+/// A conversation: the container of runs and checkpoints.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Thread {
+    pub thread_id: Uuid,
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    #[schema(value_type = String)]
+    pub updated_at: Timestamp,
+    #[schema(value_type = String)]
+    pub state_updated_at: Timestamp,
+    #[schema(value_type = Object)]
+    pub metadata: JsonMap,
+    pub status: ThreadStatus,
+    #[schema(value_type = Object)]
+    pub config: Value,
+    /// The latest root checkpoint's state; `null` before the first checkpoint.
+    #[schema(value_type = Option<Object>)]
+    pub values: Option<Value>,
+    /// `{"error": <type>, "message": <text>}` after a failed run.
+    #[schema(value_type = Option<Object>)]
+    pub error: Option<Value>,
+    #[schema(value_type = Object)]
+    pub interrupts: Value,
+}
+
+/// Filters for thread search and count.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadQuery {
+    pub metadata: JsonMap,
+    pub values: JsonMap,
+    pub ids: Vec<Uuid>,
+    pub status: Option<ThreadStatus>,
+    pub limit: i64,
+    pub offset: i64,
+    /// One of thread_id, status, created_at, updated_at, state_updated_at (validated by the API).
+    pub sort_by: Option<String>,
+    pub sort_order: Option<SortOrder>,
+}
+
+/// What a thread shows after a run ends (or after a state update).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadSummary {
+    pub status: ThreadStatus,
+    pub values: Option<Value>,
+    pub error: Option<Value>,
+    pub interrupts: Value,
+}
+
+/// One execution of a graph on a thread.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Run {
+    pub run_id: Uuid,
+    pub thread_id: Uuid,
+    pub assistant_id: Uuid,
+    /// When the run may start (creation time plus `after_seconds`).
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    #[schema(value_type = String)]
+    pub updated_at: Timestamp,
+    pub status: RunStatus,
+    #[schema(value_type = Object)]
+    pub metadata: JsonMap,
+    pub multitask_strategy: MultitaskStrategy,
+    /// The run's parameters as the reference stores them (input, config, stream_mode, …).
+    #[schema(value_type = Object)]
+    pub kwargs: Value,
+}
+
+/// How a run ended, as the executor reports it to the store.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunEnd {
+    /// Keep the run with this final status.
+    Finished(RunStatus),
+    /// Delete the run together with the checkpoints and events it wrote.
+    RolledBack,
+}
+
+/// A claimed run plus the lease that keeps it ours.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lease {
+    pub run: Run,
+    pub worker: String,
+    pub expires_at: Timestamp,
+}
+
+/// One stored step of a graph: what changed, and what runs next.
+///
+/// Checkpoints store the *writes* a step applied, never the whole state, so storage grows with
+/// what the conversation adds; the graph runtime rebuilds values by replaying the lineage.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub thread_id: Uuid,
+    /// `""` for the root graph, `node:task_id[|node:task_id…]` for subgraphs.
+    pub checkpoint_ns: String,
+    /// Time-ordered (UUIDv7), so ids sort in creation order.
+    pub checkpoint_id: Uuid,
+    pub parent_checkpoint_id: Option<Uuid>,
+    pub run_id: Option<Uuid>,
+    pub step: i64,
+    /// input | loop | update | fork
+    pub source: String,
+    pub metadata: JsonMap,
+    /// `[[channel, value], …]` applied through the channels' reducers, in order.
+    pub writes: Value,
+    /// Nodes that run next; empty when the graph has finished.
+    pub next: Vec<String>,
+    /// Per-task details for the state API (ids, errors, interrupts), as JSON.
+    pub tasks: Value,
+    pub created_at: Timestamp,
+}
+
+/// Filters for listing checkpoints, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct CheckpointQuery {
+    pub checkpoint_ns: String,
+    /// Only checkpoints strictly older than this id.
+    pub before: Option<Uuid>,
+    pub limit: i64,
+    /// Containment filter on checkpoint metadata (top-level keys).
+    pub metadata: JsonMap,
+}
+
+/// A stream event id: milliseconds plus a sequence within the same millisecond, compared
+/// numerically; written `<ms>-<seq>` on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventId {
+    pub ms: i64,
+    pub seq: i64,
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
+
+impl FromStr for EventId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("invalid event id '{s}'");
+        let (ms, seq) = s.split_once('-').unwrap_or((s, "0"));
+        Ok(Self {
+            ms: ms.trim().parse().map_err(|_| bad())?,
+            seq: seq.trim().parse().map_err(|_| bad())?,
+        })
+    }
+}
+
+/// One event of a run as it went out on the wire, kept for replay.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredEvent {
+    pub run_id: Uuid,
+    pub thread_id: Uuid,
+    pub id: EventId,
+    /// The SSE event name, e.g. `values` or `updates|researcher:<id>`.
+    pub event: String,
+    /// Compact JSON on one line.
+    pub data: String,
+}
+
+/// A page of search results plus the total number of matches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub total: i64,
+}

@@ -1,0 +1,270 @@
+//! Per-run fan-out of SSE frames: live delivery to any number of subscribers, with the frames
+//! not yet written to the store kept in memory so a client joining mid-run misses nothing.
+//!
+//! Replay-then-follow works in three parts: stored frames (up to what was flushed), the
+//! in-memory unflushed frames, then live frames; ids are strictly increasing so duplicates
+//! across the seams are dropped by comparing ids.
+
+use crate::store::{EventId, StoredEvent};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{broadcast, watch};
+use uuid::Uuid;
+
+/// How many frames a slow subscriber may fall behind before it has to re-read the log.
+const CHANNEL_CAPACITY: usize = 4096;
+
+/// One SSE event as it goes on the wire.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Frame {
+    pub id: EventId,
+    pub run_id: Uuid,
+    pub event: String,
+    /// Compact one-line JSON.
+    pub data: Arc<str>,
+}
+
+impl Frame {
+    pub fn to_stored(&self, thread_id: Uuid) -> StoredEvent {
+        StoredEvent {
+            run_id: self.run_id,
+            thread_id,
+            id: self.id,
+            event: self.event.clone(),
+            data: self.data.to_string(),
+        }
+    }
+}
+
+impl From<StoredEvent> for Frame {
+    fn from(e: StoredEvent) -> Self {
+        Self {
+            id: e.id,
+            run_id: e.run_id,
+            event: e.event,
+            data: e.data.into(),
+        }
+    }
+}
+
+/// The final result of a run, handed to waiters (`/wait`, `/join`).
+pub type RunResult = Option<Value>;
+
+struct RunState {
+    tx: Option<broadcast::Sender<Arc<Frame>>>,
+    /// Frames published but not yet in the store (only kept for resumable runs).
+    unflushed: Vec<Arc<Frame>>,
+    last_id: EventId,
+}
+
+/// The live channel of one run.
+pub struct RunChannel {
+    pub run_id: Uuid,
+    pub thread_id: Uuid,
+    pub resumable: bool,
+    state: Mutex<RunState>,
+    done: watch::Sender<Option<RunResult>>,
+}
+
+impl RunChannel {
+    fn lock(&self) -> MutexGuard<'_, RunState> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Publishes one frame with the next id and returns it.
+    pub fn publish(
+        &self,
+        event: String,
+        data: &Value,
+        thread_tx: Option<&ThreadSender>,
+    ) -> Arc<Frame> {
+        let mut state = self.lock();
+        let id = next_id(state.last_id);
+        state.last_id = id;
+        let frame = Arc::new(Frame {
+            id,
+            run_id: self.run_id,
+            event,
+            data: data.to_string().into(),
+        });
+        if self.resumable {
+            state.unflushed.push(frame.clone());
+        }
+        if let Some(tx) = &state.tx {
+            // No receivers is fine: nobody is watching right now.
+            let _ = tx.send(frame.clone());
+        }
+        if let Some(tx) = thread_tx {
+            let _ = tx.send(frame.clone());
+        }
+        frame
+    }
+
+    /// Frames to write to the store now.
+    pub fn unflushed(&self) -> Vec<Arc<Frame>> {
+        self.lock().unflushed.clone()
+    }
+
+    /// Forgets frames up to `upto`, which are now in the store.
+    pub fn mark_flushed(&self, upto: EventId) {
+        self.lock().unflushed.retain(|f| f.id > upto);
+    }
+
+    /// Ends live delivery (subscribers drain and then see the end) and hands out the result.
+    pub fn close(&self, result: RunResult) {
+        self.lock().tx = None;
+        self.done.send_replace(Some(result));
+    }
+
+    /// A receiver of the run's result.
+    pub fn result(&self) -> watch::Receiver<Option<RunResult>> {
+        self.done.subscribe()
+    }
+
+    /// Subscribes to live frames and snapshots the unflushed ones, atomically.
+    pub fn subscribe(&self) -> Subscription {
+        let state = self.lock();
+        Subscription {
+            live: state.tx.as_ref().map(broadcast::Sender::subscribe),
+            unflushed: state.unflushed.clone(),
+        }
+    }
+}
+
+/// A snapshot plus a live feed; see `stream::follow`.
+pub struct Subscription {
+    /// `None` when the run has already closed.
+    pub live: Option<broadcast::Receiver<Arc<Frame>>>,
+    pub unflushed: Vec<Arc<Frame>>,
+}
+
+fn next_id(last: EventId) -> EventId {
+    let ms = crate::time::Timestamp::now().millis();
+    if ms > last.ms {
+        EventId { ms, seq: 0 }
+    } else {
+        EventId {
+            ms: last.ms,
+            seq: last.seq + 1,
+        }
+    }
+}
+
+/// Sender of a thread-wide stream.
+pub type ThreadSender = broadcast::Sender<Arc<Frame>>;
+
+/// All live runs of this process.
+#[derive(Clone, Default)]
+pub struct Bus {
+    runs: Arc<Mutex<HashMap<Uuid, Arc<RunChannel>>>>,
+    threads: Arc<Mutex<HashMap<Uuid, ThreadSender>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl Bus {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The run's channel, created on first use (by the request that creates the run, so it can
+    /// subscribe before the first frame exists).
+    pub fn open(&self, run_id: Uuid, thread_id: Uuid, resumable: bool) -> Arc<RunChannel> {
+        lock(&self.runs)
+            .entry(run_id)
+            .or_insert_with(|| {
+                let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
+                Arc::new(RunChannel {
+                    run_id,
+                    thread_id,
+                    resumable,
+                    state: Mutex::new(RunState {
+                        tx: Some(tx),
+                        unflushed: Vec::new(),
+                        last_id: EventId { ms: 0, seq: 0 },
+                    }),
+                    done: watch::channel(None).0,
+                })
+            })
+            .clone()
+    }
+
+    /// The run's channel if the run is live in this process.
+    pub fn get(&self, run_id: Uuid) -> Option<Arc<RunChannel>> {
+        lock(&self.runs).get(&run_id).cloned()
+    }
+
+    /// Closes and forgets a run's channel.
+    pub fn close(&self, run_id: Uuid, result: RunResult) {
+        if let Some(ch) = lock(&self.runs).remove(&run_id) {
+            ch.close(result);
+        }
+    }
+
+    /// The sender for a thread's stream, if anyone listens.
+    pub fn thread_sender(&self, thread_id: Uuid) -> Option<ThreadSender> {
+        let mut threads = lock(&self.threads);
+        match threads.get(&thread_id) {
+            Some(tx) if tx.receiver_count() > 0 => Some(tx.clone()),
+            Some(_) => {
+                threads.remove(&thread_id);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Subscribes to every frame of every run on a thread from now on.
+    pub fn subscribe_thread(&self, thread_id: Uuid) -> broadcast::Receiver<Arc<Frame>> {
+        lock(&self.threads)
+            .entry(thread_id)
+            .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
+            .subscribe()
+    }
+
+    /// Number of live runs (for metrics and tests).
+    pub fn live_runs(&self) -> usize {
+        lock(&self.runs).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ids_increase_strictly_within_a_millisecond() {
+        let bus = Bus::new();
+        let ch = bus.open(Uuid::nil(), Uuid::nil(), true);
+        let ids: Vec<EventId> = (0..500)
+            .map(|_| ch.publish("values".into(), &json!({}), None).id)
+            .collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(ch.unflushed().len(), 500);
+        ch.mark_flushed(ids[249]);
+        assert_eq!(ch.unflushed().len(), 250);
+    }
+
+    #[tokio::test]
+    async fn subscribers_see_frames_then_the_end() {
+        let bus = Bus::new();
+        let ch = bus.open(Uuid::nil(), Uuid::nil(), false);
+        let mut sub = ch.subscribe();
+        ch.publish("values".into(), &json!({"a": 1}), None);
+        bus.close(Uuid::nil(), Some(json!({"a": 1})));
+        let live = sub.live.as_mut().unwrap();
+        assert_eq!(live.recv().await.unwrap().event, "values");
+        assert!(live.recv().await.is_err());
+        assert_eq!(*ch.result().borrow(), Some(Some(json!({"a": 1}))));
+    }
+}

@@ -1,0 +1,216 @@
+//! Turns graph events into named SSE payloads for the modes a run asked for, following the
+//! reference server's naming (`mode|ns` for subgraphs) and message-streaming rules.
+
+use super::modes::{StreamMode, StreamModes};
+use crate::graph::GraphEvent;
+use crate::time::Timestamp;
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+
+/// Per-run encoder: remembers which legacy message ids already had their metadata sent and the
+/// text accumulated so far for `messages/partial`.
+pub struct Encoder {
+    modes: StreamModes,
+    subgraphs: bool,
+    /// Stateless runs have no persistent checkpoints, so no `checkpoints` events.
+    stateless: bool,
+    legacy_meta_sent: HashSet<String>,
+    partial: HashMap<String, Value>,
+}
+
+impl Encoder {
+    pub fn new(modes: StreamModes, subgraphs: bool, stateless: bool) -> Self {
+        Self {
+            modes,
+            subgraphs,
+            stateless,
+            legacy_meta_sent: HashSet::new(),
+            partial: HashMap::new(),
+        }
+    }
+
+    /// The `(event name, data)` frames for one graph event, possibly none.
+    pub fn encode(&mut self, event: &GraphEvent) -> Vec<(String, Value)> {
+        let ns = event.ns();
+        if !ns.is_empty() && !self.subgraphs {
+            return Vec::new();
+        }
+        let name = |mode: &str| {
+            if ns.is_empty() {
+                mode.to_owned()
+            } else {
+                format!("{mode}|{ns}")
+            }
+        };
+        let mut out = Vec::new();
+        let on = |m| self.modes.contains(m);
+        match event {
+            GraphEvent::Values { values, .. } if on(StreamMode::Values) => {
+                out.push((name("values"), values.clone()));
+            }
+            GraphEvent::Updates { node, update, .. } if on(StreamMode::Updates) => {
+                out.push((name("updates"), json!({ node.as_str(): update })));
+            }
+            GraphEvent::Message { message, meta, .. } => {
+                if on(StreamMode::MessagesTuple) {
+                    out.push((name("messages"), json!([message, meta])));
+                }
+                if on(StreamMode::Messages) {
+                    self.legacy_metadata(message, meta, &mut out);
+                    out.push(("messages/complete".into(), json!([message])));
+                }
+            }
+            GraphEvent::MessageChunk { chunk, meta, .. } => {
+                if on(StreamMode::MessagesTuple) {
+                    out.push((name("messages"), json!([chunk, meta])));
+                }
+                if on(StreamMode::Messages) {
+                    self.legacy_metadata(chunk, meta, &mut out);
+                    let partial = self.accumulate(chunk);
+                    out.push(("messages/partial".into(), json!([partial])));
+                }
+            }
+            GraphEvent::Custom { data, .. } if on(StreamMode::Custom) => {
+                out.push((name("custom"), data.clone()));
+            }
+            GraphEvent::TaskStart { task, step, .. }
+            | GraphEvent::TaskResult { task, step, .. } => {
+                if on(StreamMode::Tasks) {
+                    out.push((name("tasks"), task.clone()));
+                }
+                if on(StreamMode::Debug) {
+                    let kind = if task.get("result").is_some() || task.get("error").is_some() {
+                        "task_result"
+                    } else {
+                        "task"
+                    };
+                    out.push((name("debug"), debug(*step, kind, task.clone())));
+                }
+            }
+            GraphEvent::Checkpoint { payload, step, .. } => {
+                if on(StreamMode::Checkpoints) && !self.stateless {
+                    out.push((name("checkpoints"), payload.clone()));
+                }
+                if on(StreamMode::Debug) {
+                    out.push((
+                        name("debug"),
+                        debug(*step, "checkpoint", debug_checkpoint(payload)),
+                    ));
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+
+    fn legacy_metadata(&mut self, message: &Value, meta: &Value, out: &mut Vec<(String, Value)>) {
+        let Some(id) = message.get("id").and_then(Value::as_str) else {
+            return;
+        };
+        if self.legacy_meta_sent.insert(id.to_owned()) {
+            out.push((
+                "messages/metadata".into(),
+                json!({ id: { "metadata": meta } }),
+            ));
+        }
+    }
+
+    /// Adds a chunk to the message accumulated under its id and returns the accumulation as a
+    /// plain `ai` message.
+    fn accumulate(&mut self, chunk: &Value) -> Value {
+        let id = chunk
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let delta = chunk
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let entry = self.partial.entry(id).or_insert_with(|| {
+            let mut first = chunk.clone();
+            if let Some(map) = first.as_object_mut() {
+                map.insert("type".into(), json!("ai"));
+                map.insert("content".into(), json!(""));
+                map.remove("tool_call_chunks");
+                map.remove("chunk_position");
+            }
+            first
+        });
+        if let Some(map) = entry.as_object_mut() {
+            let text = map
+                .get("content")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let joined = format!("{text}{delta}");
+            map.insert("content".into(), json!(joined));
+        }
+        entry.clone()
+    }
+}
+
+fn debug(step: i64, kind: &str, payload: Value) -> Value {
+    json!({"step": step, "timestamp": Timestamp::now(), "type": kind, "payload": payload})
+}
+
+fn debug_checkpoint(payload: &Value) -> Value {
+    let mut p = payload.clone();
+    let reference = |config: &Value| {
+        let c = &config["configurable"];
+        if c.is_null() {
+            return Value::Null;
+        }
+        json!({"checkpoint_id": c["checkpoint_id"], "thread_id": c["thread_id"],
+               "checkpoint_ns": c["checkpoint_ns"]})
+    };
+    let checkpoint = reference(&payload["config"]);
+    let parent = reference(&payload["parent_config"]);
+    if let Some(map) = p.as_object_mut() {
+        map.insert("checkpoint".into(), checkpoint);
+        map.insert("parent_checkpoint".into(), parent);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enc(modes: Value, subgraphs: bool) -> Encoder {
+        Encoder::new(
+            StreamModes::from_json(Some(&modes)).unwrap(),
+            subgraphs,
+            false,
+        )
+    }
+
+    #[test]
+    fn subgraph_events_are_suffixed_or_dropped() {
+        let ev = GraphEvent::Values {
+            ns: "child:1".into(),
+            values: json!({}),
+        };
+        assert!(enc(json!("values"), false).encode(&ev).is_empty());
+        assert_eq!(
+            enc(json!("values"), true).encode(&ev)[0].0,
+            "values|child:1"
+        );
+    }
+
+    #[test]
+    fn legacy_messages_send_metadata_once_and_accumulate() {
+        let mut e = enc(json!("messages"), false);
+        let chunk = |t: &str| GraphEvent::MessageChunk {
+            ns: String::new(),
+            chunk: json!({"id": "m1", "type": "AIMessageChunk", "content": t}),
+            meta: json!({"langgraph_node": "agent"}),
+        };
+        let first = e.encode(&chunk("Hel"));
+        assert_eq!(first[0].0, "messages/metadata");
+        assert_eq!(first[1].1[0]["content"], "Hel");
+        assert_eq!(first[1].1[0]["type"], "ai");
+        let second = e.encode(&chunk("lo"));
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].1[0]["content"], "Hello");
+    }
+}

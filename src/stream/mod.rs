@@ -1,0 +1,203 @@
+//! Run event streaming: encoding graph events per stream mode, the per-run bus, and SSE bodies
+//! that replay stored frames and then follow live ones.
+
+pub mod bus;
+pub mod encode;
+pub mod modes;
+
+pub use bus::{Bus, Frame, RunChannel};
+pub use encode::Encoder;
+pub use modes::{StreamMode, StreamModes};
+
+use crate::store::{EventId, Store};
+use axum::body::Body;
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// The comment line sent when nothing else was sent for a while.
+const HEARTBEAT: &[u8] = b": heartbeat\r\n\r\n";
+
+/// Frames one SSE frame exactly as the reference does: `event`, `data`, optional `id`, CRLF.
+pub fn frame_bytes(frame: &Frame, with_id: bool) -> Bytes {
+    let mut out = String::with_capacity(frame.event.len() + frame.data.len() + 40);
+    out.push_str("event: ");
+    out.push_str(&frame.event);
+    out.push_str("\r\ndata: ");
+    out.push_str(&frame.data);
+    out.push_str("\r\n");
+    if with_id {
+        out.push_str("id: ");
+        out.push_str(&frame.id.to_string());
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
+    Bytes::from(out)
+}
+
+/// What an SSE response carries.
+pub struct SseSource {
+    pub store: Arc<dyn Store>,
+    pub bus: Bus,
+    pub run_id: Uuid,
+    /// `None`: live frames only. `Some`: replay stored frames after this id first
+    /// (`ms = -1` replays everything).
+    pub after: Option<EventId>,
+    /// Only frames of these modes (join streams); `None` passes all.
+    pub filter: Option<StreamModes>,
+    pub with_ids: bool,
+    pub heartbeat: Duration,
+    pub shutdown: CancellationToken,
+    /// Taken before the run was created, so its first frames cannot be missed.
+    pub subscription: Option<bus::Subscription>,
+    /// Called once if the client goes away before the run's stream ended.
+    pub on_disconnect: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+/// Starts the task that feeds an SSE response and returns the response body.
+pub fn sse_body(source: SseSource) -> Body {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    tokio::spawn(async move {
+        let mut source = source;
+        let mut out = Out {
+            tx,
+            filter: source.filter.take(),
+            with_ids: source.with_ids,
+            cursor: source.after,
+        };
+        let finished = pump(&mut source, &mut out).await;
+        if !finished {
+            if let Some(cb) = source.on_disconnect.take() {
+                cb();
+            }
+        }
+    });
+    Body::from_stream(ReceiverStream::new(rx))
+}
+
+struct Out {
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    filter: Option<StreamModes>,
+    with_ids: bool,
+    cursor: Option<EventId>,
+}
+
+impl Out {
+    /// Sends a frame unless it was already sent or filtered out; false when the client is gone.
+    async fn frame(&mut self, frame: &Frame) -> bool {
+        if self.cursor.is_some_and(|c| frame.id <= c) {
+            return true;
+        }
+        self.cursor = Some(frame.id);
+        if self
+            .filter
+            .as_ref()
+            .is_some_and(|f| !f.matches_event(&frame.event))
+        {
+            return true;
+        }
+        self.tx
+            .send(Ok(frame_bytes(frame, self.with_ids)))
+            .await
+            .is_ok()
+    }
+
+    async fn heartbeat(&self) -> bool {
+        self.tx
+            .send(Ok(Bytes::from_static(HEARTBEAT)))
+            .await
+            .is_ok()
+    }
+}
+
+/// Sends stored, then unflushed, then live frames. Returns true when the run's stream ended
+/// (or the server is shutting down), false when the client went away.
+async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
+    let channel = src.bus.get(src.run_id);
+    let sub = match src.subscription.take() {
+        Some(sub) => Some(sub),
+        None => channel.as_ref().map(|c| c.subscribe()),
+    };
+    if out.cursor.is_some() && !replay(src, out, sub.as_ref().map(|s| &s.unflushed[..])).await {
+        return false;
+    }
+    let Some(mut live) = sub.and_then(|s| s.live) else {
+        return true;
+    };
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + src.heartbeat, src.heartbeat);
+    loop {
+        tokio::select! {
+            received = live.recv() => match received {
+                Ok(frame) => {
+                    if !out.frame(&frame).await {
+                        return false;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let unflushed = channel.as_ref().map(|c| c.unflushed()).unwrap_or_default();
+                    if !replay(src, out, Some(&unflushed)).await {
+                        return false;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return true,
+            },
+            _ = tick.tick() => {
+                if !out.heartbeat().await {
+                    return false;
+                }
+            }
+            () = src.shutdown.cancelled() => return true,
+            () = out.tx.closed() => return false,
+        }
+    }
+}
+
+async fn replay(src: &SseSource, out: &mut Out, unflushed: Option<&[Arc<Frame>]>) -> bool {
+    let after = out.cursor.filter(|c| c.ms >= 0);
+    let stored = match src.store.run_events_after(src.run_id, after).await {
+        Ok(events) => events,
+        Err(error) => {
+            tracing::warn!(%error, run_id = %src.run_id, "could not read stored events for replay");
+            Vec::new()
+        }
+    };
+    for event in stored {
+        if !out.frame(&Frame::from(event)).await {
+            return false;
+        }
+    }
+    for frame in unflushed.unwrap_or_default() {
+        if !out.frame(frame).await {
+            return false;
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_crlf_with_event_data_id_order() {
+        let frame = Frame {
+            id: EventId { ms: 17, seq: 2 },
+            run_id: Uuid::nil(),
+            event: "values".into(),
+            data: "{\"a\":1}".into(),
+        };
+        assert_eq!(
+            &frame_bytes(&frame, true)[..],
+            b"event: values\r\ndata: {\"a\":1}\r\nid: 17-2\r\n\r\n"
+        );
+        assert_eq!(
+            &frame_bytes(&frame, false)[..],
+            b"event: values\r\ndata: {\"a\":1}\r\n\r\n"
+        );
+    }
+}

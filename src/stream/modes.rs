@@ -1,0 +1,184 @@
+//! Stream modes a client may ask for, parsed from every encoding the SDKs send.
+
+use serde_json::Value;
+
+/// One requested stream mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamMode {
+    Values,
+    Updates,
+    /// Legacy: `messages/metadata`, `messages/partial`, `messages/complete`.
+    Messages,
+    /// `[message, metadata]` tuples under the event name `messages`.
+    MessagesTuple,
+    Custom,
+    Tasks,
+    Checkpoints,
+    Debug,
+    Events,
+}
+
+impl StreamMode {
+    fn parse(text: &str) -> Result<Self, String> {
+        Ok(match text {
+            "values" => Self::Values,
+            "updates" => Self::Updates,
+            "messages" => Self::Messages,
+            "messages-tuple" => Self::MessagesTuple,
+            "custom" => Self::Custom,
+            "tasks" => Self::Tasks,
+            "checkpoints" => Self::Checkpoints,
+            "debug" => Self::Debug,
+            "events" => Self::Events,
+            other => {
+                return Err(format!(
+                    "Invalid stream_mode '{other}': expected one of values, updates, messages, \
+                     messages-tuple, custom, tasks, checkpoints, debug, events"
+                ));
+            }
+        })
+    }
+
+    /// The wire name stored in run kwargs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Values => "values",
+            Self::Updates => "updates",
+            Self::Messages => "messages",
+            Self::MessagesTuple => "messages-tuple",
+            Self::Custom => "custom",
+            Self::Tasks => "tasks",
+            Self::Checkpoints => "checkpoints",
+            Self::Debug => "debug",
+            Self::Events => "events",
+        }
+    }
+}
+
+/// The modes of one run (never empty: nothing requested means `values`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamModes(Vec<StreamMode>);
+
+impl StreamModes {
+    /// From a run body's `stream_mode`: a string, a list of strings, or null.
+    pub fn from_json(value: Option<&Value>) -> Result<Self, String> {
+        let names: Vec<String> = match value {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s.clone()],
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| format!("stream_mode entries must be strings, got {v}"))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(format!(
+                    "stream_mode must be a string or a list, got {other}"
+                ));
+            }
+        };
+        Self::from_names(names.iter().map(String::as_str))
+    }
+
+    /// From query-string values: repeated keys, a JSON array, comma lists or empty values.
+    pub fn from_query(values: &[String]) -> Result<Option<Self>, String> {
+        let mut names = Vec::new();
+        for raw in values {
+            let raw = raw.trim();
+            if raw.starts_with('[') {
+                let list: Vec<String> = serde_json::from_str(raw)
+                    .map_err(|_| format!("stream_mode: invalid JSON list '{raw}'"))?;
+                names.extend(list);
+            } else {
+                names.extend(raw.split(',').map(|s| s.trim().to_owned()));
+            }
+        }
+        names.retain(|n| !n.is_empty());
+        if names.is_empty() {
+            return Ok(None);
+        }
+        Self::from_names(names.iter().map(String::as_str)).map(Some)
+    }
+
+    fn from_names<'a>(names: impl Iterator<Item = &'a str>) -> Result<Self, String> {
+        let mut modes = Vec::new();
+        for name in names {
+            let mode = StreamMode::parse(name)?;
+            if !modes.contains(&mode) {
+                modes.push(mode);
+            }
+        }
+        if modes.is_empty() {
+            modes.push(StreamMode::Values);
+        }
+        Ok(Self(modes))
+    }
+
+    /// Just `values`, the default.
+    pub fn values_only() -> Self {
+        Self(vec![StreamMode::Values])
+    }
+
+    pub fn contains(&self, mode: StreamMode) -> bool {
+        self.0.contains(&mode)
+    }
+
+    /// Wire names, for run kwargs.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.0.iter().map(StreamMode::as_str).collect()
+    }
+
+    /// Whether a stored frame named `event` belongs to one of these modes (join-stream filter).
+    pub fn matches_event(&self, event: &str) -> bool {
+        let base = event.split('|').next().unwrap_or(event);
+        let base = base.split('/').next().unwrap_or(base);
+        base == "metadata"
+            || base == "error"
+            || self.0.iter().any(|m| match m {
+                StreamMode::Messages | StreamMode::MessagesTuple => base == "messages",
+                other => other.as_str() == base,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_every_sdk_encoding() {
+        let m = StreamModes::from_json(Some(&json!("updates"))).unwrap();
+        assert_eq!(m.names(), ["updates"]);
+        assert_eq!(StreamModes::from_json(None).unwrap().names(), ["values"]);
+        let q = |v: &[&str]| {
+            StreamModes::from_query(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            q(&["values", "updates"]).unwrap().unwrap().names(),
+            ["values", "updates"]
+        );
+        assert_eq!(
+            q(&["[\"values\",\"custom\"]"]).unwrap().unwrap().names(),
+            ["values", "custom"]
+        );
+        assert_eq!(
+            q(&["values,debug"]).unwrap().unwrap().names(),
+            ["values", "debug"]
+        );
+        assert_eq!(q(&[""]).unwrap(), None);
+        assert!(q(&["bogus"]).is_err());
+        assert!(StreamModes::from_json(Some(&json!(["values", "lifecycle"]))).is_err());
+    }
+
+    #[test]
+    fn join_filter_matches_suffixed_and_legacy_names() {
+        let m = StreamModes::from_json(Some(&json!(["messages"]))).unwrap();
+        assert!(m.matches_event("messages/partial"));
+        assert!(m.matches_event("messages|child:1"));
+        assert!(m.matches_event("metadata"));
+        assert!(!m.matches_event("values"));
+    }
+}

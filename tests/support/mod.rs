@@ -1,0 +1,127 @@
+//! Test harness: `spawn_app()` starts the real service on a free loopback port over a fresh
+//! store (a SQLite file in a temp dir, or a new Postgres database when `TEST_DATABASE_URL` names
+//! a server), with the test graphs registered.
+
+#![allow(dead_code)]
+
+pub mod graphs;
+
+use deep_research::app::Application;
+use deep_research::config::Settings;
+use deep_research::store::{self, Store};
+use std::sync::Arc;
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+
+/// Which store a test app uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A running service.
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub store: Arc<dyn Store>,
+    shutdown: CancellationToken,
+    _dir: Option<TempDir>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+}
+
+/// The admin URL of the test Postgres server, if configured. With `DR_REQUIRE_POSTGRES=1`
+/// a missing URL fails the test instead of skipping Postgres.
+pub fn postgres_admin_url() -> Option<String> {
+    match std::env::var("TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("DR_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                "DR_REQUIRE_POSTGRES=1 but TEST_DATABASE_URL is not set"
+            );
+            eprintln!("skipping postgres: TEST_DATABASE_URL not set");
+            None
+        }
+    }
+}
+
+/// Creates a fresh database on the test server and returns its URL.
+pub async fn fresh_postgres_url(admin: &str) -> String {
+    use sqlx::Connection;
+    let name = format!("dr_test_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(admin)
+        .await
+        .expect("connect to TEST_DATABASE_URL");
+    // The name is generated above from a uuid, never from input.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    let (base, query) = match admin.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (admin, String::new()),
+    };
+    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+    format!("{root}/{name}{query}")
+}
+
+/// Starts the service with the test graphs on `backend`; `None` when that backend is not
+/// available here (Postgres without TEST_DATABASE_URL).
+pub async fn spawn_app_on(backend: Backend, settings: Settings) -> Option<TestApp> {
+    let (url, dir) = match backend {
+        Backend::Sqlite => {
+            let dir = TempDir::new().expect("temp dir");
+            (
+                format!("sqlite://{}", dir.path().join("test.db").display()),
+                Some(dir),
+            )
+        }
+        Backend::Postgres => (fresh_postgres_url(&postgres_admin_url()?).await, None),
+    };
+    let store: Arc<dyn Store> = Arc::new(store::connect(&url, 5).await.expect("open store"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let app = Application::with_store(listener, store.clone(), settings, graphs::registry())
+        .await
+        .expect("build app");
+    let address = format!("http://{}", app.local_addr().expect("addr"));
+    let shutdown = app.shutdown_token();
+    tokio::spawn(app.run_until_stopped());
+    Some(TestApp {
+        address,
+        client: reqwest::Client::new(),
+        store,
+        shutdown,
+        _dir: dir,
+    })
+}
+
+/// Test settings: short heartbeats so tests can see them.
+pub fn test_settings() -> Settings {
+    Settings {
+        port: 0,
+        max_concurrent_runs: 8,
+        heartbeat: std::time::Duration::from_millis(500),
+        ..Settings::default()
+    }
+}
+
+/// The service on SQLite.
+pub async fn spawn_app() -> TestApp {
+    spawn_app_on(Backend::Sqlite, test_settings())
+        .await
+        .expect("sqlite app")
+}
