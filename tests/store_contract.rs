@@ -56,7 +56,7 @@ fn with_database(url: &str, db: &str) -> String {
 
 async fn run_postgres<F, Fut>(body: F)
 where
-    F: FnOnce(Arc<dyn Store>) -> Fut,
+    F: FnOnce(Arc<dyn Store>) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
     use sqlx::Connection;
@@ -71,13 +71,17 @@ where
         .execute(&mut conn)
         .await
         .expect("create test database");
-    let store = SqlStore::connect(&with_database(&admin, &name), 8)
-        .await
-        .expect("open postgres store");
-    assert_eq!(store.backend(), "postgres");
-    // Run the body as a task so the database is dropped even when an assertion fails.
-    let result = tokio::spawn(body(Arc::new(store.clone()))).await;
-    store.close().await;
+    let url = with_database(&admin, &name);
+    // Run connect + body as a task so the database is dropped even when either panics.
+    let result = tokio::spawn(async move {
+        let store = SqlStore::connect(&url, 8)
+            .await
+            .expect("open postgres store");
+        assert_eq!(store.backend(), "postgres");
+        body(Arc::new(store.clone())).await;
+        store.close().await;
+    })
+    .await;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE \"{name}\" WITH (FORCE)"
     )))

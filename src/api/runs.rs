@@ -198,12 +198,12 @@ fn run_config(assistant_config: &Value, body: &NewRun, ids: &JsonMap) -> ApiResu
     configurable.extend(request_configurable);
     configurable.extend(context);
     configurable.extend(ids.clone());
-    if let Some(limit) = config.get("recursion_limit") {
-        if !limit.as_i64().is_some_and(|l| (1..=10_000).contains(&l)) {
-            return Err(AppError::Invalid(
-                "config.recursion_limit must be an integer between 1 and 10000".into(),
-            ));
-        }
+    if let Some(limit) = config.get("recursion_limit")
+        && !limit.as_i64().is_some_and(|l| (1..=10_000).contains(&l))
+    {
+        return Err(AppError::Invalid(
+            "config.recursion_limit must be an integer between 1 and 10000".into(),
+        ));
     }
     config.insert("configurable".into(), Value::Object(configurable));
     Ok(Value::Object(config))
@@ -246,17 +246,16 @@ async fn start(state: &AppState, target: Target, body: NewRun) -> ApiResult<Star
         Some(raw) => Some(parse_id(raw, "checkpoint")?),
         None => checkpoint_id_of(body.checkpoint.as_ref())?,
     };
-    if let Some(cid) = checkpoint_id {
-        if state
+    if let Some(cid) = checkpoint_id
+        && state
             .store
             .get_checkpoint(thread_id, "", cid)
             .await?
             .is_none()
-        {
-            return Err(AppError::NotFound(format!(
-                "Checkpoint {cid} not found on thread {thread_id}"
-            )));
-        }
+    {
+        return Err(AppError::NotFound(format!(
+            "Checkpoint {cid} not found on thread {thread_id}"
+        )));
     }
     let run_id = ids::new_id();
     let mut id_fields = JsonMap::new();

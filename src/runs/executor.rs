@@ -77,6 +77,14 @@ impl Runner {
             other => other,
         };
         let result = self.record_end(&run, &channel, ending).await;
+        // A stateless run's thread goes before the stream closes, so a client that saw the end
+        // never finds the temporary thread.
+        if kwargs.temporary
+            && kwargs.delete_on_completion
+            && let Err(error) = self.store.delete_thread(run.thread_id).await
+        {
+            tracing::warn!(%error, "could not delete a stateless run's thread");
+        }
         self.bus.close(run.run_id, result);
         if let Some(tx) = self.bus.thread_sender(run.thread_id) {
             let done = json!({"status": "run_done", "run_id": run.run_id});
@@ -90,11 +98,6 @@ impl Runner {
                 data: done.to_string().into(),
             };
             let _ = tx.send(Arc::new(frame));
-        }
-        if kwargs.temporary && kwargs.delete_on_completion {
-            if let Err(error) = self.store.delete_thread(run.thread_id).await {
-                tracing::warn!(%error, "could not delete a stateless run's thread");
-            }
         }
     }
 

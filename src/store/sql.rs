@@ -872,6 +872,64 @@ impl SqlStore {
         tx.commit().await?;
         Ok(Page { items, total })
     }
+
+    async fn threads_of_runs(
+        &self,
+        conn: &mut AnyConnection,
+        ids: &[Uuid],
+    ) -> StoreResult<Vec<Uuid>> {
+        let mut threads = Vec::new();
+        for id in ids {
+            let query =
+                sqlx::query("SELECT thread_id FROM runs WHERE run_id = $1").bind(id.to_string());
+            threads.extend(one(&mut *conn, query, thread_id_row).await?);
+        }
+        Ok(threads)
+    }
+
+    /// A thread whose last in-flight run was cancelled before it started is idle again.
+    async fn settle_thread(
+        &self,
+        conn: &mut AnyConnection,
+        thread: Uuid,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        let sql = format!(
+            "UPDATE threads SET status = 'idle', updated_at = $2 \
+             WHERE thread_id = $1 AND status = 'busy' \
+             AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.thread_id = $1 AND {INFLIGHT})"
+        );
+        q(sql)
+            .bind(thread.to_string())
+            .bind(now.to_string())
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+
+    async fn mark_worker_lost(
+        &self,
+        conn: &mut AnyConnection,
+        thread: Uuid,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        let status = if self.has_inflight(conn, thread, Uuid::nil()).await? {
+            ThreadStatus::Busy
+        } else {
+            ThreadStatus::Error
+        };
+        sqlx::query(
+            "UPDATE threads SET status = $2, error = $3, updated_at = $4, state_updated_at = $4 \
+             WHERE thread_id = $1",
+        )
+        .bind(thread.to_string())
+        .bind(status.as_str())
+        .bind(to_json(&worker_lost())?)
+        .bind(now.to_string())
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
 }
 
 /// Deletes a run with the checkpoints it wrote on its thread (any namespace) and its events.
@@ -897,6 +955,27 @@ fn worker_lost() -> Value {
         "error": "WorkerLost",
         "message": "the worker running this run stopped before it finished",
     })
+}
+
+fn apply_patch(a: &mut Assistant, patch: &AssistantPatch) {
+    if let Some(v) = &patch.graph_id {
+        a.graph_id = v.clone();
+    }
+    if let Some(v) = &patch.config {
+        a.config = v.clone();
+    }
+    if let Some(v) = &patch.context {
+        a.context = v.clone();
+    }
+    if let Some(v) = &patch.metadata {
+        merge(&mut a.metadata, v);
+    }
+    if let Some(v) = &patch.name {
+        a.name = v.clone();
+    }
+    if let Some(v) = &patch.description {
+        a.description = Some(v.clone());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1327,8 +1406,8 @@ impl Store for SqlStore {
     ) -> StoreResult<()> {
         let now = Timestamp::now();
         let mut tx = self.write_tx().await?;
-        let sql = "SELECT thread_id FROM runs WHERE run_id = $1".to_string();
-        let Some(thread) = one(&mut *tx, q(sql).bind(run_id.to_string()), thread_id_row).await?
+        let query = sqlx::query("SELECT thread_id FROM runs WHERE run_id = $1");
+        let Some(thread) = one(&mut *tx, query.bind(run_id.to_string()), thread_id_row).await?
         else {
             return Err(StoreError::NotFound("run"));
         };
@@ -1513,86 +1592,5 @@ impl Store for SqlStore {
         }
         sql.push(" ORDER BY ms, seq");
         all(&self.pool, sql.query(), event_row).await
-    }
-}
-
-fn apply_patch(a: &mut Assistant, patch: &AssistantPatch) {
-    if let Some(v) = &patch.graph_id {
-        a.graph_id = v.clone();
-    }
-    if let Some(v) = &patch.config {
-        a.config = v.clone();
-    }
-    if let Some(v) = &patch.context {
-        a.context = v.clone();
-    }
-    if let Some(v) = &patch.metadata {
-        merge(&mut a.metadata, v);
-    }
-    if let Some(v) = &patch.name {
-        a.name = v.clone();
-    }
-    if let Some(v) = &patch.description {
-        a.description = Some(v.clone());
-    }
-}
-
-impl SqlStore {
-    async fn threads_of_runs(
-        &self,
-        conn: &mut AnyConnection,
-        ids: &[Uuid],
-    ) -> StoreResult<Vec<Uuid>> {
-        let mut threads = Vec::new();
-        for id in ids {
-            let query =
-                sqlx::query("SELECT thread_id FROM runs WHERE run_id = $1").bind(id.to_string());
-            threads.extend(one(&mut *conn, query, thread_id_row).await?);
-        }
-        Ok(threads)
-    }
-
-    /// A thread whose last in-flight run was cancelled before it started is idle again.
-    async fn settle_thread(
-        &self,
-        conn: &mut AnyConnection,
-        thread: Uuid,
-        now: Timestamp,
-    ) -> StoreResult<()> {
-        let sql = format!(
-            "UPDATE threads SET status = 'idle', updated_at = $2 \
-             WHERE thread_id = $1 AND status = 'busy' \
-             AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.thread_id = $1 AND {INFLIGHT})"
-        );
-        q(sql)
-            .bind(thread.to_string())
-            .bind(now.to_string())
-            .execute(conn)
-            .await?;
-        Ok(())
-    }
-
-    async fn mark_worker_lost(
-        &self,
-        conn: &mut AnyConnection,
-        thread: Uuid,
-        now: Timestamp,
-    ) -> StoreResult<()> {
-        let status = if self.has_inflight(conn, thread, Uuid::nil()).await? {
-            ThreadStatus::Busy
-        } else {
-            ThreadStatus::Error
-        };
-        sqlx::query(
-            "UPDATE threads SET status = $2, error = $3, updated_at = $4, state_updated_at = $4 \
-             WHERE thread_id = $1",
-        )
-        .bind(thread.to_string())
-        .bind(status.as_str())
-        .bind(to_json(&worker_lost())?)
-        .bind(now.to_string())
-        .execute(conn)
-        .await?;
-        Ok(())
     }
 }

@@ -70,10 +70,8 @@ pub fn sse_body(source: SseSource) -> Body {
             cursor: source.after,
         };
         let finished = pump(&mut source, &mut out).await;
-        if !finished {
-            if let Some(cb) = source.on_disconnect.take() {
-                cb();
-            }
+        if !finished && let Some(cb) = source.on_disconnect.take() {
+            cb();
         }
     });
     Body::from_stream(ReceiverStream::new(rx))

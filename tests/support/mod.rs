@@ -125,3 +125,64 @@ pub async fn spawn_app() -> TestApp {
         .await
         .expect("sqlite app")
 }
+
+/// One parsed SSE frame.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SseFrame {
+    pub event: String,
+    pub data: serde_json::Value,
+    pub id: Option<String>,
+}
+
+/// Parses a CRLF-framed SSE body, asserting the byte-level rules on the way: `event`, `data`,
+/// optional `id`, in that order, one-line JSON data, CRLF line ends. Comments are skipped.
+pub fn parse_sse(body: &str) -> Vec<SseFrame> {
+    assert!(
+        !body.contains("\n\n") || body.contains("\r\n\r\n"),
+        "frames must use CRLF: {body:?}"
+    );
+    let mut frames = Vec::new();
+    for block in body.split("\r\n\r\n").filter(|b| !b.is_empty()) {
+        if block.starts_with(':') {
+            assert_eq!(block, ": heartbeat", "only heartbeat comments are sent");
+            continue;
+        }
+        let lines: Vec<&str> = block.split("\r\n").collect();
+        assert!(
+            lines.len() == 2 || lines.len() == 3,
+            "unexpected frame {block:?}"
+        );
+        let event = lines[0].strip_prefix("event: ").expect("event line first");
+        let data = lines[1].strip_prefix("data: ").expect("data line second");
+        let id = lines
+            .get(2)
+            .map(|l| l.strip_prefix("id: ").expect("id line third").to_owned());
+        let data = serde_json::from_str(data).expect("data is one line of JSON");
+        frames.push(SseFrame {
+            event: event.to_owned(),
+            data,
+            id,
+        });
+    }
+    frames
+}
+
+/// Creates a thread and returns its id.
+pub async fn new_thread(app: &TestApp) -> String {
+    let thread: serde_json::Value = app
+        .client
+        .post(app.url("/threads"))
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .expect("create thread")
+        .json()
+        .await
+        .expect("thread json");
+    thread["thread_id"].as_str().expect("thread id").to_owned()
+}
+
+/// The human input the test graphs take.
+pub fn hello() -> serde_json::Value {
+    serde_json::json!({"messages": [{"type": "human", "content": "hi there", "id": "h1"}]})
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# The project's test command:   bash scripts/test.sh [extra `cargo test` args]
+#
+# 1. a Python venv (.venv-compat) with the LangGraph SDK compat suite's
+#    requirements; exported as DR_COMPAT_PYTHON for the Rust tests that run
+#    tests/compat against a live server;
+# 2. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
+#    exported as TEST_DATABASE_URL, with DR_REQUIRE_POSTGRES=1 so the Postgres
+#    tests fail instead of skipping;
+# 3. cargo test --all-targets, whose exit code this script returns.
+#
+# Idempotent; works on a fresh Debian machine as root (installs python3-venv and
+# postgresql with apt-get when they are missing). As a normal user, they must
+# already be installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+section() { printf '\n==== %s ====\n' "$*"; }
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+APT_UPDATED=0
+apt_install() {
+    if ! is_root || ! command -v apt-get >/dev/null 2>&1; then
+        echo "error: need to install $* but not root (or no apt-get)" >&2
+        return 1
+    fi
+    if [ "$APT_UPDATED" = 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -q
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"
+}
+
+# ---------------------------------------------------------------------------
+section "Python venv for the compat suite (.venv-compat)"
+VENV=$ROOT/.venv-compat
+REQ=$ROOT/tests/compat/requirements.txt
+
+command -v python3 >/dev/null 2>&1 || apt_install python3 python3-venv
+if ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    rm -rf "$VENV"
+    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+        # Debian ships venv's ensurepip separately
+        rm -rf "$VENV"
+        apt_install python3-venv
+        python3 -m venv "$VENV"
+    fi
+fi
+want=$(sha256sum "$REQ" | cut -d' ' -f1)
+stamp=$VENV/.requirements.sha256
+if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ] &&
+    "$VENV/bin/python" -c 'import langgraph_sdk, httpx, pytest, pytest_asyncio' >/dev/null 2>&1; then
+    echo "requirements already installed"
+else
+    "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$REQ"
+    echo "$want" >"$stamp"
+fi
+export DR_COMPAT_PYTHON=$VENV/bin/python
+"$DR_COMPAT_PYTHON" -c 'import importlib.metadata as m; print("langgraph-sdk", m.version("langgraph-sdk"), "| pytest", m.version("pytest"))'
+
+# ---------------------------------------------------------------------------
+section "PostgreSQL"
+PG_DIR=""
+PG_CTL=""
+
+# run a command as the cluster owner: `postgres` when we are root (initdb and
+# postgres refuse to run as root), ourselves otherwise
+as_pg() {
+    if is_root; then
+        (cd / && runuser -u postgres -- "$@")
+    else
+        "$@"
+    fi
+}
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+cleanup() {
+    if [ -n "$PG_DIR" ]; then
+        if [ -n "$PG_CTL" ] && [ -f "$PG_DIR/data/postmaster.pid" ]; then
+            as_pg "$PG_CTL" -D "$PG_DIR/data" -m fast -w -t 30 stop >/dev/null 2>&1 || true
+        fi
+        rm -rf "$PG_DIR"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+find_initdb() { ls -1 /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n 1 || true; }
+
+if [ -n "${TEST_DATABASE_URL:-}" ]; then
+    echo "using TEST_DATABASE_URL from the environment"
+else
+    initdb=$(find_initdb)
+    if [ -z "$initdb" ]; then
+        apt_install postgresql
+        initdb=$(find_initdb)
+    fi
+    if [ -z "$initdb" ]; then
+        echo "error: PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin/initdb)" >&2
+        exit 1
+    fi
+    PG_CTL=$(dirname "$initdb")/pg_ctl
+
+    PG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/dr-pg-XXXXXX")
+    if is_root; then chown postgres:postgres "$PG_DIR"; fi
+    chmod 700 "$PG_DIR"
+    if ! as_pg test -w "$PG_DIR"; then
+        echo "error: the postgres user cannot write $PG_DIR (set TMPDIR to a world-traversable directory)" >&2
+        exit 1
+    fi
+
+    echo "initdb $PG_DIR/data ($("$initdb" --version))"
+    if ! as_pg "$initdb" -D "$PG_DIR/data" -U postgres -A trust -E UTF8 --no-sync >"$PG_DIR/initdb.log" 2>&1; then
+        cat "$PG_DIR/initdb.log" >&2
+        exit 1
+    fi
+
+    port=${DR_TEST_PG_PORT:-55433}
+    started=0
+    for _ in $(seq 1 20); do
+        if ! port_in_use "$port" &&
+            as_pg "$PG_CTL" -D "$PG_DIR/data" -l "$PG_DIR/postgres.log" -w -t 30 \
+                -o "-c listen_addresses=127.0.0.1 -p $port -k $PG_DIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+                start >/dev/null; then
+            started=1
+            break
+        fi
+        port=$((port + 1))
+    done
+    if [ "$started" != 1 ]; then
+        echo "error: could not start PostgreSQL; last log lines:" >&2
+        tail -n 30 "$PG_DIR/postgres.log" >&2 || true
+        exit 1
+    fi
+    export TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+    echo "throwaway cluster on 127.0.0.1:$port (stopped and removed on exit)"
+fi
+export DR_REQUIRE_POSTGRES=1
+echo "TEST_DATABASE_URL=$TEST_DATABASE_URL"
+echo "DR_COMPAT_PYTHON=$DR_COMPAT_PYTHON"
+
+# ---------------------------------------------------------------------------
+section "cargo test --all-targets $*"
+rc=0
+cargo test --all-targets "$@" || rc=$?
+
+section "scripts/test.sh finished: exit code $rc"
+exit "$rc"

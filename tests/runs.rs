@@ -1,0 +1,576 @@
+//! Run semantics through the HTTP API, on both storage backends: multitask strategies,
+//! cancellation, joining, forking, history and the thread stream.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::time::Duration;
+use support::{Backend, TestApp, hello, new_thread, parse_sse, spawn_app_on, test_settings};
+
+/// Defines one test per backend from an async fn taking the app.
+macro_rules! both_backends {
+    ($($name:ident),+ $(,)?) => {
+        mod sqlite { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() {
+            let app = super::spawn_app_on(super::Backend::Sqlite, super::test_settings()).await.unwrap();
+            super::$name(&app).await;
+        } )+ }
+        mod postgres { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() {
+            let Some(app) = super::spawn_app_on(super::Backend::Postgres, super::test_settings()).await else { return };
+            super::$name(&app).await;
+        } )+ }
+    };
+}
+
+both_backends!(
+    reject_answers_409_while_busy,
+    enqueue_runs_one_after_another,
+    interrupt_cancels_the_running_run,
+    rollback_deletes_the_cancelled_run_and_its_checkpoints,
+    cancel_with_wait_returns_after_the_run_stopped,
+    a_second_client_joins_a_running_stream,
+    forking_an_old_checkpoint_makes_a_branch,
+    history_chains_checkpoints_newest_first,
+    on_disconnect_cancel_stops_the_run,
+    stateless_runs_leave_no_thread,
+    thread_stream_reports_runs_and_their_end,
+    follow_up_runs_continue_the_conversation,
+);
+
+async fn post(app: &TestApp, path: impl AsRef<str>, body: Value) -> reqwest::Response {
+    app.client
+        .post(app.url(path.as_ref()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn get_json(app: &TestApp, path: &str) -> Value {
+    app.client
+        .get(app.url(path))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn slow_run(app: &TestApp, tid: &str, secs: f64, strategy: &str) -> reqwest::Response {
+    post(
+        app,
+        &format!("/threads/{tid}/runs"),
+        json!({"assistant_id": "slow", "input": hello(), "multitask_strategy": strategy,
+               "config": {"configurable": {"sleep_secs": secs}}}),
+    )
+    .await
+}
+
+async fn run_status(app: &TestApp, tid: &str, rid: &str) -> (u16, Value) {
+    let resp = app
+        .client
+        .get(app.url(&format!("/threads/{tid}/runs/{rid}")))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn wait_for_status(app: &TestApp, tid: &str, rid: &str, want: &str) {
+    for _ in 0..200 {
+        if run_status(app, tid, rid).await.1["status"] == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!(
+        "run {rid} never reached {want}: {:?}",
+        run_status(app, tid, rid).await
+    );
+}
+
+async fn join(app: &TestApp, tid: &str, rid: &str) -> Value {
+    get_json(app, &format!("/threads/{tid}/runs/{rid}/join")).await
+}
+
+fn id(v: &Value, key: &str) -> String {
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {key} in {v}"))
+        .to_owned()
+}
+
+async fn reject_answers_409_while_busy(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let first: Value = slow_run(app, &tid, 1.0, "reject")
+        .await
+        .json()
+        .await
+        .unwrap();
+    wait_for_status(app, &tid, &id(&first, "run_id"), "running").await;
+    let second = slow_run(app, &tid, 1.0, "reject").await;
+    assert_eq!(second.status(), 409);
+    let body: Value = second.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("Thread is already running a task")
+    );
+    let runs: Value = get_json(app, &format!("/threads/{tid}/runs")).await;
+    assert_eq!(
+        runs.as_array().unwrap().len(),
+        1,
+        "the rejected run was not stored"
+    );
+    let thread = get_json(app, &format!("/threads/{tid}")).await;
+    assert_eq!(thread["status"], "busy");
+}
+
+async fn enqueue_runs_one_after_another(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let a: Value = slow_run(app, &tid, 0.5, "enqueue")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let b: Value = slow_run(app, &tid, 0.1, "enqueue")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let (ra, rb) = (id(&a, "run_id"), id(&b, "run_id"));
+    wait_for_status(app, &tid, &ra, "running").await;
+    assert_eq!(run_status(app, &tid, &rb).await.1["status"], "pending");
+    join(app, &tid, &rb).await;
+    assert_eq!(run_status(app, &tid, &ra).await.1["status"], "success");
+    assert_eq!(run_status(app, &tid, &rb).await.1["status"], "success");
+    let state = get_json(app, &format!("/threads/{tid}/state")).await;
+    assert_eq!(
+        state["values"]["messages"].as_array().unwrap().len(),
+        3,
+        "h1 merged by id + 2 replies"
+    );
+}
+
+async fn interrupt_cancels_the_running_run(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let a: Value = slow_run(app, &tid, 30.0, "enqueue")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let ra = id(&a, "run_id");
+    wait_for_status(app, &tid, &ra, "running").await;
+    let b: Value = slow_run(app, &tid, 0.05, "interrupt")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let rb = id(&b, "run_id");
+    let result = join(app, &tid, &rb).await;
+    assert_eq!(
+        result["messages"].as_array().unwrap().last().unwrap()["content"],
+        "slow done"
+    );
+    assert_eq!(run_status(app, &tid, &ra).await.1["status"], "interrupted");
+    assert_eq!(run_status(app, &tid, &rb).await.1["status"], "success");
+}
+
+async fn rollback_deletes_the_cancelled_run_and_its_checkpoints(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let a: Value = slow_run(app, &tid, 30.0, "enqueue")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let ra = id(&a, "run_id");
+    wait_for_status(app, &tid, &ra, "running").await;
+    let b: Value = slow_run(app, &tid, 0.05, "rollback")
+        .await
+        .json()
+        .await
+        .unwrap();
+    join(app, &tid, &id(&b, "run_id")).await;
+    assert_eq!(
+        run_status(app, &tid, &ra).await.0,
+        404,
+        "the rolled-back run is gone"
+    );
+    let history: Value = post(
+        app,
+        &format!("/threads/{tid}/history"),
+        json!({"limit": 50}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    for item in history.as_array().unwrap() {
+        assert_ne!(
+            item["metadata"]["run_id"].as_str(),
+            Some(ra.as_str()),
+            "checkpoint of the rolled-back run remains"
+        );
+    }
+}
+
+async fn cancel_with_wait_returns_after_the_run_stopped(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let a: Value = slow_run(app, &tid, 30.0, "enqueue")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let ra = id(&a, "run_id");
+    wait_for_status(app, &tid, &ra, "running").await;
+    let started = std::time::Instant::now();
+    let resp = post(
+        app,
+        &format!("/threads/{tid}/runs/{ra}/cancel?wait=1"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let values: Value = resp.json().await.unwrap();
+    assert_eq!(values["messages"][0]["id"], "h1");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cancel stops the node promptly"
+    );
+    assert_eq!(run_status(app, &tid, &ra).await.1["status"], "interrupted");
+    let thread = get_json(app, &format!("/threads/{tid}")).await;
+    assert_eq!(
+        thread["status"], "interrupted",
+        "the cancelled run left its node pending"
+    );
+    let missing = post(
+        app,
+        &format!("/threads/{tid}/runs/{}/cancel", uuid::Uuid::new_v4()),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(missing.status(), 404);
+    // Cancel without wait answers 202 with no body.
+    let b: Value = slow_run(app, &tid, 30.0, "enqueue")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let resp = post(
+        app,
+        &format!("/threads/{tid}/runs/{}/cancel", id(&b, "run_id")),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(resp.status(), 202);
+}
+
+async fn a_second_client_joins_a_running_stream(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let resp = post(
+        app,
+        &format!("/threads/{tid}/runs/stream"),
+        json!({"assistant_id": "slow", "input": hello(), "stream_resumable": true,
+               "config": {"configurable": {"sleep_secs": 0.6}}}),
+    )
+    .await;
+    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    // Give the run time to publish its first frames, then join from the start and live.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let joined = app
+        .client
+        .get(app.url(&location))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap();
+    let live_only = app.client.get(app.url(&location)).send().await.unwrap();
+    let original = parse_sse(&resp.text().await.unwrap());
+    let replayed = parse_sse(&joined.text().await.unwrap());
+    assert_eq!(
+        replayed, original,
+        "joining with -1 mid-run sees every frame once"
+    );
+    let live = parse_sse(&live_only.text().await.unwrap());
+    assert_eq!(
+        live.last(),
+        original.last(),
+        "a live joiner gets the final values"
+    );
+    assert!(live.len() < original.len());
+}
+
+async fn forking_an_old_checkpoint_makes_a_branch(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let wait = |body: Value| post(app, format!("/threads/{tid}/runs/wait"), body);
+    wait(json!({"assistant_id": "agent", "input": hello()}))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let history: Value = post(
+        app,
+        &format!("/threads/{tid}/history"),
+        json!({"limit": 10}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let input_cp = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["metadata"]["source"] == "input")
+        .unwrap_or_else(|| panic!("no input checkpoint in {history:#}"));
+    let cid = id(&input_cp["checkpoint"], "checkpoint_id");
+    let values: Value = wait(json!({"assistant_id": "agent", "checkpoint_id": cid}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        values["messages"].as_array().unwrap().len(),
+        2,
+        "regenerated from the input checkpoint"
+    );
+    let history: Value = post(
+        app,
+        &format!("/threads/{tid}/history"),
+        json!({"limit": 10}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let items = history.as_array().unwrap();
+    let fork = items
+        .iter()
+        .find(|h| h["metadata"]["source"] == "fork")
+        .expect("a fork checkpoint");
+    assert_eq!(fork["parent_checkpoint"]["checkpoint_id"], json!(cid));
+    let children = items
+        .iter()
+        .filter(|h| h["parent_checkpoint"]["checkpoint_id"] == json!(cid))
+        .count();
+    assert_eq!(children, 2, "the input checkpoint now has two branches");
+    let head = get_json(app, &format!("/threads/{tid}/state")).await;
+    assert_eq!(head["checkpoint"], items[0]["checkpoint"]);
+}
+
+async fn history_chains_checkpoints_newest_first(app: &TestApp) {
+    let tid = new_thread(app).await;
+    post(
+        app,
+        &format!("/threads/{tid}/runs/wait"),
+        json!({"assistant_id": "parent", "input": hello()}),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    let history: Value = post(
+        app,
+        &format!("/threads/{tid}/history"),
+        json!({"limit": 10}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let items = history.as_array().unwrap();
+    assert_eq!(items.len(), 3, "input, child, agent");
+    for pair in items.windows(2) {
+        assert_eq!(pair[0]["parent_checkpoint"], pair[1]["checkpoint"]);
+        assert!(id(&pair[0], "checkpoint_id") > id(&pair[1], "checkpoint_id"));
+    }
+    let oldest = items.last().unwrap();
+    assert_eq!(oldest["metadata"]["source"], "input");
+    assert_eq!(oldest["metadata"]["step"], -1);
+    assert_eq!(oldest["parent_checkpoint"], Value::Null);
+    assert_eq!(oldest["next"], json!(["child"]));
+    assert_eq!(items[0]["next"], json!([]));
+    let before = id(&items[0], "checkpoint_id");
+    let older: Value = post(
+        app,
+        &format!("/threads/{tid}/history"),
+        json!({"limit": 10, "before": before}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(older.as_array().unwrap().len(), 2);
+    let filtered: Value = post(
+        app,
+        &format!("/threads/{tid}/history"),
+        json!({"limit": 10, "metadata": {"source": "input"}}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(filtered.as_array().unwrap().len(), 1);
+    let sub: Value = get_json(app, &format!("/threads/{tid}/history?limit=5")).await;
+    assert_eq!(sub.as_array().unwrap().len(), 3);
+    let at = get_json(
+        app,
+        &format!("/threads/{tid}/state/{}", id(&items[1], "checkpoint_id")),
+    )
+    .await;
+    assert_eq!(
+        at["values"]["messages"].as_array().unwrap().len(),
+        2,
+        "state at the child step"
+    );
+}
+
+async fn on_disconnect_cancel_stops_the_run(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let resp = post(
+        app,
+        &format!("/threads/{tid}/runs/stream"),
+        json!({"assistant_id": "slow", "input": hello(), "on_disconnect": "cancel",
+               "config": {"configurable": {"sleep_secs": 30}}}),
+    )
+    .await;
+    let content_location = resp.headers()["content-location"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let rid = content_location.rsplit('/').next().unwrap().to_owned();
+    wait_for_status(app, &tid, &rid, "running").await;
+    drop(resp);
+    wait_for_status(app, &tid, &rid, "interrupted").await;
+}
+
+async fn stateless_runs_leave_no_thread(app: &TestApp) {
+    let values: Value = post(
+        app,
+        "/runs/wait",
+        json!({"assistant_id": "agent", "input": hello()}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(values["messages"][1]["content"], support::graphs::REPLY);
+    let count: Value = post(app, "/threads/count", json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(count, 0, "the temporary thread was deleted");
+    let kept: Value = post(
+        app,
+        "/runs",
+        json!({"assistant_id": "agent", "input": hello(), "on_completion": "keep"}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    join(app, &id(&kept, "thread_id"), &id(&kept, "run_id")).await;
+    let count: Value = post(app, "/threads/count", json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+}
+
+async fn thread_stream_reports_runs_and_their_end(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let stream = app
+        .client
+        .get(app.url(&format!("/threads/{tid}/stream")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let reader = tokio::spawn(async move {
+        let mut stream = stream;
+        let mut text = String::new();
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            if text.contains("run_done") {
+                break;
+            }
+        }
+        text
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    post(
+        app,
+        &format!("/threads/{tid}/runs/wait"),
+        json!({"assistant_id": "agent", "input": hello()}),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    let text = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .unwrap()
+        .unwrap();
+    let frames = parse_sse(&text);
+    assert_eq!(frames[0].event, "metadata");
+    assert!(
+        frames.iter().all(|f| f.id.is_some()),
+        "thread streams always carry ids"
+    );
+    assert_eq!(frames.last().unwrap().data["status"], "run_done");
+}
+
+async fn follow_up_runs_continue_the_conversation(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let wait = |text: &str, mid: &str| {
+        post(
+            app,
+            format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": text, "id": mid}]}}),
+        )
+    };
+    wait("first", "m1").await.text().await.unwrap();
+    let values: Value = wait("second", "m2").await.json().await.unwrap();
+    let contents: Vec<&str> = values["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        contents,
+        [
+            "first",
+            support::graphs::REPLY,
+            "second",
+            support::graphs::REPLY
+        ]
+    );
+    let thread = get_json(app, &format!("/threads/{tid}")).await;
+    assert_eq!(thread["metadata"]["graph_id"], "agent");
+    assert_eq!(
+        thread["metadata"]["assistant_id"],
+        "fe096781-5601-53d2-b2f6-0d3403f7e9ca"
+    );
+    assert_eq!(thread["values"], values);
+    let history: Value = post(
+        app,
+        &format!("/threads/{tid}/history"),
+        json!({"limit": 10}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let steps: Vec<i64> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["metadata"]["step"].as_i64().unwrap())
+        .collect();
+    assert_eq!(steps, [2, 1, 0, -1], "steps keep counting across runs");
+}

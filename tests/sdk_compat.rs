@@ -1,0 +1,68 @@
+//! Runs the Python `langgraph-sdk` compatibility suite (`tests/compat`) against the real
+//! service, once per storage backend. The suite needs a Python with the SDK installed:
+//! `scripts/test.sh` makes one and sets `DR_COMPAT_PYTHON`.
+
+mod support;
+
+use std::process::Command;
+use support::{Backend, spawn_app_on, test_settings};
+
+fn python() -> Option<String> {
+    if let Ok(p) = std::env::var("DR_COMPAT_PYTHON") {
+        return Some(p);
+    }
+    let local = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-compat/bin/python");
+    if std::path::Path::new(local).exists() {
+        return Some(local.to_owned());
+    }
+    assert!(
+        std::env::var("DR_REQUIRE_COMPAT").as_deref() != Ok("1"),
+        "DR_REQUIRE_COMPAT=1 but no Python with langgraph-sdk: run scripts/test.sh"
+    );
+    eprintln!("skipping the SDK suite: no .venv-compat (run scripts/test.sh)");
+    None
+}
+
+async fn run_suite(backend: Backend) {
+    let Some(python) = python() else { return };
+    let Some(app) = spawn_app_on(backend, test_settings()).await else {
+        return;
+    };
+    let url = app.address.clone();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/compat");
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .args([
+                "-m",
+                "pytest",
+                "-q",
+                "-x",
+                "--no-header",
+                "-p",
+                "no:cacheprovider",
+                dir,
+            ])
+            .env("LG_URL", url)
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("run pytest");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "SDK compatibility suite failed on {backend:?}:\n{stdout}\n{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraph_sdk_suite_passes_on_sqlite() {
+    run_suite(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langgraph_sdk_suite_passes_on_postgres() {
+    run_suite(Backend::Postgres).await;
+}
