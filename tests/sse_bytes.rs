@@ -297,3 +297,122 @@ async fn subgraph_events_are_namespaced_only_when_asked() {
     let parent_update = nested.iter().position(|n| n == "updates").unwrap();
     assert!(child_update < parent_update);
 }
+
+#[tokio::test]
+async fn custom_tasks_checkpoints_and_debug_modes_have_the_reference_shapes() {
+    let app = spawn_app().await;
+    let tid = new_thread(&app).await;
+    let body = app
+        .client
+        .post(app.url(&format!("/threads/{tid}/runs/stream")))
+        .json(&json!({"assistant_id": "agent", "input": hello(),
+                      "stream_mode": ["custom", "tasks", "checkpoints", "debug"]}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let frames = parse_sse(&body);
+    let of = |name: &str| {
+        frames
+            .iter()
+            .filter(|f| f.event == name)
+            .map(|f| f.data.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        of("custom"),
+        vec![json!({"type": "progress", "note": "thinking"})]
+    );
+    let tasks = of("tasks");
+    assert_eq!(tasks.len(), 2, "start and result");
+    assert_eq!(keys(&tasks[0]), set(&["id", "name", "input", "triggers"]));
+    assert_eq!(
+        keys(&tasks[1]),
+        set(&["id", "name", "error", "result", "interrupts"])
+    );
+    assert_eq!(tasks[0]["id"], tasks[1]["id"]);
+    assert_eq!(tasks[1]["result"]["messages"][0]["type"], "ai");
+    let checkpoints = of("checkpoints");
+    assert_eq!(checkpoints.len(), 2, "input and the agent step");
+    assert_eq!(
+        keys(&checkpoints[0]),
+        set(&[
+            "config",
+            "parent_config",
+            "values",
+            "metadata",
+            "next",
+            "tasks"
+        ])
+    );
+    assert_eq!(checkpoints[0]["parent_config"], Value::Null);
+    assert_eq!(checkpoints[1]["parent_config"], checkpoints[0]["config"]);
+    assert_eq!(checkpoints[0]["next"], json!(["agent"]));
+    assert_eq!(checkpoints[0]["metadata"]["source"], "input");
+    let debug = of("debug");
+    let kinds: Vec<&str> = debug.iter().map(|d| d["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["checkpoint", "task", "task_result", "checkpoint"]);
+    assert_eq!(
+        keys(&debug[0]),
+        set(&["step", "timestamp", "type", "payload"])
+    );
+    assert!(debug[0]["payload"]["checkpoint"]["checkpoint_id"].is_string());
+    let state: Value = app
+        .client
+        .get(app.url(&format!("/threads/{tid}/state")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        state["checkpoint"]["checkpoint_id"],
+        checkpoints[1]["config"]["configurable"]["checkpoint_id"]
+    );
+}
+
+#[tokio::test]
+async fn legacy_messages_mode_sends_metadata_then_accumulating_partials() {
+    let app = spawn_app().await;
+    let tid = new_thread(&app).await;
+    let body = app
+        .client
+        .post(app.url(&format!("/threads/{tid}/runs/stream")))
+        .json(&json!({"assistant_id": "agent", "input": hello(), "stream_mode": "messages"}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let frames = parse_sse(&body);
+    let names: Vec<&str> = frames.iter().map(|f| f.event.as_str()).collect();
+    assert_eq!(
+        names[..3],
+        ["metadata", "messages/metadata", "messages/partial"]
+    );
+    let partials: Vec<String> = frames
+        .iter()
+        .filter(|f| f.event == "messages/partial")
+        .map(|f| f.data[0]["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        partials
+            .windows(2)
+            .all(|w| w[1].starts_with(&w[0]) && w[1].len() > w[0].len())
+    );
+    assert_eq!(partials.last().unwrap(), support::graphs::REPLY);
+    assert!(
+        frames
+            .iter()
+            .filter(|f| f.event == "messages/partial")
+            .all(|f| f.data[0]["type"] == "ai")
+    );
+    assert!(
+        !names.contains(&"messages/complete"),
+        "token-streamed messages get no complete event"
+    );
+}

@@ -1391,8 +1391,13 @@ mod contract {
             .await
             .unwrap();
         assert_eq!(full, vec![event(&r, 5, 2), event(&r, 10, 0)]);
-        let dup = s.append_events(&[event(&r, 3, 0)]).await;
-        assert!(dup.is_err(), "event ids are unique per run");
+        // A retried flush re-sends frames already stored: they are kept once, unchanged.
+        let mut again = event(&r, 3, 0);
+        again.data = "{\"changed\":true}".into();
+        s.append_events(&[again, event(&r, 11, 0)]).await.unwrap();
+        let stored = s.run_events_after(r.run_id, None).await.unwrap();
+        assert_eq!(stored.len(), all.len() + 1);
+        assert_eq!(stored[0], event(&r, 3, 0), "the first write wins");
     }
 
     pub async fn copy_thread(s: Arc<dyn Store>) {

@@ -1560,7 +1560,11 @@ impl Store for SqlStore {
             return Ok(());
         }
         let mut tx = self.write_tx().await?;
-        let sql = format!("INSERT INTO run_events ({EVENT_COLS}) VALUES ($1, $2, $3, $4, $5, $6)");
+        // Idempotent: a flush interrupted after its commit may be retried with the same frames.
+        let sql = format!(
+            "INSERT INTO run_events ({EVENT_COLS}) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (run_id, ms, seq) DO NOTHING"
+        );
         for e in events {
             q(sql.clone())
                 .bind(e.run_id.to_string())

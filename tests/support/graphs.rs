@@ -31,6 +31,7 @@ fn update(message: Value) -> Command {
 /// Streams `REPLY` word by word as token chunks, then returns it as one message.
 async fn fake_model(_state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
     let id = format!("lc_run--{}", Uuid::now_v7());
+    ctx.emit_custom(json!({"type": "progress", "note": "thinking"}));
     let words: Vec<&str> = REPLY.split_inclusive(' ').collect();
     for (i, word) in words.iter().enumerate() {
         let last = i + 1 == words.len();
