@@ -60,7 +60,8 @@ server_pid=$!
 
 args=()
 if [ "$run_all" = 0 ]; then
-    for t in "${KNOWN_DEVIATIONS[@]}"; do args+=(--deselect "tests/compat/test_sdk.py::$t"); done
+    expr=$(printf ' or %s' "${KNOWN_DEVIATIONS[@]}")
+    args=(-k "not (${expr# or })")
 fi
 rc=0
 LG_URL="http://127.0.0.1:$port" "$VENV/bin/python" -m pytest tests/compat "${args[@]}" "$@" || rc=$?

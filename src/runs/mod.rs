@@ -103,9 +103,10 @@ impl Runner {
         })
     }
 
-    /// Starts `max_concurrent_runs` workers; they stop when the shutdown token fires.
+    /// Starts `max_concurrent_runs` workers and the lease sweeper; they stop when the shutdown
+    /// token fires.
     pub fn spawn_workers(self: &Arc<Self>) -> Vec<JoinHandle<()>> {
-        (0..self.settings.max_concurrent_runs.max(1))
+        let mut tasks: Vec<JoinHandle<()>> = (0..self.settings.max_concurrent_runs.max(1))
             .map(|i| {
                 let me = self.clone();
                 tokio::spawn(
@@ -113,7 +114,32 @@ impl Runner {
                         .instrument(tracing::info_span!("worker", i)),
                 )
             })
-            .collect()
+            .collect();
+        tasks.push(tokio::spawn(self.clone().sweep_expired_leases()));
+        tasks
+    }
+
+    /// Runs whose worker died (its lease ran out) would hold their thread forever; mark them
+    /// failed so the thread can take new runs. Resuming them instead is future work.
+    async fn sweep_expired_leases(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(self.settings.run_lease) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            match self.store.fail_expired_runs(Timestamp::now()).await {
+                Ok(runs) => {
+                    for run in &runs {
+                        tracing::warn!(run_id = %run.run_id, "run failed: its worker stopped renewing the lease");
+                        self.bus.close(run.run_id, Some(json!({})));
+                    }
+                    if !runs.is_empty() {
+                        self.wake();
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "sweeping expired leases failed"),
+            }
+        }
     }
 
     /// Tells idle workers to look for work now.
