@@ -3,17 +3,18 @@
 #
 #   bash scripts/compat-reference.sh [--all] [extra pytest args]
 #
-# Installs the reference server (tests/compat/reference/requirements.txt) into
-# .venv-compat-ref, serves tests/compat/reference/graphs.py with `langgraph dev`
-# on 127.0.0.1, and runs tests/compat against it. Not part of CI: use it when
+# Installs the reference server (tests/compat/reference/requirements.txt) into a
+# venv under ~/.cache (override with DR_REF_VENV), serves
+# tests/compat/reference/graphs.py with `langgraph dev` on 127.0.0.1, and runs
+# tests/compat against it. Not part of CI: use it when
 # changing the suite, to tell a wrong expectation from a server bug.
 #
 # By default it deselects the tests where we are deliberately stricter than the
 # reference (see KNOWN_DEVIATIONS); --all runs them too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-VENV=$ROOT/.venv-compat-ref
+# the venv lives outside the work tree (it is ~200 MB and must never be committed)
+VENV=${DR_REF_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/deep-research/venv-compat-ref}
 
 KNOWN_DEVIATIONS=(
     # reference omits `interrupts` on a fresh thread (§5.2 says always send it)
@@ -33,6 +34,7 @@ if [ "${1:-}" = "--all" ]; then run_all=1; shift; fi
 
 if ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
     rm -rf "$VENV"
+    mkdir -p "$(dirname "$VENV")"
     python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --disable-pip-version-check -q \

@@ -2,8 +2,8 @@
 # The project's test command:   bash scripts/test.sh [extra `cargo test` args]
 #
 # 1. a Python venv (.venv-compat) with the LangGraph SDK compat suite's
-#    requirements; exported as DR_COMPAT_PYTHON for the Rust tests that run
-#    tests/compat against a live server;
+#    requirements; exported as DR_COMPAT_PYTHON (with DR_REQUIRE_COMPAT=1) for
+#    tests/sdk_compat.rs, which runs tests/compat against a live server;
 # 2. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
 #    exported as TEST_DATABASE_URL, with DR_REQUIRE_POSTGRES=1 so the Postgres
 #    tests fail instead of skipping;
@@ -57,6 +57,7 @@ else
     echo "$want" >"$stamp"
 fi
 export DR_COMPAT_PYTHON=$VENV/bin/python
+export DR_REQUIRE_COMPAT=1 # tests/sdk_compat.rs fails instead of skipping without it
 "$DR_COMPAT_PYTHON" -c 'import importlib.metadata as m; print("langgraph-sdk", m.version("langgraph-sdk"), "| pytest", m.version("pytest"))'
 
 # ---------------------------------------------------------------------------

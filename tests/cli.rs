@@ -17,14 +17,19 @@ fn serve_prints_its_address_and_store_and_answers_ok() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let addr = line
         .split("http://")
         .nth(1)
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_owned();
-    assert!(line.contains(&format!("store: sqlite://{}", db.display())), "{line}");
+    assert!(
+        line.contains(&format!("store: sqlite://{}", db.display())),
+        "{line}"
+    );
     let port = addr.rsplit(':').next().unwrap().to_owned();
     let ok = Command::new(env!("CARGO_BIN_EXE_deep-research"))
         .args(["healthcheck", "--port", &port])

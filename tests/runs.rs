@@ -381,7 +381,7 @@ async fn history_chains_checkpoints_newest_first(app: &TestApp) {
     .await
     .unwrap();
     let items = history.as_array().unwrap();
-    assert_eq!(items.len(), 3, "input, child, agent");
+    assert_eq!(items.len(), 4, "input, input applied, child, agent");
     for pair in items.windows(2) {
         assert_eq!(pair[0]["parent_checkpoint"], pair[1]["checkpoint"]);
         assert!(id(&pair[0], "checkpoint_id") > id(&pair[1], "checkpoint_id"));
@@ -390,7 +390,14 @@ async fn history_chains_checkpoints_newest_first(app: &TestApp) {
     assert_eq!(oldest["metadata"]["source"], "input");
     assert_eq!(oldest["metadata"]["step"], -1);
     assert_eq!(oldest["parent_checkpoint"], Value::Null);
-    assert_eq!(oldest["next"], json!(["child"]));
+    assert_eq!(oldest["next"], json!(["__start__"]));
+    assert!(
+        oldest["values"]["messages"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "input not applied yet"
+    );
+    assert_eq!(items[2]["next"], json!(["child"]));
     assert_eq!(items[0]["next"], json!([]));
     let before = id(&items[0], "checkpoint_id");
     let older: Value = post(
@@ -402,7 +409,7 @@ async fn history_chains_checkpoints_newest_first(app: &TestApp) {
     .json()
     .await
     .unwrap();
-    assert_eq!(older.as_array().unwrap().len(), 2);
+    assert_eq!(older.as_array().unwrap().len(), 3);
     let filtered: Value = post(
         app,
         &format!("/threads/{tid}/history"),
@@ -414,7 +421,7 @@ async fn history_chains_checkpoints_newest_first(app: &TestApp) {
     .unwrap();
     assert_eq!(filtered.as_array().unwrap().len(), 1);
     let sub: Value = get_json(app, &format!("/threads/{tid}/history?limit=5")).await;
-    assert_eq!(sub.as_array().unwrap().len(), 3);
+    assert_eq!(sub.as_array().unwrap().len(), 4);
     let at = get_json(
         app,
         &format!("/threads/{tid}/state/{}", id(&items[1], "checkpoint_id")),
@@ -572,5 +579,9 @@ async fn follow_up_runs_continue_the_conversation(app: &TestApp) {
         .iter()
         .map(|h| h["metadata"]["step"].as_i64().unwrap())
         .collect();
-    assert_eq!(steps, [2, 1, 0, -1], "steps keep counting across runs");
+    assert_eq!(
+        steps,
+        [4, 3, 2, 1, 0, -1],
+        "steps keep counting across runs"
+    );
 }

@@ -36,7 +36,6 @@ async fn run_suite(backend: Backend) {
                 "-m",
                 "pytest",
                 "-q",
-                "-x",
                 "--no-header",
                 "-p",
                 "no:cacheprovider",

@@ -335,7 +335,7 @@ async fn custom_tasks_checkpoints_and_debug_modes_have_the_reference_shapes() {
     assert_eq!(tasks[0]["id"], tasks[1]["id"]);
     assert_eq!(tasks[1]["result"]["messages"][0]["type"], "ai");
     let checkpoints = of("checkpoints");
-    assert_eq!(checkpoints.len(), 2, "input and the agent step");
+    assert_eq!(checkpoints.len(), 3, "input, input applied, the agent step");
     assert_eq!(
         keys(&checkpoints[0]),
         set(&[
@@ -349,11 +349,29 @@ async fn custom_tasks_checkpoints_and_debug_modes_have_the_reference_shapes() {
     );
     assert_eq!(checkpoints[0]["parent_config"], Value::Null);
     assert_eq!(checkpoints[1]["parent_config"], checkpoints[0]["config"]);
-    assert_eq!(checkpoints[0]["next"], json!(["agent"]));
+    assert_eq!(checkpoints[2]["parent_config"], checkpoints[1]["config"]);
+    assert_eq!(checkpoints[0]["next"], json!(["__start__"]));
     assert_eq!(checkpoints[0]["metadata"]["source"], "input");
+    assert_eq!(checkpoints[0]["metadata"]["step"], -1);
+    assert_eq!(
+        checkpoints[0]["values"],
+        json!({"messages": []}),
+        "the input checkpoint holds the state before the input"
+    );
+    assert_eq!(checkpoints[1]["next"], json!(["agent"]));
+    assert_eq!(checkpoints[1]["values"]["messages"][0]["id"], "h1");
     let debug = of("debug");
     let kinds: Vec<&str> = debug.iter().map(|d| d["type"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["checkpoint", "task", "task_result", "checkpoint"]);
+    assert_eq!(
+        kinds,
+        [
+            "checkpoint",
+            "checkpoint",
+            "task",
+            "task_result",
+            "checkpoint"
+        ]
+    );
     assert_eq!(
         keys(&debug[0]),
         set(&["step", "timestamp", "type", "payload"])
@@ -370,7 +388,7 @@ async fn custom_tasks_checkpoints_and_debug_modes_have_the_reference_shapes() {
         .unwrap();
     assert_eq!(
         state["checkpoint"]["checkpoint_id"],
-        checkpoints[1]["config"]["configurable"]["checkpoint_id"]
+        checkpoints[2]["config"]["configurable"]["checkpoint_id"]
     );
 }
 

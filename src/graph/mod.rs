@@ -150,6 +150,10 @@ impl Graph {
             for target in self.branches.get(name).into_iter().flatten() {
                 edges.push(json!({"source": name, "target": target, "conditional": true}));
             }
+            // A node with no way out ends the graph.
+            if !self.edges.contains_key(name) && !self.branches.contains_key(name) {
+                edges.push(json!({"source": name, "target": END}));
+            }
         }
         json!({"nodes": nodes, "edges": edges})
     }

@@ -321,6 +321,8 @@ pub async fn invoke(scope: &Arc<RunScope>, inv: Invocation<'_>) -> Result<Outcom
 struct TaskSpec {
     id: Uuid,
     name: String,
+    /// For the `__start__` task: the prepared input writes it applies.
+    input: Option<Value>,
 }
 
 fn tasks_of(cp: &Checkpoint) -> Vec<TaskSpec> {
@@ -332,6 +334,7 @@ fn tasks_of(cp: &Checkpoint) -> Vec<TaskSpec> {
             Some(TaskSpec {
                 id: t.get("id")?.as_str()?.parse().ok()?,
                 name: t.get("name")?.as_str()?.to_owned(),
+                input: t.get("input").cloned(),
             })
         })
         .collect()
@@ -345,6 +348,11 @@ async fn run_step(
 ) -> Result<Vec<String>, RunError> {
     let step = writer.step() + 1;
     let tasks = writer.head().map(tasks_of).unwrap_or_default();
+    if let [task] = &tasks[..]
+        && task.name == START
+    {
+        return apply_input(inv, writer, state, task).await;
+    }
     let runs = tasks
         .iter()
         .map(|task| run_task(scope, inv, task, step, state.clone()));
@@ -374,7 +382,26 @@ async fn run_step(
         return Err(RunError::Input(format!("goto to unknown node '{unknown}'")));
     }
     inv.graph.channels.apply(state, &writes);
-    writer.write("loop", &writes, &next, state).await?;
+    writer.write("loop", &writes, &next, state, None).await?;
+    Ok(next)
+}
+
+/// The `__start__` step: the input written at the `input` checkpoint reaches the state, and
+/// the entry nodes are scheduled (as LangGraph does, so checkpoint steps line up with it).
+async fn apply_input(
+    inv: &Invocation<'_>,
+    writer: &mut CheckpointWriter<'_>,
+    state: &mut JsonMap,
+    task: &TaskSpec,
+) -> Result<Vec<String>, RunError> {
+    let writes = task
+        .input
+        .as_ref()
+        .map(writes_from_json)
+        .unwrap_or_default();
+    inv.graph.channels.apply(state, &writes);
+    let next = inv.graph.entry().to_vec();
+    writer.write("loop", &writes, &next, state, None).await?;
     Ok(next)
 }
 
@@ -509,9 +536,9 @@ impl<'a> CheckpointWriter<'a> {
                     return Err(RunError::Input(format!("expected an object, got {input}")));
                 };
                 let writes = self.graph.channels.prepare_update(update)?;
-                self.graph.channels.apply(state, &writes);
-                let next = self.graph.entry().to_vec();
-                self.write("input", &writes, &next, state).await?;
+                let next = vec![START.to_owned()];
+                let input = writes_to_json(&writes);
+                self.write("input", &[], &next, state, Some(input)).await?;
                 next
             }
             (None, Start::From(_)) => {
@@ -520,7 +547,11 @@ impl<'a> CheckpointWriter<'a> {
                     .as_ref()
                     .map(|h| h.next.clone())
                     .unwrap_or_default();
-                self.write("fork", &[], &next, state).await?;
+                let pending_input = self
+                    .head
+                    .as_ref()
+                    .and_then(|h| tasks_of(h).into_iter().find_map(|t| t.input));
+                self.write("fork", &[], &next, state, pending_input).await?;
                 next
             }
             (None, Start::Head) => match &self.head {
@@ -540,6 +571,7 @@ impl<'a> CheckpointWriter<'a> {
         writes: &[(String, Value)],
         next: &[String],
         state: &JsonMap,
+        start_input: Option<Value>,
     ) -> Result<(), RunError> {
         let step = if source == "input" && self.head.is_none() {
             -1
@@ -555,8 +587,14 @@ impl<'a> CheckpointWriter<'a> {
         let tasks: Vec<Value> = next
             .iter()
             .map(|name| {
-                json!({"id": Uuid::new_v4(), "name": name, "path": ["__pregel_pull", name],
-                       "error": null, "interrupts": [], "checkpoint": null, "state": null, "result": null})
+                let mut task = json!({"id": Uuid::new_v4(), "name": name, "path": ["__pregel_pull", name],
+                       "error": null, "interrupts": [], "checkpoint": null, "state": null, "result": null});
+                if name == START
+                    && let (Some(input), Some(map)) = (&start_input, task.as_object_mut())
+                {
+                    map.insert("input".into(), input.clone());
+                }
+                task
             })
             .collect();
         let cp = Checkpoint {
@@ -576,7 +614,11 @@ impl<'a> CheckpointWriter<'a> {
         self.scope.store.put_checkpoint(&cp).await?;
         let payload = checkpoint_payload(&cp, self.head.as_ref(), state);
         self.head = Some(cp);
-        self.report_values(state);
+        // The input checkpoint still holds the previous state; clients first see values once
+        // the input is applied.
+        if source != "input" {
+            self.report_values(state);
+        }
         self.scope.sink.emit(GraphEvent::Checkpoint {
             ns: self.ns.clone(),
             step,
@@ -644,7 +686,7 @@ pub async fn update_state(
     };
     let next: Vec<String> = next.into_iter().filter(|n| n != END).collect();
     let mut writer = CheckpointWriter::new(scope, &inv, head);
-    writer.write("update", &writes, &next, &state).await?;
+    writer.write("update", &writes, &next, &state, None).await?;
     writer
         .head
         .ok_or(RunError::Input("no checkpoint was written".into()))

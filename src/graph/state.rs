@@ -82,6 +82,17 @@ fn cp_ref(thread_id: Uuid, ns: &str, id: Uuid) -> Value {
     json!({"checkpoint_id": id, "thread_id": thread_id, "checkpoint_ns": ns})
 }
 
+/// Task entries as clients see them (the pending input of `__start__` stays internal).
+fn public_tasks(tasks: &Value) -> Value {
+    let mut tasks = tasks.clone();
+    for task in tasks.as_array_mut().into_iter().flatten() {
+        if let Some(map) = task.as_object_mut() {
+            map.remove("input");
+        }
+    }
+    tasks
+}
+
 fn render(cp: &Checkpoint, values: JsonMap) -> Value {
     let parent = cp
         .parent_checkpoint_id
@@ -89,7 +100,7 @@ fn render(cp: &Checkpoint, values: JsonMap) -> Value {
     json!({
         "values": values,
         "next": cp.next,
-        "tasks": cp.tasks,
+        "tasks": public_tasks(&cp.tasks),
         "metadata": cp.metadata,
         "created_at": cp.created_at,
         "checkpoint": cp_ref(cp.thread_id, &cp.checkpoint_ns, cp.checkpoint_id),
