@@ -10,10 +10,14 @@
 
 pub mod api;
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod graph;
 pub mod ids;
+pub mod llm;
+pub mod research;
 pub mod runs;
 pub mod store;
 pub mod stream;
 pub mod time;
+pub mod tools;

@@ -4,7 +4,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use deep_research::app::Application;
 use deep_research::config::Settings;
+use deep_research::config::file::FileConfig;
 use deep_research::graph::Registry;
+use deep_research::research::ResearchDeps;
+use std::sync::Arc;
 use std::time::Duration;
 use tracing_subscriber::EnvFilter;
 
@@ -25,6 +28,10 @@ enum Command {
     Serve(ServeArgs),
     /// Print the OpenAPI document (what /openapi.json serves).
     Openapi,
+    /// Print the default configuration (config/default.toml) with every knob documented.
+    PrintConfig,
+    /// Run one research here, showing progress, and write the report to a file.
+    Research(ResearchCmd),
     /// Exit 0 when the server on PORT answers /ok (for container health checks).
     Healthcheck {
         #[arg(long, env = "PORT", default_value_t = 2024)]
@@ -58,18 +65,39 @@ struct ServeArgs {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "DR_MAX_BODY_BYTES", default_value_t = 10 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// A TOML file layered over config/default.toml (research knobs, providers, limits, prices).
+    #[arg(long, env = "DR_CONFIG")]
+    config: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct ResearchCmd {
+    /// The research question.
+    question: String,
+    /// Where to write the report (Markdown).
+    #[arg(long, short, default_value = "report.md")]
+    output: std::path::PathBuf,
+    /// Use this `provider:model` for every model role (research, summaries, compression, report).
+    #[arg(long)]
+    model: Option<String>,
+    /// The SQLite file that keeps the thread (so it can be inspected or continued later).
+    #[arg(long, env = "DR_SQLITE_PATH", default_value = "deep-research.db")]
+    sqlite_path: String,
+    /// A TOML file layered over config/default.toml.
+    #[arg(long, env = "DR_CONFIG")]
+    config: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
-    fn settings(self) -> Settings {
+    fn settings(&self) -> Settings {
         Settings {
-            host: self.host,
+            host: self.host.clone(),
             port: self.port,
-            database_url: self.database_url.filter(|u| !u.trim().is_empty()),
-            sqlite_path: self.sqlite_path,
+            database_url: self.database_url.clone().filter(|u| !u.trim().is_empty()),
+            sqlite_path: self.sqlite_path.clone(),
             db_max_connections: self.db_max_connections,
             max_concurrent_runs: self.max_concurrent_runs,
-            api_key: self.api_key.filter(|k| !k.is_empty()),
+            api_key: self.api_key.clone().filter(|k| !k.is_empty()),
             max_body_bytes: self.max_body_bytes,
             ..Settings::default()
         }
@@ -82,7 +110,15 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|_| EnvFilter::new("deep_research=info,tower_http=warn"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
     match Cli::parse().command {
-        Command::Serve(args) => serve(args.settings()).await,
+        Command::Serve(args) => {
+            let registry = research_registry(args.config.as_deref())?;
+            serve(args.settings(), registry).await
+        }
+        Command::Research(cmd) => research(cmd).await,
+        Command::PrintConfig => {
+            print!("{}", deep_research::config::file::DEFAULTS);
+            Ok(())
+        }
         Command::Openapi => {
             println!("{}", deep_research::api::openapi::document());
             Ok(())
@@ -91,9 +127,20 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn serve(settings: Settings) -> anyhow::Result<()> {
+/// The graphs `serve` offers: the research graph, configured from the layered config files.
+fn research_registry(config: Option<&std::path::Path>) -> anyhow::Result<Registry> {
+    let cfg = FileConfig::load_from(config)?;
+    let env = |k: &str| std::env::var(k).ok();
+    let deps =
+        ResearchDeps::from_config(&cfg, &env).context("could not set up the research graph")?;
+    let mut registry = Registry::new();
+    deep_research::research::register(&mut registry, Arc::new(deps));
+    Ok(registry)
+}
+
+async fn serve(settings: Settings, registry: Registry) -> anyhow::Result<()> {
     let store = settings.store_description();
-    let app = Application::build(settings, Registry::new())
+    let app = Application::build(settings, registry)
         .await
         .context("could not start the service")?;
     let addr = app.local_addr()?;
@@ -105,6 +152,37 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         token.cancel();
     });
     app.run_until_stopped().await
+}
+
+async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
+    let registry = research_registry(cmd.config.as_deref())?;
+    let settings = Settings {
+        port: 0,
+        database_url: None,
+        sqlite_path: cmd.sqlite_path.clone(),
+        ..Settings::default()
+    };
+    let app = Application::build(settings, registry).await?;
+    let base = format!("http://{}", app.local_addr()?);
+    let token = app.shutdown_token();
+    let server = tokio::spawn(app.run_until_stopped());
+    let configurable = match &cmd.model {
+        Some(m) => serde_json::json!({"research_model": m, "summarization_model": m,
+                                      "compression_model": m, "final_report_model": m}),
+        None => serde_json::json!({}),
+    };
+    let args = deep_research::cli::ResearchArgs {
+        question: cmd.question.clone(),
+        output: cmd.output.clone(),
+        configurable,
+    };
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut out = std::io::stdout();
+    let result = deep_research::cli::research(&base, &args, &mut input, &mut out).await;
+    token.cancel();
+    let _ = server.await;
+    result
 }
 
 async fn wait_for_signal() {

@@ -268,6 +268,9 @@ async fn start(state: &AppState, target: Target, body: NewRun) -> ApiResult<Star
         id_fields.insert("checkpoint_ns".into(), json!(""));
     }
     let config = run_config(&assistant.config, &body, &id_fields)?;
+    if let Some(graph) = state.registry.get(&assistant.graph_id) {
+        graph.check_config(&config).map_err(AppError::Invalid)?;
+    }
     let mut metadata = object(config.get("metadata").cloned(), "config.metadata")?;
     metadata.extend(object(
         body.metadata.clone().map(Value::Object),

@@ -92,9 +92,20 @@ pub struct Graph {
     entry: Vec<String>,
     edges: HashMap<String, Vec<String>>,
     branches: HashMap<String, Vec<String>>,
+    config_check: Option<ConfigCheck>,
 }
 
+/// Checks a run's config before the run is created; the error names the bad field.
+pub type ConfigCheck = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
+
 impl Graph {
+    /// Validates a run's `config` for this graph (always fine when the graph has no check).
+    pub fn check_config(&self, config: &Value) -> Result<(), String> {
+        self.config_check
+            .as_ref()
+            .map_or(Ok(()), |check| check(config))
+    }
+
     /// Starts a graph definition.
     pub fn builder(id: impl Into<String>) -> GraphBuilder {
         GraphBuilder {
@@ -106,6 +117,7 @@ impl Graph {
                 entry: Vec::new(),
                 edges: HashMap::new(),
                 branches: HashMap::new(),
+                config_check: None,
             },
             channels: Vec::new(),
         }
@@ -207,6 +219,12 @@ impl GraphBuilder {
     pub fn may_goto(mut self, from: &str, targets: &[&str]) -> Self {
         let list = self.graph.branches.entry(from.to_owned()).or_default();
         list.extend(targets.iter().map(|t| (*t).to_owned()));
+        self
+    }
+
+    /// Validates run configs before runs are created (a bad value is a 422, not a failed run).
+    pub fn config_check(mut self, check: ConfigCheck) -> Self {
+        self.graph.config_check = Some(check);
         self
     }
 

@@ -9,7 +9,8 @@ use crate::store::{Checkpoint, JsonMap, Store, StoreError};
 use crate::time::Timestamp;
 use futures::future::join_all;
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -28,6 +29,8 @@ pub struct RunScope {
     /// Supersteps allowed per graph invocation.
     pub recursion_limit: i64,
     seen_messages: Mutex<HashSet<String>>,
+    /// Per-run values shared by every node of every (sub)graph, one per type.
+    locals: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl RunScope {
@@ -55,6 +58,23 @@ impl RunScope {
             cancel,
             recursion_limit,
             seen_messages: Mutex::new(HashSet::new()),
+            locals: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The run's shared value of type `T`, created on first use (e.g. a cost meter).
+    pub fn local<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let mut locals = match self.locals.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let entry = locals
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()));
+        match entry.clone().downcast::<T>() {
+            Ok(value) => value,
+            // The map is keyed by TypeId, so the downcast cannot fail; stay total anyway.
+            Err(_) => Arc::new(T::default()),
         }
     }
 
@@ -177,6 +197,15 @@ impl NodeContext {
     pub fn emit_custom(&self, data: Value) {
         self.scope.sink.emit(GraphEvent::Custom {
             ns: self.graph_ns.clone(),
+            data,
+        });
+    }
+
+    /// Sends a `custom` event at the root of the run's stream, whatever graph this node is in:
+    /// run-level progress (cost, failures) that clients see without `stream_subgraphs`.
+    pub fn emit_run_custom(&self, data: Value) {
+        self.scope.sink.emit(GraphEvent::Custom {
+            ns: String::new(),
             data,
         });
     }

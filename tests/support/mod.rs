@@ -4,7 +4,10 @@
 
 #![allow(dead_code)]
 
+pub mod fake_llm;
+pub mod fake_tavily;
 pub mod graphs;
+pub mod research;
 
 use deep_research::app::Application;
 use deep_research::config::Settings;
@@ -80,6 +83,15 @@ pub async fn fresh_postgres_url(admin: &str) -> String {
 /// Starts the service with the test graphs on `backend`; `None` when that backend is not
 /// available here (Postgres without TEST_DATABASE_URL).
 pub async fn spawn_app_on(backend: Backend, settings: Settings) -> Option<TestApp> {
+    spawn_with(backend, settings, graphs::registry()).await
+}
+
+/// Starts the service with the given graphs.
+pub async fn spawn_with(
+    backend: Backend,
+    settings: Settings,
+    registry: deep_research::graph::Registry,
+) -> Option<TestApp> {
     let (url, dir) = match backend {
         Backend::Sqlite => {
             let dir = TempDir::new().expect("temp dir");
@@ -94,7 +106,7 @@ pub async fn spawn_app_on(backend: Backend, settings: Settings) -> Option<TestAp
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let app = Application::with_store(listener, store.clone(), settings, graphs::registry())
+    let app = Application::with_store(listener, store.clone(), settings, registry)
         .await
         .expect("build app");
     let address = format!("http://{}", app.local_addr().expect("addr"));

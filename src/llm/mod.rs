@@ -1,0 +1,257 @@
+//! Chat models: one trait over OpenAI (and every OpenAI-compatible endpoint) and Anthropic, with
+//! tool calls, structured output, token streaming, usage, classified errors and retries.
+//! Messages go in and out as LangChain-style dicts (`{"type": "human"|"ai"|"system"|"tool", …}`),
+//! the shape graph state stores, so nodes never convert. Knows nothing about graphs or research.
+
+mod anthropic;
+mod openai;
+mod providers;
+mod retry;
+mod structured;
+
+pub use providers::{ProviderConfig, ProviderKind, Providers};
+pub use retry::{RetryPolicy, chat_with_retry};
+pub use structured::structured;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::time::Duration;
+
+/// A `provider:model` string split in two, e.g. `openai:gpt-4.1` or `ollama:llama3.1`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ModelName {
+    pub provider: String,
+    pub model: String,
+}
+
+impl ModelName {
+    /// Parses `provider:model`; both parts must be non-empty. The model part may itself contain
+    /// colons (`ollama:llama3.1:8b`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.split_once(':') {
+            Some((provider, model)) if !provider.trim().is_empty() && !model.trim().is_empty() => {
+                Ok(Self {
+                    provider: provider.trim().to_ascii_lowercase(),
+                    model: model.trim().to_owned(),
+                })
+            }
+            _ => Err(format!(
+                "invalid model '{text}': expected 'provider:model', e.g. 'openai:gpt-4.1'"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ModelName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.provider, self.model)
+    }
+}
+
+/// A function tool the model may call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// Which tools the model must or may call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    None,
+    /// At least one tool call.
+    Required,
+    /// Exactly this tool.
+    Named(String),
+}
+
+/// A provider-side tool (the provider runs it), e.g. Anthropic's web search.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NativeTool {
+    /// Anthropic `web_search_20250305` / OpenAI `web_search` where the endpoint supports it.
+    WebSearch { max_uses: u32 },
+}
+
+/// Ask for a JSON object matching `schema` (the answer's `content` is that JSON as text).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResponseSchema {
+    pub name: String,
+    pub description: String,
+    pub schema: Value,
+}
+
+/// One model call.
+#[derive(Clone, Debug)]
+pub struct ChatRequest {
+    pub model: ModelName,
+    /// LangChain-style message dicts; `system` messages may appear first.
+    pub messages: Vec<Value>,
+    pub tools: Vec<ToolSpec>,
+    pub native_tools: Vec<NativeTool>,
+    pub tool_choice: ToolChoice,
+    /// Let the model call several tools in one turn.
+    pub parallel_tool_calls: bool,
+    pub response_schema: Option<ResponseSchema>,
+    /// Hard cap on output tokens; every call has one.
+    pub max_tokens: u32,
+    /// Stream tokens to the `on_delta` callback as they arrive.
+    pub stream: bool,
+    /// Give up on a single attempt after this long.
+    pub timeout: Duration,
+    /// A per-request key (when the operator allows keys in run config); else the provider's.
+    pub api_key: Option<String>,
+}
+
+impl ChatRequest {
+    /// A plain request with defaults: no tools, no streaming, 120 s timeout.
+    pub fn new(model: ModelName, messages: Vec<Value>, max_tokens: u32) -> Self {
+        Self {
+            model,
+            messages,
+            tools: Vec::new(),
+            native_tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: true,
+            response_schema: None,
+            max_tokens,
+            stream: false,
+            timeout: Duration::from_secs(120),
+            api_key: None,
+        }
+    }
+}
+
+/// Tokens of one call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// Why the model stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    ToolCalls,
+    /// Hit `max_tokens`.
+    Length,
+    ContentFilter,
+    Other,
+}
+
+/// A finished call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatResponse {
+    /// A LangChain AI message dict: `type: "ai"`, `id`, `content` (text), `tool_calls`
+    /// (`[{"name","args","id","type":"tool_call"}]`), `invalid_tool_calls` (calls whose arguments
+    /// were not valid JSON: `{"name","args"(raw text),"id","error","type":"invalid_tool_call"}`),
+    /// `usage_metadata` (`{"input_tokens","output_tokens","total_tokens"}`), `response_metadata`
+    /// (`model_name`, `finish_reason`, and for native search `server_tool_use` counts).
+    pub message: Value,
+    pub usage: Usage,
+    pub finish_reason: FinishReason,
+}
+
+/// One streamed piece of a response.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delta {
+    /// The message id (the same on every delta of one response).
+    pub id: String,
+    /// New text only.
+    pub content: String,
+    /// LangChain `tool_call_chunks`: `[{"name","args"(partial text),"id","index","type":"tool_call_chunk"}]`.
+    pub tool_call_chunks: Vec<Value>,
+}
+
+/// Receives deltas while a streaming call runs.
+pub type OnDelta<'a> = &'a (dyn Fn(Delta) + Send + Sync);
+
+/// Classified model errors: each class has one retry decision.
+#[derive(Clone, Debug, thiserror::Error, PartialEq)]
+pub enum LlmError {
+    /// 429: retry after the given delay (from `Retry-After`) or with backoff.
+    #[error("rate limited by {provider}: {message}")]
+    RateLimited {
+        provider: String,
+        retry_after: Option<Duration>,
+        message: String,
+    },
+    /// The prompt does not fit the context window: retrying the same request cannot help.
+    #[error("context window exceeded for {model}: {message}")]
+    ContextOverflow { model: String, message: String },
+    /// 401/403: wrong or missing key.
+    #[error("authentication failed for {provider}: {message}")]
+    Auth { provider: String, message: String },
+    /// Any other 4xx: the request is wrong.
+    #[error("{provider} rejected the request: {message}")]
+    BadRequest { provider: String, message: String },
+    /// 5xx, timeouts, dropped connections: worth retrying.
+    #[error("{provider} failed transiently: {message}")]
+    Transient { provider: String, message: String },
+    /// The answer could not be read (malformed JSON, schema mismatch after all retries).
+    #[error("invalid response from {provider}: {message}")]
+    InvalidResponse { provider: String, message: String },
+    /// The model string names a provider that is not configured.
+    #[error("{0}")]
+    Config(String),
+    /// The run was cancelled while waiting.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl LlmError {
+    /// Whether the same request may succeed if sent again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::RateLimited { .. } | Self::Transient { .. })
+    }
+
+    /// The client-facing error type name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::RateLimited { .. } => "RateLimitError",
+            Self::ContextOverflow { .. } => "ContextOverflowError",
+            Self::Auth { .. } => "AuthenticationError",
+            Self::BadRequest { .. } => "BadRequestError",
+            Self::Transient { .. } => "APIError",
+            Self::InvalidResponse { .. } => "OutputParserException",
+            Self::Config(_) => "ConfigurationError",
+            Self::Cancelled => "CancelledError",
+        }
+    }
+}
+
+/// A chat model endpoint.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// One attempt (no retries here; see `chat_with_retry`). Streams deltas to `on_delta` when
+    /// `req.stream` is set and the callback is given.
+    async fn chat(
+        &self,
+        req: &ChatRequest,
+        on_delta: Option<OnDelta<'_>>,
+    ) -> Result<ChatResponse, LlmError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names_need_a_provider_and_a_model() {
+        let m = ModelName::parse("ollama:llama3.1:8b").unwrap();
+        assert_eq!(
+            (m.provider.as_str(), m.model.as_str()),
+            ("ollama", "llama3.1:8b")
+        );
+        assert_eq!(m.to_string(), "ollama:llama3.1:8b");
+        assert!(ModelName::parse("gpt-4.1").is_err());
+        assert!(ModelName::parse(":x").is_err());
+        assert!(ModelName::parse("openai:").is_err());
+    }
+}

@@ -1,0 +1,519 @@
+//! OpenAI chat completions (and compatible endpoints: Ollama, vLLM, Groq, DeepSeek, …).
+
+use super::providers::{
+    AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_text, identifier, role,
+    runaway_limit,
+};
+use super::{
+    ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
+    ToolChoice, Usage,
+};
+use async_trait::async_trait;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One model on an OpenAI-compatible endpoint.
+pub(super) struct OpenAiModel {
+    endpoint: Arc<Endpoint>,
+    model: String,
+}
+
+#[async_trait]
+impl ChatModel for OpenAiModel {
+    async fn chat(
+        &self,
+        req: &ChatRequest,
+        on_delta: Option<OnDelta<'_>>,
+    ) -> Result<ChatResponse, LlmError> {
+        let on_delta = on_delta.filter(|_| req.stream);
+        let body = self.body(req, on_delta.is_some())?;
+        let key = self.endpoint.api_key(req.api_key.as_deref());
+        let call = self.call(&body, key, on_delta, req.max_tokens);
+        self.endpoint.attempt(req.timeout, call).await
+    }
+}
+
+impl OpenAiModel {
+    pub fn new(endpoint: Arc<Endpoint>, model: &str) -> Self {
+        Self {
+            endpoint,
+            model: model.to_owned(),
+        }
+    }
+
+    async fn call(
+        &self,
+        body: &Value,
+        key: Option<&str>,
+        on_delta: Option<OnDelta<'_>>,
+        max_tokens: u32,
+    ) -> Result<ChatResponse, LlmError> {
+        let url = format!("{}/chat/completions", self.endpoint.base_url());
+        let mut request = self.endpoint.post(&url).json(body);
+        // Local servers (Ollama, LM Studio) take no key; sending an empty bearer can upset them.
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let cx = ErrorContext {
+            provider: &self.endpoint.name,
+            model: &self.model,
+            secret: key,
+        };
+        let response = self.endpoint.send(request, &cx).await?;
+        match on_delta {
+            Some(on_delta) if is_event_stream(&response) => {
+                self.read_stream(response, on_delta, max_tokens, &cx).await
+            }
+            // A server that ignored `stream: true` answered in one piece: pass it on as one delta.
+            Some(on_delta) => {
+                let answer = self.parse(&self.endpoint.read_json(response).await?, &cx)?;
+                on_delta(whole_delta(&answer));
+                Ok(answer)
+            }
+            None => self.parse(&self.endpoint.read_json(response).await?, &cx),
+        }
+    }
+
+    fn body(&self, req: &ChatRequest, stream: bool) -> Result<Value, LlmError> {
+        if req
+            .native_tools
+            .iter()
+            .any(|t| matches!(t, NativeTool::WebSearch { .. }))
+        {
+            return Err(LlmError::Config(
+                "native web search needs the Responses API, which this provider does not use; \
+                 use search_api=tavily"
+                    .into(),
+            ));
+        }
+        let messages = convert_messages(&req.messages).map_err(|message| LlmError::BadRequest {
+            provider: self.endpoint.name.clone(),
+            message,
+        })?;
+        let mut body = json!({"model": self.model, "messages": messages});
+        body[self.max_tokens_field()] = json!(req.max_tokens);
+        if !req.tools.is_empty() {
+            body["tools"] = req
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters,
+                    }})
+                })
+                .collect();
+            body["tool_choice"] = tool_choice(&req.tool_choice);
+            body["parallel_tool_calls"] = json!(req.parallel_tool_calls);
+        }
+        if let Some(schema) = &req.response_schema {
+            body["response_format"] = json!({"type": "json_schema", "json_schema": {
+                "name": identifier(&schema.name),
+                "description": schema.description,
+                "schema": schema.schema,
+                "strict": false,
+            }});
+        }
+        if stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
+        Ok(body)
+    }
+
+    /// OpenAI itself rejects `max_tokens` for its reasoning models and accepts
+    /// `max_completion_tokens` for all; compatible servers mostly know only `max_tokens`.
+    fn max_tokens_field(&self) -> &'static str {
+        if self.endpoint.base_url().contains("://api.openai.com") {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        }
+    }
+
+    fn parse(&self, body: &Value, cx: &ErrorContext<'_>) -> Result<ChatResponse, LlmError> {
+        if let Some(error) = in_band_error(body, cx) {
+            return Err(error);
+        }
+        let choice = body["choices"]
+            .get(0)
+            .ok_or_else(|| self.endpoint.invalid("answer has no choices".into()))?;
+        let message = &choice["message"];
+        if !message.is_object() {
+            return Err(self.endpoint.invalid("answer choice has no message".into()));
+        }
+        let calls: Vec<RawToolCall> = message["tool_calls"]
+            .as_array()
+            .map(|calls| calls.iter().map(raw_tool_call).collect())
+            .unwrap_or_default();
+        let finish = finish_reason(choice["finish_reason"].as_str(), !calls.is_empty());
+        Ok(AiTurn {
+            id: body["id"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned),
+            model: body["model"].as_str().unwrap_or(&self.model).to_owned(),
+            content: content_text(&message["content"]),
+            calls,
+            finish,
+            usage: usage(&body["usage"]),
+            metadata: Map::new(),
+        }
+        .into_response())
+    }
+
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        on_delta: OnDelta<'_>,
+        max_tokens: u32,
+        cx: &ErrorContext<'_>,
+    ) -> Result<ChatResponse, LlmError> {
+        let mut events = response.bytes_stream().eventsource();
+        let mut state = StreamState::new(&self.model, runaway_limit(max_tokens));
+        let mut done = false;
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| self.endpoint.sse_error(e))?;
+            let data = event.data.trim();
+            if data == "[DONE]" {
+                done = true;
+                break;
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let chunk: Value = serde_json::from_str(data).map_err(|e| {
+                self.endpoint
+                    .invalid(format!("stream chunk is not JSON: {e}"))
+            })?;
+            if let Some(error) = in_band_error(&chunk, cx) {
+                return Err(error);
+            }
+            if let Some(delta) = state.apply(&chunk) {
+                on_delta(delta);
+            }
+            if state.ran_away() {
+                break;
+            }
+        }
+        if !done && !state.ran_away() && state.finish.is_none() {
+            return Err(LlmError::Transient {
+                provider: self.endpoint.name.clone(),
+                message: "the stream ended before the answer was complete".into(),
+            });
+        }
+        Ok(state.finish())
+    }
+}
+
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// Some gateways (OpenRouter) answer 200 with `{"error":{…,"code":<status>}}`, also mid-stream.
+fn in_band_error(body: &Value, cx: &ErrorContext<'_>) -> Option<LlmError> {
+    let error = body.get("error").filter(|e| !e.is_null())?;
+    if body.get("choices").is_some_and(|c| !c.is_null()) {
+        return None;
+    }
+    let status = error["code"]
+        .as_u64()
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| (400..=599).contains(c))
+        .unwrap_or(500);
+    Some(classify(
+        cx,
+        status,
+        &reqwest::header::HeaderMap::new(),
+        &body.to_string(),
+    ))
+}
+
+fn whole_delta(answer: &ChatResponse) -> Delta {
+    Delta {
+        id: answer.message["id"].as_str().unwrap_or_default().to_owned(),
+        content: content_text(&answer.message["content"]),
+        tool_call_chunks: Vec::new(),
+    }
+}
+
+/// LangChain message dicts → OpenAI chat messages.
+fn convert_messages(messages: &[Value]) -> Result<Vec<Value>, String> {
+    messages.iter().map(convert_message).collect()
+}
+
+fn convert_message(message: &Value) -> Result<Value, String> {
+    let text = content_text(&message["content"]);
+    Ok(match role(message)? {
+        Role::System => json!({"role": "system", "content": text}),
+        Role::Human => json!({"role": "user", "content": text}),
+        Role::Ai => assistant_message(message, text),
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": message["tool_call_id"].as_str().unwrap_or_default(),
+            "content": text,
+        }),
+    })
+}
+
+fn assistant_message(message: &Value, text: String) -> Value {
+    let as_list = |key: &str| message[key].as_array().cloned().unwrap_or_default();
+    // Invalid calls go back too: a tool message may answer them, and its id must match a call.
+    let calls: Vec<Value> = as_list("tool_calls")
+        .iter()
+        .chain(as_list("invalid_tool_calls").iter())
+        .map(|call| {
+            let args = match &call["args"] {
+                Value::String(raw) => raw.clone(),
+                Value::Null => "{}".to_owned(),
+                args => args.to_string(),
+            };
+            json!({"id": call["id"], "type": "function",
+                   "function": {"name": call["name"], "arguments": args}})
+        })
+        .collect();
+    if calls.is_empty() {
+        return json!({"role": "assistant", "content": text});
+    }
+    let content = if text.is_empty() {
+        Value::Null
+    } else {
+        json!(text)
+    };
+    json!({"role": "assistant", "content": content, "tool_calls": calls})
+}
+
+fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Named(name) => json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+fn raw_tool_call(call: &Value) -> RawToolCall {
+    let function = &call["function"];
+    RawToolCall {
+        id: call["id"].as_str().map(str::to_owned),
+        name: function["name"].as_str().unwrap_or_default().to_owned(),
+        // The spec says a JSON string; a few servers send the object itself.
+        args: match &function["arguments"] {
+            Value::String(text) => text.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        },
+    }
+}
+
+fn finish_reason(raw: Option<&str>, has_calls: bool) -> FinishReason {
+    match raw {
+        Some("stop") => FinishReason::Stop,
+        Some("tool_calls" | "function_call") => FinishReason::ToolCalls,
+        Some("length") => FinishReason::Length,
+        Some("content_filter") => FinishReason::ContentFilter,
+        Some(_) => FinishReason::Other,
+        None if has_calls => FinishReason::ToolCalls,
+        None => FinishReason::Stop,
+    }
+}
+
+fn usage(value: &Value) -> Option<Usage> {
+    let input = value["prompt_tokens"].as_u64();
+    let output = value["completion_tokens"].as_u64();
+    (input.is_some() || output.is_some()).then(|| Usage {
+        input_tokens: input.unwrap_or(0),
+        output_tokens: output.unwrap_or(0),
+    })
+}
+
+/// A tool call being assembled from stream fragments.
+#[derive(Default)]
+struct PartialCall {
+    id: Option<String>,
+    name: String,
+    args: String,
+}
+
+/// Everything a stream has said so far.
+struct StreamState {
+    id: Option<String>,
+    model: String,
+    content: String,
+    calls: BTreeMap<u64, PartialCall>,
+    finish: Option<String>,
+    usage: Option<Usage>,
+    /// Characters received (content and tool arguments), for the runaway guard.
+    received: usize,
+    limit: usize,
+}
+
+impl StreamState {
+    fn new(model: &str, limit: usize) -> Self {
+        Self {
+            id: None,
+            model: model.to_owned(),
+            content: String::new(),
+            calls: BTreeMap::new(),
+            finish: None,
+            usage: None,
+            received: 0,
+            limit,
+        }
+    }
+
+    fn ran_away(&self) -> bool {
+        self.received > self.limit
+    }
+
+    /// Folds one chunk in; returns the delta to report, if it carried anything new.
+    fn apply(&mut self, chunk: &Value) -> Option<Delta> {
+        // Every delta of one answer carries the same id, fixed by the first chunk.
+        let id = self
+            .id
+            .get_or_insert_with(|| match chunk["id"].as_str() {
+                Some(id) if !id.is_empty() => id.to_owned(),
+                _ => format!("run-{}", uuid::Uuid::new_v4()),
+            })
+            .clone();
+        if let Some(model) = chunk["model"].as_str() {
+            model.clone_into(&mut self.model);
+        }
+        if let Some(usage) = usage(&chunk["usage"]) {
+            self.usage = Some(usage);
+        }
+        let choice = &chunk["choices"][0];
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finish = Some(reason.to_owned());
+        }
+        let delta = &choice["delta"];
+        let content = delta["content"].as_str().unwrap_or_default().to_owned();
+        self.received += content.chars().count();
+        self.content.push_str(&content);
+        let tool_call_chunks: Vec<Value> = delta["tool_calls"]
+            .as_array()
+            .map(|calls| {
+                calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| self.apply_call(i, c))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (!content.is_empty() || !tool_call_chunks.is_empty()).then_some(Delta {
+            id,
+            content,
+            tool_call_chunks,
+        })
+    }
+
+    fn apply_call(&mut self, position: usize, fragment: &Value) -> Value {
+        let index = fragment["index"].as_u64().unwrap_or(position as u64);
+        let entry = self.calls.entry(index).or_default();
+        let id = fragment["id"].as_str().filter(|s| !s.is_empty());
+        let name = fragment["function"]["name"]
+            .as_str()
+            .filter(|s| !s.is_empty());
+        let args = fragment["function"]["arguments"]
+            .as_str()
+            .unwrap_or_default();
+        if let (Some(id), None) = (id, &entry.id) {
+            entry.id = Some(id.to_owned());
+        }
+        // Some servers repeat the name on every fragment: keep the first.
+        if let (Some(name), true) = (name, entry.name.is_empty()) {
+            name.clone_into(&mut entry.name);
+        }
+        entry.args.push_str(args);
+        self.received += args.chars().count();
+        json!({"name": name, "args": args, "id": id, "index": index, "type": "tool_call_chunk"})
+    }
+
+    fn finish(self) -> ChatResponse {
+        let calls: Vec<RawToolCall> = self
+            .calls
+            .into_values()
+            .map(|c| RawToolCall {
+                id: c.id,
+                name: c.name,
+                args: c.args,
+            })
+            .collect();
+        let finish = if self.received > self.limit {
+            FinishReason::Length
+        } else {
+            finish_reason(self.finish.as_deref(), !calls.is_empty())
+        };
+        AiTurn {
+            id: self.id,
+            model: self.model,
+            content: self.content,
+            calls,
+            finish,
+            usage: self.usage,
+            metadata: Map::new(),
+        }
+        .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn langchain_messages_become_openai_messages() {
+        let messages = vec![
+            json!({"type": "system", "content": "be brief"}),
+            json!({"type": "human", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}),
+            json!({"type": "ai", "content": "", "tool_calls": [{"name": "search", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}]}),
+            json!({"type": "tool", "content": "found", "tool_call_id": "c1"}),
+            json!({"role": "assistant", "content": "done"}),
+        ];
+        let out = convert_messages(&messages).unwrap();
+        assert_eq!(out[0], json!({"role": "system", "content": "be brief"}));
+        assert_eq!(out[1], json!({"role": "user", "content": "hi there"}));
+        assert_eq!(out[2]["content"], Value::Null);
+        assert_eq!(
+            out[2]["tool_calls"][0]["function"]["arguments"],
+            r#"{"q":"x"}"#
+        );
+        assert_eq!(
+            out[3],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "found"})
+        );
+        assert_eq!(out[4], json!({"role": "assistant", "content": "done"}));
+        assert!(convert_messages(&[json!({"type": "remove", "id": "x"})]).is_err());
+    }
+
+    #[test]
+    fn stream_fragments_reassemble() {
+        let mut state = StreamState::new("m", 1000);
+        let chunks = [
+            json!({"id": "x1", "choices": [{"delta": {"role": "assistant", "content": ""}}]}),
+            json!({"id": "x1", "choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": ""}}]}}]}),
+            json!({"id": "x1", "choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"a\":"}}]}}]}),
+            json!({"id": "x1", "choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}, "finish_reason": "tool_calls"}]}),
+            json!({"id": "x1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
+        ];
+        let deltas: Vec<Delta> = chunks.iter().filter_map(|c| state.apply(c)).collect();
+        assert_eq!(deltas.len(), 3);
+        let answer = state.finish();
+        assert_eq!(answer.message["tool_calls"][0]["args"], json!({"a": 1}));
+        assert_eq!(answer.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(
+            answer.usage,
+            Usage {
+                input_tokens: 3,
+                output_tokens: 4
+            }
+        );
+        assert_eq!(answer.message["id"], "x1");
+    }
+}

@@ -1,0 +1,799 @@
+//! The configured providers: which wire format each speaks, where it lives, its key, and the
+//! process-wide cap on calls in flight to it. Also the plumbing both wire formats share: the
+//! HTTP attempt (slot + timeout), error classification, SSE errors, and turning a finished turn
+//! into a LangChain AI message dict.
+
+use super::anthropic::AnthropicModel;
+use super::openai::OpenAiModel;
+use super::{ChatModel, ChatResponse, FinishReason, LlmError, ModelName, Usage};
+use reqwest::header::HeaderMap;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// The wire format a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// OpenAI chat completions (OpenAI and every compatible endpoint).
+    Openai,
+    /// Anthropic messages API.
+    Anthropic,
+}
+
+/// One provider's settings.
+#[derive(Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    /// e.g. `https://api.openai.com/v1` or `https://api.anthropic.com`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// Calls to this provider in flight at once, across all runs of the process.
+    pub max_in_flight: usize,
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
+            .field("max_in_flight", &self.max_in_flight)
+            .finish()
+    }
+}
+
+/// Every configured provider, sharing one HTTP client.
+#[derive(Clone)]
+pub struct Providers {
+    endpoints: BTreeMap<String, Arc<Endpoint>>,
+    /// Set when the HTTP client could not be built; every `model()` call then reports it, so
+    /// construction itself stays infallible.
+    client_error: Option<String>,
+}
+
+impl Providers {
+    /// Providers by name (the `provider` part of model strings, matched case-insensitively).
+    pub fn new(configs: BTreeMap<String, ProviderConfig>) -> Self {
+        match http_client() {
+            Ok(client) => Self {
+                endpoints: configs
+                    .into_iter()
+                    .map(|(name, cfg)| {
+                        let name = name.trim().to_ascii_lowercase();
+                        let endpoint = Endpoint::new(name.clone(), cfg, client.clone());
+                        (name, Arc::new(endpoint))
+                    })
+                    .collect(),
+                client_error: None,
+            },
+            Err(e) => Self {
+                endpoints: BTreeMap::new(),
+                client_error: Some(format!("cannot build the HTTP client for model calls: {e}")),
+            },
+        }
+    }
+
+    /// The model a `provider:model` string names.
+    pub fn model(&self, name: &ModelName) -> Result<Arc<dyn ChatModel>, LlmError> {
+        if let Some(e) = &self.client_error {
+            return Err(LlmError::Config(e.clone()));
+        }
+        let endpoint = self.endpoints.get(&name.provider).ok_or_else(|| {
+            let known: Vec<&str> = self.names().collect();
+            LlmError::Config(format!(
+                "unknown model provider '{}' in '{name}'; configured providers: {}",
+                name.provider,
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ))
+        })?;
+        let endpoint = Arc::clone(endpoint);
+        Ok(match endpoint.kind {
+            ProviderKind::Openai => Arc::new(OpenAiModel::new(endpoint, &name.model)),
+            ProviderKind::Anthropic => Arc::new(AnthropicModel::new(endpoint, &name.model)),
+        })
+    }
+
+    /// The configured provider names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.endpoints.keys().map(String::as_str)
+    }
+
+    /// HTTP attempts to `provider` running right now (0 for an unknown provider).
+    pub fn in_flight(&self, provider: &str) -> usize {
+        self.endpoints
+            .get(&provider.to_ascii_lowercase())
+            .map_or(0, |e| e.in_flight())
+    }
+
+    /// The built-in providers, with keys and base URLs from the environment: `openai`,
+    /// `anthropic`, and the OpenAI-compatible `ollama`, `groq`, `deepseek`, `openrouter`,
+    /// `lmstudio`, `vllm`.
+    pub fn from_env_defaults() -> BTreeMap<String, ProviderConfig> {
+        defaults_from(|name| std::env::var(name).ok())
+    }
+}
+
+/// The built-in provider table, reading variables through `var` (tests pass a map).
+fn defaults_from(var: impl Fn(&str) -> Option<String>) -> BTreeMap<String, ProviderConfig> {
+    // (name, kind, key variable, base URL variable, default base URL)
+    const TABLE: [(&str, ProviderKind, Option<&str>, Option<&str>, &str); 8] = [
+        (
+            "openai",
+            ProviderKind::Openai,
+            Some("OPENAI_API_KEY"),
+            Some("OPENAI_BASE_URL"),
+            "https://api.openai.com/v1",
+        ),
+        (
+            "anthropic",
+            ProviderKind::Anthropic,
+            Some("ANTHROPIC_API_KEY"),
+            Some("ANTHROPIC_BASE_URL"),
+            "https://api.anthropic.com",
+        ),
+        (
+            "ollama",
+            ProviderKind::Openai,
+            None,
+            Some("OLLAMA_BASE_URL"),
+            "http://localhost:11434/v1",
+        ),
+        (
+            "groq",
+            ProviderKind::Openai,
+            Some("GROQ_API_KEY"),
+            None,
+            "https://api.groq.com/openai/v1",
+        ),
+        (
+            "deepseek",
+            ProviderKind::Openai,
+            Some("DEEPSEEK_API_KEY"),
+            None,
+            "https://api.deepseek.com/v1",
+        ),
+        (
+            "openrouter",
+            ProviderKind::Openai,
+            Some("OPENROUTER_API_KEY"),
+            None,
+            "https://openrouter.ai/api/v1",
+        ),
+        (
+            "lmstudio",
+            ProviderKind::Openai,
+            None,
+            Some("LMSTUDIO_BASE_URL"),
+            "http://localhost:1234/v1",
+        ),
+        (
+            "vllm",
+            ProviderKind::Openai,
+            None,
+            Some("VLLM_BASE_URL"),
+            "http://localhost:8000/v1",
+        ),
+    ];
+    // An empty variable counts as unset, as shells and compose files often export `X=`.
+    let read = |name: Option<&str>| name.and_then(&var).filter(|v| !v.trim().is_empty());
+    TABLE
+        .iter()
+        .map(|&(name, kind, key_var, url_var, default_url)| {
+            let config = ProviderConfig {
+                kind,
+                base_url: read(url_var).unwrap_or_else(|| default_url.to_owned()),
+                api_key: read(key_var),
+                max_in_flight: 16,
+            };
+            (name.to_owned(), config)
+        })
+        .collect()
+}
+
+fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(15))
+        .user_agent(concat!("deep-research/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// One provider as the clients see it: address, key, shared HTTP client and its slots.
+pub(super) struct Endpoint {
+    pub name: String,
+    pub kind: ProviderKind,
+    base_url: String,
+    api_key: Option<String>,
+    client: reqwest::Client,
+    slots: Semaphore,
+    max_in_flight: usize,
+}
+
+impl Endpoint {
+    fn new(name: String, cfg: ProviderConfig, client: reqwest::Client) -> Self {
+        // A zero cap would block every call forever; treat it as "one at a time".
+        let max_in_flight = cfg.max_in_flight.max(1);
+        Self {
+            name,
+            kind: cfg.kind,
+            base_url: cfg.base_url.trim_end_matches('/').to_owned(),
+            api_key: cfg.api_key,
+            client,
+            slots: Semaphore::new(max_in_flight),
+            max_in_flight,
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.max_in_flight
+            .saturating_sub(self.slots.available_permits())
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The request's own key wins over the provider's; empty keys count as none.
+    pub fn api_key<'a>(&'a self, request_key: Option<&'a str>) -> Option<&'a str> {
+        request_key
+            .filter(|k| !k.trim().is_empty())
+            .or(self.api_key.as_deref().filter(|k| !k.trim().is_empty()))
+    }
+
+    pub fn post(&self, url: &str) -> reqwest::RequestBuilder {
+        self.client.post(url)
+    }
+
+    /// Runs one attempt holding a slot. The timeout starts once the slot is held, so waiting
+    /// behind the per-provider cap never turns into a spurious timeout.
+    pub async fn attempt<T>(
+        &self,
+        timeout: Duration,
+        work: impl Future<Output = Result<T, LlmError>>,
+    ) -> Result<T, LlmError> {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| LlmError::Config(format!("provider '{}' is closed", self.name)))?;
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(LlmError::Transient {
+                    provider: self.name.clone(),
+                    message: format!("no complete answer within {} ms", timeout.as_millis()),
+                })
+            })
+    }
+
+    /// Sends the request; a non-2xx answer becomes a classified error.
+    pub async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        cx: &ErrorContext<'_>,
+    ) -> Result<reqwest::Response, LlmError> {
+        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.text().await.unwrap_or_default();
+        Err(classify(cx, status, &headers, &body))
+    }
+
+    /// Reads a whole JSON success body.
+    pub async fn read_json(&self, response: reqwest::Response) -> Result<Value, LlmError> {
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        serde_json::from_slice(&bytes).map_err(|e| self.invalid(format!("body is not JSON: {e}")))
+    }
+
+    pub fn transport_error(&self, e: &reqwest::Error) -> LlmError {
+        if e.is_builder() {
+            return LlmError::Config(format!(
+                "cannot call provider '{}': {}",
+                self.name,
+                error_chain(e)
+            ));
+        }
+        LlmError::Transient {
+            provider: self.name.clone(),
+            message: format!("request failed: {}", error_chain(e)),
+        }
+    }
+
+    pub fn sse_error(&self, e: eventsource_stream::EventStreamError<reqwest::Error>) -> LlmError {
+        match e {
+            eventsource_stream::EventStreamError::Transport(e) => self.transport_error(&e),
+            other => self.invalid(format!("bad event stream: {other}")),
+        }
+    }
+
+    pub fn invalid(&self, message: String) -> LlmError {
+        LlmError::InvalidResponse {
+            provider: self.name.clone(),
+            message: truncate(&message, MAX_MESSAGE),
+        }
+    }
+}
+
+/// `e` and its sources, since reqwest's top-level text hides the cause ("connection refused").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The longest provider error text kept in an `LlmError`.
+const MAX_MESSAGE: usize = 500;
+
+/// Who failed, for error messages; `secret` is scrubbed from any text a provider echoes back.
+pub(super) struct ErrorContext<'a> {
+    pub provider: &'a str,
+    pub model: &'a str,
+    pub secret: Option<&'a str>,
+}
+
+/// Turns an HTTP error answer into the error class that decides whether to retry.
+pub(super) fn classify(
+    cx: &ErrorContext<'_>,
+    status: u16,
+    headers: &HeaderMap,
+    body: &str,
+) -> LlmError {
+    let (text, code) = error_details(body);
+    let mut message = format!("HTTP {status}: {}", truncate(&text, MAX_MESSAGE));
+    if let Some(secret) = cx.secret.filter(|s| s.len() >= 4) {
+        message = message.replace(secret, "[REDACTED]");
+    }
+    let provider = cx.provider.to_owned();
+    match status {
+        // Rate limits first: their text often mentions tokens, which must not read as overflow.
+        429 => LlmError::RateLimited {
+            provider,
+            retry_after: retry_after(headers),
+            message,
+        },
+        401 | 403 => LlmError::Auth { provider, message },
+        400 | 413 | 422 if is_context_overflow(&text, &code) => LlmError::ContextOverflow {
+            model: format!("{provider}:{}", cx.model),
+            message,
+        },
+        // 408 is the server giving up on a slow request: worth another try, like a 5xx.
+        408 | 500..=599 => LlmError::Transient { provider, message },
+        400..=499 => LlmError::BadRequest { provider, message },
+        _ => LlmError::InvalidResponse { provider, message },
+    }
+}
+
+/// The error text and code from the usual body shapes: OpenAI/Anthropic
+/// `{"error":{"message","code"|"type"}}`, `{"error":"…"}` (Ollama), `{"message"|"detail":"…"}`.
+fn error_details(body: &str) -> (String, String) {
+    let raw = || {
+        let trimmed = body.trim();
+        if trimmed.is_empty() {
+            "(empty body)".to_owned()
+        } else {
+            trimmed.to_owned()
+        }
+    };
+    let Ok(value) = serde_json::from_str::<Value>(body) else {
+        return (raw(), String::new());
+    };
+    let error = &value["error"];
+    let text = [
+        &error["message"],
+        error,
+        &value["message"],
+        &value["detail"],
+    ]
+    .into_iter()
+    .find_map(|v| v.as_str().map(str::to_owned))
+    .unwrap_or_else(raw);
+    let code = [&error["code"], &error["type"]]
+        .into_iter()
+        .filter_map(|v| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    (text, code)
+}
+
+fn is_context_overflow(text: &str, code: &str) -> bool {
+    const SIGNS: [&str; 7] = [
+        "context_length_exceeded",
+        "maximum context length",
+        "prompt is too long",
+        "too many tokens",
+        "context length",
+        "context window",
+        "reduce the length of the messages",
+    ];
+    let haystack = format!("{code} {text}").to_lowercase();
+    SIGNS.iter().any(|sign| haystack.contains(sign))
+}
+
+/// How long a 429 asks us to wait: `retry-after-ms`, or `Retry-After` in seconds or as an
+/// HTTP-date.
+pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let seconds = |text: &str| {
+        text.parse::<f64>()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+    };
+    if let Some(wait) = header("retry-after-ms").and_then(seconds) {
+        return Some(wait / 1000);
+    }
+    let value = header("retry-after")?;
+    if let Some(wait) = seconds(value) {
+        return Some(wait);
+    }
+    let when = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    Some(
+        when.signed_duration_since(chrono::Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// At most `max` characters of `text`, marked when cut.
+pub(super) fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// The roles the converters understand, from LangChain `type` or OpenAI-style `role`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Role {
+    System,
+    Human,
+    Ai,
+    Tool,
+}
+
+pub(super) fn role(message: &Value) -> Result<Role, String> {
+    let raw = message
+        .get("type")
+        .or_else(|| message.get("role"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| "a message needs `type` or `role`".to_owned())?;
+    Ok(match raw {
+        "system" | "developer" | "SystemMessage" => Role::System,
+        "human" | "user" | "HumanMessage" | "HumanMessageChunk" => Role::Human,
+        "ai" | "assistant" | "AIMessage" | "AIMessageChunk" => Role::Ai,
+        "tool" | "ToolMessage" => Role::Tool,
+        other => return Err(format!("cannot send a '{other}' message to a chat model")),
+    })
+}
+
+/// The text of a message `content`: a string, or the `text` of a list of blocks (other
+/// blocks, e.g. images, are dropped), or `null`.
+pub(super) fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| match b {
+                Value::String(s) => Some(s.as_str()),
+                Value::Object(_) if b["type"] == "text" => b["text"].as_str(),
+                _ => None,
+            })
+            .collect(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// A tool call as the provider sent it: arguments still as text, since they may be malformed.
+pub(super) struct RawToolCall {
+    pub id: Option<String>,
+    pub name: String,
+    pub args: String,
+}
+
+/// A finished assistant turn in provider-neutral form, before it becomes a LangChain dict.
+pub(super) struct AiTurn {
+    pub id: Option<String>,
+    pub model: String,
+    pub content: String,
+    pub calls: Vec<RawToolCall>,
+    pub finish: FinishReason,
+    pub usage: Option<Usage>,
+    /// Extra `response_metadata` entries (e.g. `server_tool_use`).
+    pub metadata: Map<String, Value>,
+}
+
+impl AiTurn {
+    pub fn into_response(self) -> ChatResponse {
+        let (tool_calls, invalid): (Vec<_>, Vec<_>) = self
+            .calls
+            .into_iter()
+            .map(parse_tool_call)
+            .partition(Result::is_ok);
+        let tool_calls: Vec<Value> = tool_calls.into_iter().flatten().collect();
+        let invalid: Vec<Value> = invalid.into_iter().filter_map(Result::err).collect();
+        let usage_metadata = self.usage.map_or(Value::Null, |u| {
+            json!({
+                "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens,
+                "total_tokens": u.input_tokens + u.output_tokens,
+            })
+        });
+        let mut metadata = self.metadata;
+        metadata.insert("model_name".into(), json!(self.model));
+        metadata.insert("finish_reason".into(), json!(self.finish));
+        let message = json!({
+            "type": "ai",
+            "id": self.id.unwrap_or_else(|| format!("run-{}", uuid::Uuid::new_v4())),
+            "content": self.content,
+            "tool_calls": tool_calls,
+            "invalid_tool_calls": invalid,
+            "usage_metadata": usage_metadata,
+            "response_metadata": metadata,
+            "additional_kwargs": {},
+            "name": null,
+        });
+        ChatResponse {
+            message,
+            usage: self.usage.unwrap_or_default(),
+            finish_reason: self.finish,
+        }
+    }
+}
+
+/// A LangChain `tool_call`, or an `invalid_tool_call` carrying the raw text and the reason.
+fn parse_tool_call(call: RawToolCall) -> Result<Value, Value> {
+    let id = call
+        .id
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| format!("call_{}", uuid::Uuid::new_v4().simple()));
+    let text = call.args.trim();
+    // Some servers send "" for a tool without parameters.
+    let parsed = if text.is_empty() {
+        Ok(json!({}))
+    } else {
+        serde_json::from_str::<Value>(text)
+            .map_err(|e| format!("arguments are not valid JSON: {e}"))
+    };
+    match parsed {
+        Ok(args @ Value::Object(_)) => {
+            Ok(json!({"name": call.name, "args": args, "id": id, "type": "tool_call"}))
+        }
+        Ok(_) => Err(invalid_call(
+            call.name,
+            call.args,
+            id,
+            "arguments must be a JSON object".into(),
+        )),
+        Err(error) => Err(invalid_call(call.name, call.args, id, error)),
+    }
+}
+
+fn invalid_call(name: String, args: String, id: String, error: String) -> Value {
+    json!({"name": name, "args": args, "id": id, "error": error, "type": "invalid_tool_call"})
+}
+
+/// `name` as an identifier providers accept for tools and schemas (`[A-Za-z0-9_-]{1,64}`).
+pub(super) fn identifier(name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if clean.is_empty() {
+        "response".to_owned()
+    } else {
+        clean
+    }
+}
+
+/// The runaway guard: a server that ignores `max_tokens` must not stream forever. Eight
+/// characters per token is far above any real tokenizer, so honest answers never trip it.
+pub(super) fn runaway_limit(max_tokens: u32) -> usize {
+    usize::try_from(max_tokens)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    fn cx() -> ErrorContext<'static> {
+        ErrorContext {
+            provider: "openai",
+            model: "gpt",
+            secret: Some("sk-secret-key"),
+        }
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, HeaderValue::from_str(v).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn statuses_map_to_error_classes() {
+        let none = HeaderMap::new();
+        let overflow = r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#;
+        assert!(matches!(
+            classify(&cx(), 400, &none, overflow),
+            LlmError::ContextOverflow { .. }
+        ));
+        let long = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
+        assert!(matches!(
+            classify(&cx(), 400, &none, long),
+            LlmError::ContextOverflow { .. }
+        ));
+        assert!(matches!(
+            classify(&cx(), 429, &none, overflow),
+            LlmError::RateLimited { .. }
+        ));
+        assert!(matches!(
+            classify(&cx(), 400, &none, "{}"),
+            LlmError::BadRequest { .. }
+        ));
+        assert!(matches!(
+            classify(&cx(), 404, &none, "nope"),
+            LlmError::BadRequest { .. }
+        ));
+        assert!(matches!(
+            classify(&cx(), 401, &none, ""),
+            LlmError::Auth { .. }
+        ));
+        assert!(matches!(
+            classify(&cx(), 403, &none, ""),
+            LlmError::Auth { .. }
+        ));
+        assert!(matches!(
+            classify(&cx(), 503, &none, ""),
+            LlmError::Transient { .. }
+        ));
+        assert!(matches!(
+            classify(&cx(), 529, &none, ""),
+            LlmError::Transient { .. }
+        ));
+    }
+
+    #[test]
+    fn error_text_is_kept_short_and_without_the_key() {
+        let body = format!(
+            r#"{{"error":"bad key sk-secret-key {}"}}"#,
+            "x".repeat(2000)
+        );
+        let LlmError::Auth { message, .. } = classify(&cx(), 401, &HeaderMap::new(), &body) else {
+            panic!("expected Auth");
+        };
+        assert!(!message.contains("sk-secret-key"), "{message}");
+        assert!(message.contains("[REDACTED]"));
+        assert!(message.chars().count() < 600);
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_milliseconds_and_dates() {
+        assert_eq!(
+            retry_after(&headers(&[("retry-after", "2")])),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            retry_after(&headers(&[("retry-after-ms", "250"), ("retry-after", "9")])),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            retry_after(&headers(&[(
+                "retry-after",
+                "Wed, 21 Oct 2015 07:28:00 GMT"
+            )])),
+            Some(Duration::ZERO)
+        );
+        let soon = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
+        let wait = retry_after(&headers(&[("retry-after", &soon)])).unwrap();
+        assert!(wait > Duration::from_secs(25) && wait <= Duration::from_secs(30));
+        assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
+        assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn tool_calls_with_bad_arguments_become_invalid_tool_calls() {
+        let call = |args: &str| RawToolCall {
+            id: Some("c1".into()),
+            name: "f".into(),
+            args: args.into(),
+        };
+        let turn = AiTurn {
+            id: None,
+            model: "m".into(),
+            content: String::new(),
+            calls: vec![call(r#"{"q":1}"#), call("{oops"), call("[1]"), call("")],
+            finish: FinishReason::ToolCalls,
+            usage: None,
+            metadata: Map::new(),
+        };
+        let message = turn.into_response().message;
+        assert_eq!(message["tool_calls"].as_array().unwrap().len(), 2);
+        assert_eq!(message["tool_calls"][0]["args"], json!({"q": 1}));
+        assert_eq!(message["invalid_tool_calls"][0]["args"], "{oops");
+        assert_eq!(
+            message["invalid_tool_calls"][1]["type"],
+            "invalid_tool_call"
+        );
+        assert!(message["id"].as_str().unwrap().starts_with("run-"));
+        assert_eq!(message["usage_metadata"], Value::Null);
+    }
+
+    #[test]
+    fn env_defaults_cover_the_builtin_providers() {
+        let vars: BTreeMap<&str, &str> = [
+            ("OPENAI_API_KEY", "sk-1"),
+            ("OLLAMA_BASE_URL", "http://gpu:11434/v1"),
+            ("GROQ_API_KEY", ""),
+        ]
+        .into_iter()
+        .collect();
+        let table = defaults_from(|k| vars.get(k).map(|v| (*v).to_owned()));
+        let names: Vec<&str> = table.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "anthropic",
+                "deepseek",
+                "groq",
+                "lmstudio",
+                "ollama",
+                "openai",
+                "openrouter",
+                "vllm"
+            ]
+        );
+        assert_eq!(table["openai"].api_key.as_deref(), Some("sk-1"));
+        assert_eq!(table["openai"].base_url, "https://api.openai.com/v1");
+        assert_eq!(table["ollama"].base_url, "http://gpu:11434/v1");
+        assert_eq!(table["groq"].api_key, None);
+        assert_eq!(table["anthropic"].kind, ProviderKind::Anthropic);
+        assert!(table.values().all(|c| c.max_in_flight == 16));
+    }
+
+    #[test]
+    fn content_text_joins_text_blocks() {
+        let blocks = json!([{"type": "text", "text": "a"}, {"type": "image_url"}, "b"]);
+        assert_eq!(content_text(&blocks), "ab");
+        assert_eq!(content_text(&Value::Null), "");
+        assert_eq!(truncate("abcdef", 3), "abc…");
+        assert_eq!(identifier("My Schema!"), "My_Schema_");
+    }
+}

@@ -1,0 +1,138 @@
+//! Structured output: ask for JSON matching a schema, check it by deserialising into the target
+//! type, and on a mismatch tell the model what was wrong and ask again.
+
+use super::providers::content_text;
+use super::{ChatModel, ChatRequest, ChatResponse, LlmError, RetryPolicy, chat_with_retry};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// Asks for `req.response_schema` (which must be set) up to `attempts` times and returns the
+/// parsed value with the response that produced it. Each attempt retries transient errors with
+/// `policy`; errors that survive those retries, or that no retry can fix, end the whole call.
+pub async fn structured<T: DeserializeOwned>(
+    model: &dyn ChatModel,
+    req: &ChatRequest,
+    attempts: u32,
+    policy: RetryPolicy,
+    cancel: &CancellationToken,
+) -> Result<(T, ChatResponse), LlmError> {
+    let Some(schema) = &req.response_schema else {
+        return Err(LlmError::Config(
+            "structured output needs a response_schema".into(),
+        ));
+    };
+    let attempts = attempts.max(1);
+    let mut req = req.clone();
+    let mut last_error = String::new();
+    for _ in 0..attempts {
+        let answer = match chat_with_retry(model, &req, None, policy, cancel).await {
+            Ok(answer) => answer,
+            // An unreadable body is a bad answer like any other: ask again.
+            Err(LlmError::InvalidResponse { message, .. }) => {
+                last_error = message;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let text = content_text(&answer.message["content"]);
+        match parse::<T>(&text) {
+            Ok(value) => return Ok((value, answer)),
+            Err(error) => {
+                push_feedback(&mut req.messages, text, &error);
+                last_error = error;
+            }
+        }
+    }
+    Err(LlmError::InvalidResponse {
+        provider: req.model.provider.clone(),
+        message: format!(
+            "no answer matched the '{}' schema in {attempts} attempts; last error: {last_error}",
+            schema.name
+        ),
+    })
+}
+
+/// Appends the bad answer and the correction. The answer goes back as text only: a tool call
+/// left without a tool result would make the next request invalid.
+fn push_feedback(messages: &mut Vec<Value>, answer: String, error: &str) {
+    messages.push(json!({"type": "ai", "content": answer}));
+    messages.push(json!({
+        "type": "human",
+        "content": format!(
+            "Your previous answer did not match the required JSON schema: {error}. \
+             Answer again with only a JSON object that matches the schema."
+        ),
+    }));
+}
+
+/// Reads `T` from a model's text, tolerating a ```json fence and prose around the object.
+fn parse<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    let value: Value = json_in(text).ok_or_else(|| {
+        if text.trim().is_empty() {
+            "the answer was empty".to_owned()
+        } else {
+            "the answer contained no JSON object".to_owned()
+        }
+    })?;
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+/// The JSON value in `text`: the whole text, else a fenced block, else the outermost `{…}`.
+fn json_in(text: &str) -> Option<Value> {
+    let trimmed = text.trim();
+    let fenced = fenced_block(trimmed);
+    let object = match (trimmed.find('{'), trimmed.rfind('}')) {
+        (Some(start), Some(end)) if start < end => Some(&trimmed[start..=end]),
+        _ => None,
+    };
+    [Some(trimmed), fenced, object]
+        .into_iter()
+        .flatten()
+        .find_map(|candidate| serde_json::from_str(candidate.trim()).ok())
+}
+
+fn fenced_block(text: &str) -> Option<&str> {
+    let start = text.find("```")? + 3;
+    let rest = &text[start..];
+    // Skip the language tag (```json) up to the end of the fence line.
+    let body_start = rest.find('\n').map_or(0, |i| i + 1);
+    let body = &rest[body_start..];
+    let end = body.find("```")?;
+    Some(&body[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Answer {
+        n: u32,
+    }
+
+    #[test]
+    fn json_is_found_in_fences_and_prose() {
+        assert_eq!(parse::<Answer>(r#"{"n": 1}"#), Ok(Answer { n: 1 }));
+        assert_eq!(
+            parse::<Answer>("```json\n{\"n\": 2}\n```"),
+            Ok(Answer { n: 2 })
+        );
+        assert_eq!(
+            parse::<Answer>("Sure! Here it is: {\"n\": 3} Hope that helps."),
+            Ok(Answer { n: 3 })
+        );
+        assert_eq!(
+            parse::<Answer>("Text\n```\n{\"n\": 4}\n```\nmore"),
+            Ok(Answer { n: 4 })
+        );
+        assert!(
+            parse::<Answer>(r#"{"m": 1}"#)
+                .unwrap_err()
+                .contains("missing field `n`")
+        );
+        assert_eq!(parse::<Answer>("   ").unwrap_err(), "the answer was empty");
+        assert_eq!(parse::<Vec<u32>>("[1, 2]"), Ok(vec![1, 2]));
+    }
+}

@@ -1,0 +1,257 @@
+//! The research knobs of Open Deep Research's `Configuration`, their validation, and how a run's
+//! `configurable` overrides the operator's defaults (per-run settings win; locked keys do not move).
+
+use crate::llm::ModelName;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Which search the researchers get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchApi {
+    Tavily,
+    /// The research model's own server-side web search (Anthropic models).
+    Anthropic,
+    /// OpenAI's native search needs the Responses API, which is not wired: rejected at validation.
+    Openai,
+    None,
+}
+
+/// Every ODR knob (§1.1), with ODR's defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResearchConfig {
+    pub max_structured_output_retries: u32,
+    pub allow_clarification: bool,
+    pub max_concurrent_research_units: u32,
+    pub search_api: SearchApi,
+    pub max_researcher_iterations: u32,
+    pub max_react_tool_calls: u32,
+    pub summarization_model: String,
+    pub summarization_model_max_tokens: u32,
+    pub max_content_length: usize,
+    pub research_model: String,
+    pub research_model_max_tokens: u32,
+    pub compression_model: String,
+    pub compression_model_max_tokens: u32,
+    pub final_report_model: String,
+    pub final_report_model_max_tokens: u32,
+    #[serde(default)]
+    pub mcp_prompt: String,
+}
+
+impl Default for ResearchConfig {
+    fn default() -> Self {
+        Self {
+            max_structured_output_retries: 3,
+            allow_clarification: true,
+            max_concurrent_research_units: 5,
+            search_api: SearchApi::Tavily,
+            max_researcher_iterations: 6,
+            max_react_tool_calls: 10,
+            summarization_model: "openai:gpt-4.1-mini".into(),
+            summarization_model_max_tokens: 8192,
+            max_content_length: 50_000,
+            research_model: "openai:gpt-4.1".into(),
+            research_model_max_tokens: 10_000,
+            compression_model: "openai:gpt-4.1".into(),
+            compression_model_max_tokens: 8192,
+            final_report_model: "openai:gpt-4.1".into(),
+            final_report_model_max_tokens: 10_000,
+            mcp_prompt: String::new(),
+        }
+    }
+}
+
+/// Keys of `configurable` that are not research knobs but are allowed (ids the server adds and
+/// ODR's per-run keys).
+const PASSTHROUGH: [&str; 9] = [
+    "run_id",
+    "thread_id",
+    "graph_id",
+    "assistant_id",
+    "checkpoint_id",
+    "checkpoint_ns",
+    "user_id",
+    "apiKeys",
+    "mcp_config",
+];
+
+fn range(field: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
+    if (lo..=hi).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "config.configurable.{field}: must be between {lo} and {hi}, got {value}"
+        ))
+    }
+}
+
+impl ResearchConfig {
+    /// Checks ranges, enums and model strings; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        range(
+            "max_structured_output_retries",
+            self.max_structured_output_retries.into(),
+            1,
+            10,
+        )?;
+        range(
+            "max_concurrent_research_units",
+            self.max_concurrent_research_units.into(),
+            1,
+            20,
+        )?;
+        range(
+            "max_researcher_iterations",
+            self.max_researcher_iterations.into(),
+            1,
+            10,
+        )?;
+        range(
+            "max_react_tool_calls",
+            self.max_react_tool_calls.into(),
+            1,
+            30,
+        )?;
+        range(
+            "max_content_length",
+            self.max_content_length as u64,
+            1000,
+            200_000,
+        )?;
+        for (field, model, tokens) in self.models() {
+            ModelName::parse(model).map_err(|e| format!("config.configurable.{field}: {e}"))?;
+            range(&format!("{field}_max_tokens"), tokens.into(), 1, 200_000)?;
+        }
+        if self.search_api == SearchApi::Openai {
+            return Err(
+                "config.configurable.search_api: 'openai' native search is not supported \
+                        (it needs OpenAI's Responses API); use 'tavily', 'anthropic' or 'none'"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn models(&self) -> [(&'static str, &str, u32); 4] {
+        [
+            (
+                "summarization_model",
+                &self.summarization_model,
+                self.summarization_model_max_tokens,
+            ),
+            (
+                "research_model",
+                &self.research_model,
+                self.research_model_max_tokens,
+            ),
+            (
+                "compression_model",
+                &self.compression_model,
+                self.compression_model_max_tokens,
+            ),
+            (
+                "final_report_model",
+                &self.final_report_model,
+                self.final_report_model_max_tokens,
+            ),
+        ]
+    }
+
+    /// This config with a run's `configurable` applied on top. Unknown keys are rejected (a typo
+    /// must not silently fall back to a default), locked keys may not differ, values are
+    /// type-checked and the result validated.
+    pub fn with_overrides(
+        &self,
+        configurable: &Map<String, Value>,
+        locked: &[String],
+    ) -> Result<Self, String> {
+        let mut merged = match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map,
+            _ => return Err("internal: research config is not an object".into()),
+        };
+        for (key, value) in configurable {
+            if PASSTHROUGH.contains(&key.as_str()) || key.starts_with("x-") {
+                continue;
+            }
+            if !merged.contains_key(key) {
+                return Err(format!("config.configurable.{key}: unknown setting"));
+            }
+            if locked.contains(key) && merged.get(key) != Some(value) {
+                return Err(format!("config.configurable.{key}: locked by the operator"));
+            }
+            merged.insert(key.clone(), coerce(&merged[key], value));
+        }
+        let cfg: Self = serde_json::from_value(Value::Object(merged))
+            .map_err(|e| format!("config.configurable: {e}"))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// Accepts the string forms clients send (`"5"`, `"false"`) where the default is a number or a
+/// boolean, as pydantic does for ODR.
+fn coerce(default: &Value, value: &Value) -> Value {
+    match (default, value) {
+        (Value::Number(_), Value::String(s)) => s
+            .trim()
+            .parse::<u64>()
+            .map(Value::from)
+            .unwrap_or_else(|_| value.clone()),
+        (Value::Bool(_), Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" => Value::Bool(true),
+            "false" | "0" | "no" => Value::Bool(false),
+            _ => value.clone(),
+        },
+        _ => value.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn over(v: Value) -> Result<ResearchConfig, String> {
+        let map = v.as_object().cloned().unwrap_or_default();
+        ResearchConfig::default().with_overrides(&map, &["search_api".to_owned()])
+    }
+
+    #[test]
+    fn defaults_are_valid_and_runs_override_them() {
+        assert!(ResearchConfig::default().validate().is_ok());
+        let c = over(
+            json!({"max_concurrent_research_units": "3", "allow_clarification": "false",
+                            "research_model": "ollama:llama3.1:8b", "thread_id": "x"}),
+        )
+        .unwrap();
+        assert_eq!(c.max_concurrent_research_units, 3);
+        assert!(!c.allow_clarification);
+        assert_eq!(c.research_model, "ollama:llama3.1:8b");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = over(json!({"max_concurrent_research_units": 50})).unwrap_err();
+        assert!(e.contains("max_concurrent_research_units"), "{e}");
+        let e = over(json!({"research_model": "gpt-4.1"})).unwrap_err();
+        assert!(e.contains("research_model"), "{e}");
+        let e = over(json!({"search_api": "none"})).unwrap_err();
+        assert!(e.contains("locked"), "{e}");
+        let e = over(json!({"reserch_model": "openai:x"})).unwrap_err();
+        assert!(e.contains("reserch_model: unknown setting"), "{e}");
+        let e = over(json!({"allow_clarification": "perhaps"})).unwrap_err();
+        assert!(
+            e.contains("allow_clarification") || e.contains("configurable"),
+            "{e}"
+        );
+        let e = ResearchConfig {
+            search_api: SearchApi::Openai,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("search_api"));
+    }
+}

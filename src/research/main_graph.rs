@@ -1,0 +1,333 @@
+//! The main graph: `clarify_with_user` → `write_research_brief` → `research_supervisor` →
+//! `final_report_generation`.
+
+use super::citations::{self, normalize};
+use super::cost::CostMeter;
+use super::messages::{self as msg, ai, human, system};
+use super::model::{Caller, Deps, Role, run_config};
+use super::{ResearchDeps, config::SearchApi, supervisor};
+use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
+use crate::llm::{FinishReason, ResponseSchema};
+use crate::store::JsonMap;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+pub fn build(id: &str, deps: Deps) -> Graph {
+    let sup = Arc::new(supervisor::graph(deps.clone()));
+    let (d1, d2, d3, d4) = (deps.clone(), deps.clone(), deps.clone(), deps.clone());
+    Graph::builder(id)
+        .channel("messages", Reducer::Messages, json!([]))
+        .channel("supervisor_messages", Reducer::AppendOrOverride, json!([]))
+        .channel("research_brief", Reducer::Override, Value::Null)
+        .channel("raw_notes", Reducer::AppendOrOverride, json!([]))
+        .channel("notes", Reducer::AppendOrOverride, json!([]))
+        .channel("final_report", Reducer::Override, Value::Null)
+        .channel("sources", Reducer::AppendOrOverride, json!([]))
+        .channel("usage", Reducer::Override, Value::Null)
+        .node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
+        .node("write_research_brief", move |s, c| brief(d2.clone(), s, c))
+        .node("research_supervisor", move |s, c| {
+            research(d3.clone(), sup.clone(), s, c)
+        })
+        .node("final_report_generation", move |s, c| {
+            report(d4.clone(), s, c)
+        })
+        .start("clarify_with_user")
+        .may_goto("clarify_with_user", &["write_research_brief", END])
+        .edge("write_research_brief", "research_supervisor")
+        .edge("research_supervisor", "final_report_generation")
+        .edge("final_report_generation", END)
+        .schemas(super::schemas(&deps))
+        .config_check(super::config_check(&deps))
+        .build()
+}
+
+fn usage(ctx: &NodeContext) -> Value {
+    ctx.scope.local::<CostMeter>().snapshot()
+}
+
+fn update(ctx: &NodeContext, pairs: Vec<(&str, Value)>) -> JsonMap {
+    let mut map: JsonMap = pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    map.insert("usage".into(), usage(ctx));
+    map
+}
+
+#[derive(Deserialize)]
+struct ClarifyWithUser {
+    need_clarification: bool,
+    #[serde(default)]
+    question: String,
+    #[serde(default)]
+    verification: String,
+}
+
+fn clarify_schema() -> ResponseSchema {
+    ResponseSchema {
+        name: "ClarifyWithUser".into(),
+        description: "Whether to ask the user a clarifying question before researching.".into(),
+        schema: json!({"type": "object", "properties": {
+            "need_clarification": {"type": "boolean", "description": "Whether the user must be asked a clarifying question."},
+            "question": {"type": "string", "description": "The question that clarifies the report's scope."},
+            "verification": {"type": "string", "description": "A note confirming research will start."}},
+            "required": ["need_clarification", "question", "verification"]}),
+    }
+}
+
+async fn clarify(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+    let cfg = run_config(&deps, &ctx)?;
+    if !cfg.allow_clarification {
+        return Ok(Command::update(update(&ctx, vec![])).goto("write_research_brief"));
+    }
+    let caller = Caller::new(&deps, &ctx, &cfg);
+    let history = msg::buffer_string(&msg::list(&state, "messages"));
+    let date = msg::today();
+    let prompt = deps.prompts.render(
+        "clarify_with_user",
+        &[("messages", &history), ("date", &date)],
+    );
+    let req = caller.request(Role::Research, vec![human(&prompt)])?;
+    let answer: ClarifyWithUser = caller.structured(req, clarify_schema()).await?;
+    if answer.need_clarification && !answer.question.trim().is_empty() {
+        let upd = update(&ctx, vec![("messages", json!([ai(&answer.question)]))]);
+        return Ok(Command::update(upd).goto(END));
+    }
+    let mut pairs = vec![];
+    if !answer.verification.trim().is_empty() {
+        pairs.push(("messages", json!([ai(&answer.verification)])));
+    }
+    Ok(Command::update(update(&ctx, pairs)).goto("write_research_brief"))
+}
+
+#[derive(Deserialize)]
+struct ResearchQuestion {
+    research_brief: String,
+}
+
+async fn brief(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+    let cfg = run_config(&deps, &ctx)?;
+    let caller = Caller::new(&deps, &ctx, &cfg);
+    let history = msg::buffer_string(&msg::list(&state, "messages"));
+    let date = msg::today();
+    let prompt = deps
+        .prompts
+        .render("research_brief", &[("messages", &history), ("date", &date)]);
+    let req = caller.request(Role::Research, vec![human(&prompt)])?;
+    let schema = ResponseSchema {
+        name: "ResearchQuestion".into(),
+        description: "The research question that will guide the research.".into(),
+        schema: json!({"type": "object", "properties": {"research_brief": {"type": "string",
+                       "description": "A research question that will be used to guide the research."}},
+                       "required": ["research_brief"]}),
+    };
+    let answer: ResearchQuestion = caller.structured(req, schema).await?;
+    if answer.research_brief.trim().is_empty() {
+        return Err(NodeError::new(
+            "ResearchError",
+            "the research model returned an empty research brief",
+        ));
+    }
+    let supervisor_prompt = deps.prompts.render(
+        "supervisor_system",
+        &[
+            ("date", &date),
+            (
+                "max_concurrent_research_units",
+                &cfg.max_concurrent_research_units.to_string(),
+            ),
+            (
+                "max_researcher_iterations",
+                &cfg.max_researcher_iterations.to_string(),
+            ),
+        ],
+    );
+    let sup = json!({"type": "override", "value": [system(&supervisor_prompt), human(&answer.research_brief)]});
+    let upd = update(
+        &ctx,
+        vec![
+            ("research_brief", json!(answer.research_brief)),
+            ("supervisor_messages", sup),
+        ],
+    );
+    Ok(Command::update(upd).goto("research_supervisor"))
+}
+
+async fn research(
+    deps: Deps,
+    sup: Arc<Graph>,
+    state: JsonMap,
+    ctx: NodeContext,
+) -> Result<Command, NodeError> {
+    let _ = &deps;
+    let input = json!({
+        "supervisor_messages": state.get("supervisor_messages").cloned().unwrap_or(json!([])),
+        "research_brief": state.get("research_brief").cloned().unwrap_or(Value::Null),
+    });
+    let out = ctx.subgraph(&sup, input).await?;
+    // Only what this round added flows back (ODR re-applied the whole subgraph state through
+    // the parent's reducers, duplicating raw notes and supervisor messages on later turns).
+    let upd = update(
+        &ctx,
+        vec![
+            (
+                "supervisor_messages",
+                json!({"type": "override", "value": out.get("supervisor_messages").cloned().unwrap_or(json!([]))}),
+            ),
+            (
+                "notes",
+                json!({"type": "override", "value": out.get("notes").cloned().unwrap_or(json!([]))}),
+            ),
+            (
+                "raw_notes",
+                out.get("raw_notes").cloned().unwrap_or(json!([])),
+            ),
+            ("sources", out.get("sources").cloned().unwrap_or(json!([]))),
+        ],
+    );
+    Ok(Command::update(upd))
+}
+
+/// Known context windows (tokens) for trimming findings; first substring match wins.
+const CONTEXT_WINDOWS: [(&str, usize); 12] = [
+    ("gpt-4.1", 1_047_576),
+    ("gpt-4o", 128_000),
+    ("o4-mini", 200_000),
+    ("o3", 200_000),
+    ("o1", 200_000),
+    ("claude-opus-4", 200_000),
+    ("claude-sonnet-4", 200_000),
+    ("claude-3-7-sonnet", 200_000),
+    ("claude-3-5", 200_000),
+    ("gemini-1.5-pro", 2_097_152),
+    ("llama3", 8_192),
+    ("mistral", 32_768),
+];
+
+/// The character budget for findings after a context overflow: four characters per token of
+/// the window, but never more than 70% of what just failed (ODR's 4×window rarely cut anything).
+fn shrink(findings_len: usize, model: &str, previous: Option<usize>) -> usize {
+    match previous {
+        Some(p) => p * 9 / 10,
+        None => {
+            let by_window = CONTEXT_WINDOWS
+                .iter()
+                .find(|(k, _)| model.contains(k))
+                .map_or(usize::MAX, |(_, w)| w * 4);
+            by_window.min(findings_len * 7 / 10)
+        }
+    }
+}
+
+fn cut(text: &str, chars: usize) -> &str {
+    text.char_indices()
+        .nth(chars)
+        .map_or(text, |(i, _)| &text[..i])
+}
+
+async fn report(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+    let cfg = run_config(&deps, &ctx)?;
+    let sources = msg::list(&state, "sources");
+    if sources.is_empty() && cfg.search_api != SearchApi::None {
+        return Err(NodeError::new(
+            "NoSourcesError",
+            "Research gathered no sources: no search returned any result during this run, so no \
+             report was written (a report here could only cite invented sources). Try again, or \
+             use a research model that reliably calls tools.",
+        ));
+    }
+    let findings = msg::list(&state, "notes")
+        .iter()
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let resp = write_report(&deps, &ctx, &cfg, &state, &findings).await?;
+    let (text, finish) = (msg::text(&resp.message), resp.finish_reason);
+    let retrieved: HashSet<String> = sources
+        .iter()
+        .filter_map(|s| s["url"].as_str())
+        .map(normalize)
+        .collect();
+    let mut checked = citations::check(&text, &retrieved);
+    if finish == FinishReason::Length {
+        checked.report.push_str(&format!(
+            "\n\n> Note: the report was cut off at the output limit of {} tokens.\n",
+            cfg.final_report_model_max_tokens
+        ));
+    }
+    ctx.emit_custom(
+        json!({"type": "citations", "verified": checked.verified, "removed": checked.removed}),
+    );
+    // Keep the streamed message's id so clients merge the tokens they saw with the final text.
+    let mut message = resp.message;
+    message["content"] = json!(checked.report);
+    let upd = update(
+        &ctx,
+        vec![
+            ("final_report", json!(checked.report)),
+            ("messages", json!([message])),
+            ("notes", json!({"type": "override", "value": []})),
+        ],
+    );
+    Ok(Command::update(upd))
+}
+
+/// Streams the report, trimming the findings after a context overflow (up to four attempts).
+async fn write_report(
+    deps: &ResearchDeps,
+    ctx: &NodeContext,
+    cfg: &super::config::ResearchConfig,
+    state: &JsonMap,
+    findings: &str,
+) -> Result<crate::llm::ChatResponse, NodeError> {
+    let caller = Caller::new(deps, ctx, cfg);
+    let brief = msg::string(state, "research_brief");
+    let history = msg::buffer_string(&msg::list(state, "messages"));
+    let date = msg::today();
+    let mut budget: Option<usize> = None;
+    for _ in 0..4 {
+        let shown = budget.map_or(findings, |b| cut(findings, b));
+        let prompt = deps.prompts.render(
+            "final_report",
+            &[
+                ("research_brief", &brief),
+                ("messages", &history),
+                ("findings", shown),
+                ("date", &date),
+            ],
+        );
+        let req = caller.request(Role::FinalReport, vec![human(&prompt)])?;
+        match caller.call(req, true).await {
+            Ok(resp) => return Ok(resp),
+            Err(NodeError::Failed { kind, .. }) if kind == "ContextOverflowError" => {
+                budget = Some(shrink(
+                    findings.chars().count(),
+                    &cfg.final_report_model,
+                    budget,
+                ));
+                tracing::warn!(
+                    budget,
+                    "final report overflowed the context; trimming the findings"
+                );
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Err(NodeError::new(
+        "ContextOverflowError",
+        "the findings did not fit the final report model's context window even after trimming them three times",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn findings_shrink_below_what_failed() {
+        assert_eq!(shrink(1000, "openai:gpt-4.1", None), 700);
+        assert_eq!(shrink(10_000_000, "openai:gpt-4o", None), 512_000);
+        assert_eq!(shrink(1000, "x", Some(700)), 630);
+        assert_eq!(cut("héllo", 2), "hé");
+    }
+}

@@ -1,0 +1,148 @@
+//! Building and reading the LangChain-style message dicts the research graphs keep in state.
+
+use crate::graph::messages::ai_message;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+fn with_defaults(kind: &str, content: &str) -> Value {
+    json!({"content": content, "additional_kwargs": {}, "response_metadata": {}, "type": kind,
+           "name": null, "id": Uuid::new_v4().to_string()})
+}
+
+pub fn system(content: &str) -> Value {
+    with_defaults("system", content)
+}
+
+pub fn human(content: &str) -> Value {
+    with_defaults("human", content)
+}
+
+pub fn ai(content: &str) -> Value {
+    ai_message(&format!("run-{}", Uuid::new_v4()), content)
+}
+
+/// A tool result answering the call `call_id`.
+pub fn tool(content: &str, name: &str, call_id: &str) -> Value {
+    let mut msg = with_defaults("tool", content);
+    if let Some(map) = msg.as_object_mut() {
+        map.insert("name".into(), json!(name));
+        map.insert("tool_call_id".into(), json!(call_id));
+        map.insert("artifact".into(), Value::Null);
+        map.insert("status".into(), json!("success"));
+    }
+    msg
+}
+
+/// A message's text: a string `content`, or the text blocks of a list joined.
+pub fn text(msg: &Value) -> String {
+    match &msg["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").and_then(Value::as_str).or_else(|| b.as_str()))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+pub fn kind(msg: &Value) -> &str {
+    msg["type"].as_str().unwrap_or_default()
+}
+
+/// The conversation as `Human: …` / `AI: …` lines, as prompts quote it.
+pub fn buffer_string(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .map(|m| {
+            let role = match kind(m) {
+                "human" => "Human",
+                "ai" => "AI",
+                "system" => "System",
+                "tool" => "Tool",
+                other => other,
+            };
+            format!("{role}: {}", text(m))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One parsed tool call of an AI message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub args: Value,
+}
+
+pub fn tool_calls(msg: &Value) -> Vec<ToolCall> {
+    msg["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| ToolCall {
+            id: c["id"].as_str().unwrap_or_default().to_owned(),
+            name: c["name"].as_str().unwrap_or_default().to_owned(),
+            args: c["args"].clone(),
+        })
+        .collect()
+}
+
+/// Calls whose arguments were not valid JSON; each still needs an answer.
+pub fn invalid_tool_calls(msg: &Value) -> Vec<ToolCall> {
+    msg["invalid_tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| ToolCall {
+            id: c["id"].as_str().unwrap_or_default().to_owned(),
+            name: c["name"].as_str().unwrap_or_default().to_owned(),
+            args: json!({"error": c["error"], "raw": c["args"]}),
+        })
+        .collect()
+}
+
+/// The messages of a state list (a missing key is an empty list).
+pub fn list(state: &crate::store::JsonMap, key: &str) -> Vec<Value> {
+    state
+        .get(key)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A text field of the state.
+pub fn string(state: &crate::store::JsonMap, key: &str) -> String {
+    state
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Today's date the way the prompts show it, e.g. `Mon Jan 15, 2024`.
+pub fn today() -> String {
+    chrono::Utc::now().format("%a %b %-d, %Y").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffer_string_renders_roles_and_block_content() {
+        let msgs = vec![
+            json!({"type": "human", "content": [{"type": "text", "text": "hi"}]}),
+            json!({"type": "ai", "content": "hello"}),
+        ];
+        assert_eq!(buffer_string(&msgs), "Human: hi\nAI: hello");
+    }
+
+    #[test]
+    fn today_has_no_leading_zero() {
+        let d = today();
+        let day = d.split(' ').nth(2).unwrap().trim_end_matches(',');
+        assert!(!day.starts_with('0'), "{d}");
+    }
+}

@@ -1,0 +1,185 @@
+//! The deep-research graph: Open Deep Research's behaviour (clarify → brief → supervisor with
+//! parallel researchers → final report) on the graph runtime, with ODR's defects fixed: errors are
+//! reported instead of swallowed, per-run settings beat the environment, rate limits are never
+//! taken for context overflow, tokens stream, and reports cite only what searches returned.
+
+pub mod citations;
+pub mod config;
+pub mod cost;
+mod main_graph;
+mod messages;
+mod model;
+pub mod prompts;
+mod researcher;
+mod supervisor;
+
+use crate::config::file::{FileConfig, Price};
+use crate::graph::{ConfigCheck, Registry, Schemas};
+use crate::llm::{Providers, RetryPolicy};
+use crate::tools::{Tavily, TavilyConfig};
+use config::ResearchConfig;
+use prompts::Prompts;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// The graph id clients use.
+pub const GRAPH_ID: &str = "deep_research";
+/// ODR's graph id, so its clients and configs work unchanged.
+pub const ODR_GRAPH_ID: &str = "Deep Researcher";
+
+/// Everything the research nodes share across runs.
+pub struct ResearchDeps {
+    pub defaults: ResearchConfig,
+    pub locked: Vec<String>,
+    pub allow_api_keys_from_config: bool,
+    pub providers: Providers,
+    pub prompts: Prompts,
+    pub prices: BTreeMap<String, Price>,
+    pub tavily_config: TavilyConfig,
+    pub http: reqwest::Client,
+    /// Process-wide caps.
+    pub researcher_slots: Arc<Semaphore>,
+    pub summary_slots: Arc<Semaphore>,
+    pub search_slots: Arc<Semaphore>,
+    pub model_timeout: Duration,
+    pub summary_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl ResearchDeps {
+    /// Builds the dependencies from the file configuration and the environment.
+    pub fn from_config(
+        cfg: &FileConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
+        let prompts_dir = Some(cfg.prompts.dir.trim()).filter(|d| !d.is_empty());
+        let prompts = Prompts::load(prompts_dir.map(std::path::Path::new))?;
+        let (base_url, api_key) = cfg.search.tavily.resolve(env);
+        let limits = &cfg.limits;
+        let tavily_config = TavilyConfig {
+            base_url,
+            api_key,
+            timeout: Duration::from_secs(limits.search_timeout_secs),
+            ..TavilyConfig::default()
+        };
+        Ok(Self {
+            defaults: cfg.research.clone(),
+            locked: cfg.operator.locked.clone(),
+            allow_api_keys_from_config: cfg.operator.allow_api_keys_from_config,
+            providers: Providers::new(cfg.provider_configs(env)),
+            prompts,
+            prices: cfg.prices.clone(),
+            tavily_config,
+            http: reqwest::Client::new(),
+            researcher_slots: Arc::new(Semaphore::new(limits.max_concurrent_researchers.max(1))),
+            summary_slots: Arc::new(Semaphore::new(limits.max_concurrent_summaries.max(1))),
+            search_slots: Arc::new(Semaphore::new(limits.search_max_in_flight.max(1))),
+            model_timeout: Duration::from_secs(limits.model_timeout_secs),
+            summary_timeout: Duration::from_secs(limits.summary_timeout_secs),
+            retry: RetryPolicy::default(),
+        })
+    }
+
+    /// A Tavily client, with the run's own key when the operator allows run keys.
+    pub fn tavily(&self, run_key: Option<String>) -> Tavily {
+        let mut config = self.tavily_config.clone();
+        if let Some(key) = run_key.filter(|_| self.allow_api_keys_from_config) {
+            config.api_key = Some(key);
+        }
+        Tavily::new(config, self.http.clone(), self.search_slots.clone())
+    }
+}
+
+/// Registers the research graph under its id and ODR's.
+pub fn register(registry: &mut Registry, deps: Arc<ResearchDeps>) {
+    for id in [GRAPH_ID, ODR_GRAPH_ID] {
+        registry.register(main_graph::build(id, deps.clone()));
+    }
+}
+
+/// Rejects bad `configurable` values before a run is created.
+fn config_check(deps: &Arc<ResearchDeps>) -> ConfigCheck {
+    let deps = deps.clone();
+    Arc::new(move |config: &Value| {
+        let configurable = config["configurable"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        deps.defaults
+            .with_overrides(&configurable, &deps.locked)
+            .map(|_| ())
+    })
+}
+
+/// Tool schema helper.
+fn tool(
+    name: &str,
+    description: &str,
+    properties: Value,
+    required: &[&str],
+) -> crate::llm::ToolSpec {
+    crate::llm::ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        parameters: json!({"type": "object", "properties": properties, "required": required}),
+    }
+}
+
+fn think_tool() -> crate::llm::ToolSpec {
+    tool(
+        "think_tool",
+        "Record a reflection on the research so far: what was found, what is missing, what to do next.",
+        json!({"reflection": {"type": "string", "description": "Your reflection"}}),
+        &["reflection"],
+    )
+}
+
+fn research_complete_tool() -> crate::llm::ToolSpec {
+    tool(
+        "ResearchComplete",
+        "Signal that the research is complete.",
+        json!({}),
+        &[],
+    )
+}
+
+fn schemas(deps: &ResearchDeps) -> Schemas {
+    let messages = json!({"type": "array", "items": {"type": "object"}});
+    let strings = json!({"type": "array", "items": {"type": "string"}});
+    let state = json!({
+        "title": "AgentState", "type": "object",
+        "properties": {
+            "messages": messages, "supervisor_messages": messages,
+            "research_brief": {"type": ["string", "null"]},
+            "raw_notes": strings, "notes": strings,
+            "final_report": {"type": "string"},
+            "sources": {"type": "array", "items": {"type": "object",
+                        "properties": {"url": {"type": "string"}, "title": {"type": "string"}}}},
+            "usage": {"type": "object"}
+        }
+    });
+    let defaults = serde_json::to_value(&deps.defaults).unwrap_or_else(|_| json!({}));
+    let config_props: serde_json::Map<String, Value> = defaults
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| {
+            let kind = match v {
+                Value::Bool(_) => "boolean",
+                Value::Number(_) => "integer",
+                _ => "string",
+            };
+            (k.clone(), json!({"type": kind, "default": v}))
+        })
+        .collect();
+    Schemas {
+        input: json!({"title": "AgentInputState", "type": "object",
+                      "properties": {"messages": messages}, "required": ["messages"]}),
+        output: state.clone(),
+        state,
+        config: json!({"title": "Configuration", "type": "object", "properties": config_props}),
+    }
+}

@@ -1,0 +1,173 @@
+//! How research nodes call models: the run's settings, the right key, retries, token streaming
+//! into the run's `messages` stream, and usage recorded in the run's cost meter.
+
+use super::ResearchDeps;
+use super::config::ResearchConfig;
+use super::cost::CostMeter;
+use crate::graph::{NodeContext, NodeError};
+use crate::llm::{
+    ChatRequest, ChatResponse, Delta, LlmError, ModelName, NativeTool, ResponseSchema, RetryPolicy,
+    ToolSpec, chat_with_retry, structured,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The model roles of ODR's configuration.
+#[derive(Clone, Copy, Debug)]
+pub enum Role {
+    Research,
+    Summarization,
+    Compression,
+    FinalReport,
+}
+
+/// One node's handle for model calls.
+pub struct Caller<'a> {
+    pub deps: &'a ResearchDeps,
+    pub ctx: &'a NodeContext,
+    pub cfg: &'a ResearchConfig,
+}
+
+/// A model error as the run reports it.
+pub fn node_error(e: LlmError) -> NodeError {
+    match e {
+        LlmError::Cancelled => NodeError::Cancelled,
+        other => NodeError::new(other.kind(), other.to_string()),
+    }
+}
+
+impl<'a> Caller<'a> {
+    pub fn new(deps: &'a ResearchDeps, ctx: &'a NodeContext, cfg: &'a ResearchConfig) -> Self {
+        Self { deps, ctx, cfg }
+    }
+
+    fn model_for(&self, role: Role) -> (&str, u32) {
+        let c = self.cfg;
+        match role {
+            Role::Research => (&c.research_model, c.research_model_max_tokens),
+            Role::Summarization => (&c.summarization_model, c.summarization_model_max_tokens),
+            Role::Compression => (&c.compression_model, c.compression_model_max_tokens),
+            Role::FinalReport => (&c.final_report_model, c.final_report_model_max_tokens),
+        }
+    }
+
+    /// A request for `role` with the run's key (when the operator allows run keys).
+    pub fn request(&self, role: Role, messages: Vec<Value>) -> Result<ChatRequest, NodeError> {
+        let (model, max_tokens) = self.model_for(role);
+        let name = ModelName::parse(model).map_err(|e| NodeError::new("ConfigurationError", e))?;
+        let mut req = ChatRequest::new(name, messages, max_tokens);
+        req.timeout = self.deps.model_timeout;
+        req.api_key = self.run_key(&req.model.provider);
+        Ok(req)
+    }
+
+    fn run_key(&self, provider: &str) -> Option<String> {
+        if !self.deps.allow_api_keys_from_config {
+            return None;
+        }
+        let name = format!("{}_API_KEY", provider.to_ascii_uppercase());
+        self.ctx.config()["configurable"]["apiKeys"][&name]
+            .as_str()
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+    }
+
+    fn policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.cfg.max_structured_output_retries.max(1),
+            ..self.deps.retry
+        }
+    }
+
+    /// A tool-calling or plain call. With `stream`, tokens go out as `AIMessageChunk`s.
+    pub async fn call(
+        &self,
+        mut req: ChatRequest,
+        stream: bool,
+    ) -> Result<ChatResponse, NodeError> {
+        let model = self.deps.providers.model(&req.model).map_err(node_error)?;
+        req.stream = stream;
+        let ctx = self.ctx;
+        let emit = move |d: Delta| ctx.emit_chunk(chunk(&d));
+        let on_delta: Option<&(dyn Fn(Delta) + Send + Sync)> =
+            if stream { Some(&emit) } else { None };
+        let resp = chat_with_retry(&*model, &req, on_delta, self.policy(), self.ctx.cancelled())
+            .await
+            .map_err(node_error);
+        self.record(&req.model.to_string(), resp.as_ref().ok());
+        resp
+    }
+
+    /// A structured-output call parsed into `T`.
+    pub async fn structured<T: DeserializeOwned>(
+        &self,
+        mut req: ChatRequest,
+        schema: ResponseSchema,
+    ) -> Result<T, NodeError> {
+        let model = self.deps.providers.model(&req.model).map_err(node_error)?;
+        req.response_schema = Some(schema);
+        let attempts = self.cfg.max_structured_output_retries.max(1);
+        let policy = RetryPolicy {
+            max_attempts: 2,
+            ..self.deps.retry
+        };
+        let out = structured::<T>(&*model, &req, attempts, policy, self.ctx.cancelled()).await;
+        match out {
+            Ok((value, resp)) => {
+                self.record(&req.model.to_string(), Some(&resp));
+                Ok(value)
+            }
+            Err(e) => Err(node_error(e)),
+        }
+    }
+
+    fn record(&self, model: &str, resp: Option<&ChatResponse>) {
+        let Some(resp) = resp else { return };
+        let meter = self.ctx.scope.local::<CostMeter>();
+        let totals = meter.record(model, resp.usage, self.deps.prices.get(model).copied());
+        self.ctx.emit_run_custom(json!({
+            "type": "usage",
+            "node": self.ctx.node,
+            "model": model,
+            "input_tokens": resp.usage.input_tokens,
+            "output_tokens": resp.usage.output_tokens,
+            "run": totals,
+        }));
+    }
+
+    /// Tool specs plus the provider-native search when configured.
+    pub fn with_tools(
+        &self,
+        mut req: ChatRequest,
+        tools: Vec<ToolSpec>,
+        native: Vec<NativeTool>,
+    ) -> ChatRequest {
+        req.tools = tools;
+        req.native_tools = native;
+        req.parallel_tool_calls = true;
+        req
+    }
+}
+
+/// A streamed delta as the `AIMessageChunk` clients expect.
+fn chunk(d: &Delta) -> Value {
+    json!({"content": d.content, "additional_kwargs": {}, "response_metadata": {},
+           "type": "AIMessageChunk", "name": null, "id": d.id, "tool_calls": [],
+           "invalid_tool_calls": [], "usage_metadata": null, "tool_call_chunks": d.tool_call_chunks,
+           "chunk_position": null})
+}
+
+/// The run's research settings (validated when the run was created).
+pub fn run_config(deps: &ResearchDeps, ctx: &NodeContext) -> Result<ResearchConfig, NodeError> {
+    let configurable = ctx.config()["configurable"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    deps.defaults
+        .with_overrides(&configurable, &deps.locked)
+        .map_err(|e| NodeError::new("ConfigurationError", e))
+}
+
+/// Shared handle type for node closures.
+pub type Deps = Arc<ResearchDeps>;

@@ -1,0 +1,121 @@
+//! Prompt templates: built into the binary from `prompts/*.txt`, each replaceable by a file of
+//! the same name in the directory the operator configures. `{name}` placeholders are filled in.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Built-in templates by name.
+const BUILT_IN: [(&str, &str); 8] = [
+    (
+        "clarify_with_user",
+        include_str!("../../prompts/clarify_with_user.txt"),
+    ),
+    (
+        "research_brief",
+        include_str!("../../prompts/research_brief.txt"),
+    ),
+    (
+        "supervisor_system",
+        include_str!("../../prompts/supervisor_system.txt"),
+    ),
+    (
+        "researcher_system",
+        include_str!("../../prompts/researcher_system.txt"),
+    ),
+    (
+        "compress_system",
+        include_str!("../../prompts/compress_system.txt"),
+    ),
+    (
+        "compress_request",
+        include_str!("../../prompts/compress_request.txt"),
+    ),
+    (
+        "final_report",
+        include_str!("../../prompts/final_report.txt"),
+    ),
+    (
+        "summarize_webpage",
+        include_str!("../../prompts/summarize_webpage.txt"),
+    ),
+];
+
+/// The loaded templates.
+#[derive(Clone, Debug)]
+pub struct Prompts {
+    templates: BTreeMap<String, String>,
+}
+
+impl Prompts {
+    /// The built-in templates.
+    pub fn built_in() -> Self {
+        let templates = BUILT_IN
+            .iter()
+            .map(|(name, text)| ((*name).to_owned(), (*text).to_owned()))
+            .collect();
+        Self { templates }
+    }
+
+    /// Built-ins, with `<dir>/<name>.txt` replacing each template that has such a file.
+    pub fn load(dir: Option<&Path>) -> std::io::Result<Self> {
+        let mut prompts = Self::built_in();
+        let Some(dir) = dir else {
+            return Ok(prompts);
+        };
+        for (name, text) in prompts.templates.iter_mut() {
+            let path = dir.join(format!("{name}.txt"));
+            if path.exists() {
+                *text = std::fs::read_to_string(&path)?;
+            }
+        }
+        Ok(prompts)
+    }
+
+    /// Fills `{key}` placeholders of template `name` (an unknown name renders empty).
+    pub fn render(&self, name: &str, vars: &[(&str, &str)]) -> String {
+        let mut text = self.templates.get(name).cloned().unwrap_or_default();
+        for (key, value) in vars {
+            text = text.replace(&format!("{{{key}}}"), value);
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_template_renders_its_variables() {
+        let p = Prompts::built_in();
+        let out = p.render(
+            "final_report",
+            &[
+                ("research_brief", "B"),
+                ("messages", "M"),
+                ("findings", "F"),
+                ("date", "D"),
+            ],
+        );
+        for needle in ["B", "M", "F", "Today is D"] {
+            assert!(out.contains(needle), "{needle}");
+        }
+        for (name, _) in BUILT_IN {
+            assert!(!p.render(name, &[]).is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_directory_overrides_built_ins() {
+        let dir = std::env::temp_dir().join(format!("dr-prompts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("research_brief.txt"), "custom {date}").unwrap();
+        let p = Prompts::load(Some(&dir)).unwrap();
+        assert_eq!(
+            p.render("research_brief", &[("date", "today")]),
+            "custom today"
+        );
+        assert!(p.render("final_report", &[]).contains("<Findings>"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

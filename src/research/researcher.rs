@@ -1,0 +1,319 @@
+//! The researcher subgraph: `researcher` (the model picks tools) ⇄ `researcher_tools` (search,
+//! reflect) → `compress_research` (clean up the findings for the supervisor).
+
+use super::config::SearchApi;
+use super::messages::{self as msg, ToolCall, human, system, tool};
+use super::model::{Caller, Deps, Role, node_error, run_config};
+use super::{ResearchDeps, research_complete_tool, think_tool};
+use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
+use crate::llm::{NativeTool, ResponseSchema, ToolSpec};
+use crate::store::JsonMap;
+use crate::tools::{PageSummarizer, PageSummary, SearchOptions, tavily, tavily_search};
+use async_trait::async_trait;
+use futures::future::join_all;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub fn graph(deps: Deps) -> Graph {
+    let (d1, d2, d3) = (deps.clone(), deps.clone(), deps);
+    Graph::builder("researcher")
+        .channel("researcher_messages", Reducer::Append, json!([]))
+        .channel("tool_call_iterations", Reducer::Override, json!(0))
+        .channel("research_topic", Reducer::Override, Value::Null)
+        .channel("compressed_research", Reducer::Override, Value::Null)
+        .channel("raw_notes", Reducer::AppendOrOverride, json!([]))
+        .channel("sources", Reducer::AppendOrOverride, json!([]))
+        .node("researcher", move |s, c| researcher(d1.clone(), s, c))
+        .node("researcher_tools", move |s, c| tools(d2.clone(), s, c))
+        .node("compress_research", move |s, c| compress(d3.clone(), s, c))
+        .start("researcher")
+        .edge("researcher", "researcher_tools")
+        .may_goto("researcher_tools", &["researcher", "compress_research"])
+        .edge("compress_research", END)
+        .build()
+}
+
+fn search_tools(search: SearchApi) -> (Vec<ToolSpec>, Vec<NativeTool>, &'static str) {
+    match search {
+        SearchApi::Tavily => {
+            let spec = tavily::tool_spec();
+            let tool = ToolSpec {
+                name: spec["name"]
+                    .as_str()
+                    .unwrap_or(tavily::TOOL_NAME)
+                    .to_owned(),
+                description: spec["description"].as_str().unwrap_or_default().to_owned(),
+                parameters: spec["parameters"].clone(),
+            };
+            (
+                vec![tool],
+                vec![],
+                "- tavily_search(queries): web search; several queries at once are fine.",
+            )
+        }
+        SearchApi::Anthropic => (
+            vec![],
+            vec![NativeTool::WebSearch { max_uses: 5 }],
+            "- web_search: your built-in web search.",
+        ),
+        SearchApi::Openai | SearchApi::None => (
+            vec![],
+            vec![],
+            "- (no web search is available for this run)",
+        ),
+    }
+}
+
+async fn researcher(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+    let cfg = run_config(&deps, &ctx)?;
+    let caller = Caller::new(&deps, &ctx, &cfg);
+    let (mut tools, native, note) = search_tools(cfg.search_api);
+    tools.splice(0..0, [research_complete_tool(), think_tool()]);
+    let mcp = if cfg.mcp_prompt.trim().is_empty() {
+        String::new()
+    } else {
+        format!("\n{}\n", cfg.mcp_prompt)
+    };
+    let prompt = deps.prompts.render(
+        "researcher_system",
+        &[
+            ("date", &msg::today()),
+            ("mcp_prompt", &mcp),
+            ("search_tools", note),
+        ],
+    );
+    let mut messages = vec![system(&prompt)];
+    messages.extend(msg::list(&state, "researcher_messages"));
+    let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
+    let resp = caller.call(req, false).await?;
+    let iterations = state
+        .get("tool_call_iterations")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        + 1;
+    let mut upd = JsonMap::new();
+    upd.insert("researcher_messages".into(), json!([resp.message]));
+    upd.insert("tool_call_iterations".into(), json!(iterations));
+    Ok(Command::update(upd).goto("researcher_tools"))
+}
+
+fn used_native_search(message: &Value) -> bool {
+    message["response_metadata"]["server_tool_use"]["web_search_requests"]
+        .as_u64()
+        .unwrap_or(0)
+        > 0
+}
+
+async fn tools(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+    let cfg = run_config(&deps, &ctx)?;
+    let history = msg::list(&state, "researcher_messages");
+    let last = history.last().cloned().unwrap_or(Value::Null);
+    let calls = msg::tool_calls(&last);
+    let invalid = msg::invalid_tool_calls(&last);
+    if calls.is_empty() && invalid.is_empty() && !used_native_search(&last) {
+        return Ok(Command::default().goto("compress_research"));
+    }
+    let caller = Caller::new(&deps, &ctx, &cfg);
+    let outcomes = join_all(calls.iter().map(|c| run_tool(&caller, c))).await;
+    let mut messages = Vec::new();
+    let mut sources = Vec::new();
+    for (call, outcome) in calls.iter().zip(outcomes) {
+        let (content, found) = outcome?;
+        messages.push(tool(&content, &call.name, &call.id));
+        sources.extend(found);
+    }
+    for call in &invalid {
+        messages.push(tool(
+            &format!(
+                "Error executing tool: the arguments were not valid JSON ({})",
+                call.args["error"]
+            ),
+            &call.name,
+            &call.id,
+        ));
+    }
+    let iterations = state
+        .get("tool_call_iterations")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let done = iterations >= u64::from(cfg.max_react_tool_calls)
+        || calls.iter().any(|c| c.name == "ResearchComplete");
+    let mut upd = JsonMap::new();
+    upd.insert("researcher_messages".into(), Value::Array(messages));
+    upd.insert("sources".into(), Value::Array(sources));
+    Ok(Command::update(upd).goto(if done {
+        "compress_research"
+    } else {
+        "researcher"
+    }))
+}
+
+/// Runs one tool call: its result text and the sources it showed. Tool failures become text for
+/// the model; only cancellation stops the node.
+async fn run_tool(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Value>), NodeError> {
+    match call.name.as_str() {
+        "think_tool" => Ok((
+            format!(
+                "Reflection recorded: {}",
+                call.args["reflection"].as_str().unwrap_or_default()
+            ),
+            vec![],
+        )),
+        "ResearchComplete" => Ok((String::new(), vec![])),
+        tavily::TOOL_NAME if caller.cfg.search_api == SearchApi::Tavily => {
+            search(caller, call).await
+        }
+        other => Ok((
+            format!("Error executing tool: there is no tool named '{other}'"),
+            vec![],
+        )),
+    }
+}
+
+async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Value>), NodeError> {
+    let queries: Vec<String> = match call.args["queries"].as_array() {
+        Some(q) => q
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .filter(|q| !q.trim().is_empty())
+            .collect(),
+        None => {
+            return Ok((
+                "Error executing tool: `queries` must be a list of strings".into(),
+                vec![],
+            ));
+        }
+    };
+    if queries.is_empty() {
+        return Ok((
+            "Error executing tool: give at least one search query".into(),
+            vec![],
+        ));
+    }
+    let deps: &ResearchDeps = caller.deps;
+    let run_key = caller.ctx.config()["configurable"]["apiKeys"]["TAVILY_API_KEY"]
+        .as_str()
+        .map(str::to_owned);
+    let tavily = deps.tavily(run_key);
+    let opts = SearchOptions {
+        max_content_length: caller.cfg.max_content_length,
+        summary_timeout: deps.summary_timeout,
+        summary_slots: deps.summary_slots.clone(),
+    };
+    let summarizer = ModelSummarizer { caller };
+    match tavily_search(
+        &tavily,
+        &queries,
+        Some(&summarizer),
+        &opts,
+        caller.ctx.cancelled(),
+    )
+    .await
+    {
+        Ok(out) => {
+            let sources = out
+                .sources
+                .iter()
+                .map(|s| json!({"url": s.url, "title": s.title}))
+                .collect();
+            Ok((out.text, sources))
+        }
+        Err(crate::tools::SearchError::Cancelled) => Err(NodeError::Cancelled),
+        Err(e) => {
+            caller.ctx.emit_run_custom(
+                json!({"type": "search_error", "queries": queries, "error": e.to_string()}),
+            );
+            Ok((format!("Error executing tool: {e}"), vec![]))
+        }
+    }
+}
+
+/// Page summaries by the run's summarisation model.
+struct ModelSummarizer<'a> {
+    caller: &'a Caller<'a>,
+}
+
+#[derive(Deserialize)]
+struct Summary {
+    summary: String,
+    key_excerpts: String,
+}
+
+#[async_trait]
+impl PageSummarizer for ModelSummarizer<'_> {
+    async fn summarize(&self, content: &str) -> Result<PageSummary, String> {
+        let deps = self.caller.deps;
+        let prompt = deps.prompts.render(
+            "summarize_webpage",
+            &[("webpage_content", content), ("date", &msg::today())],
+        );
+        let req = self
+            .caller
+            .request(Role::Summarization, vec![human(&prompt)])
+            .map_err(|e| e.to_string())?;
+        let schema = ResponseSchema {
+            name: "Summary".into(),
+            description: "A summary of a web page with key excerpts.".into(),
+            schema: json!({"type": "object", "properties": {
+                "summary": {"type": "string"}, "key_excerpts": {"type": "string"}},
+                "required": ["summary", "key_excerpts"]}),
+        };
+        let s: Summary = self
+            .caller
+            .structured(req, schema)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(PageSummary {
+            summary: s.summary,
+            key_excerpts: s.key_excerpts,
+        })
+    }
+}
+
+/// Everything except the prefix before the last AI message (ODR's trimming after an overflow).
+fn before_last_ai(messages: &[Value]) -> Vec<Value> {
+    match messages.iter().rposition(|m| msg::kind(m) == "ai") {
+        Some(i) => messages[..i].to_vec(),
+        None => messages.to_vec(),
+    }
+}
+
+async fn compress(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+    let cfg = run_config(&deps, &ctx)?;
+    let caller = Caller::new(&deps, &ctx, &cfg);
+    let mut history = msg::list(&state, "researcher_messages");
+    let system_prompt = deps
+        .prompts
+        .render("compress_system", &[("date", &msg::today())]);
+    let request = deps.prompts.render("compress_request", &[]);
+    let mut last_error = None;
+    for _ in 0..3 {
+        let mut messages = vec![system(&system_prompt)];
+        messages.extend(history.iter().cloned());
+        // The instruction stays after trimming (ODR trimmed it away with the last AI turn).
+        messages.push(human(&request));
+        let req = caller.request(Role::Compression, messages)?;
+        match caller.call(req, false).await {
+            Ok(resp) => return Ok(compressed(&history, &msg::text(&resp.message))),
+            Err(NodeError::Failed { kind, message }) if kind == "ContextOverflowError" => {
+                history = before_last_ai(&history);
+                last_error = Some(NodeError::Failed { kind, message });
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Err(last_error
+        .unwrap_or_else(|| node_error(crate::llm::LlmError::Config("compression failed".into()))))
+}
+
+fn compressed(history: &[Value], text: &str) -> Command {
+    let raw: Vec<String> = history
+        .iter()
+        .filter(|m| matches!(msg::kind(m), "tool" | "ai"))
+        .map(msg::text)
+        .collect();
+    let mut upd = JsonMap::new();
+    upd.insert("compressed_research".into(), json!(text));
+    upd.insert("raw_notes".into(), json!([raw.join("\n")]));
+    Command::update(upd).goto(END)
+}

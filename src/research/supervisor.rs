@@ -1,0 +1,246 @@
+//! The supervisor subgraph: `supervisor` (the lead model picks tools) ⇄ `supervisor_tools`
+//! (reflections, parallel researchers, exit checks).
+
+use super::messages::{self as msg, ToolCall, tool};
+use super::model::{Caller, Deps, Role, run_config};
+use super::{research_complete_tool, researcher, think_tool};
+use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
+use futures::future::join_all;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+pub fn graph(deps: Deps) -> Graph {
+    let researcher = Arc::new(researcher::graph(deps.clone()));
+    let (d1, d2) = (deps.clone(), deps);
+    Graph::builder("supervisor")
+        .channel("supervisor_messages", Reducer::AppendOrOverride, json!([]))
+        .channel("research_brief", Reducer::Override, Value::Null)
+        .channel("notes", Reducer::AppendOrOverride, json!([]))
+        .channel("research_iterations", Reducer::Override, json!(0))
+        .channel("raw_notes", Reducer::AppendOrOverride, json!([]))
+        .channel("sources", Reducer::AppendOrOverride, json!([]))
+        .node("supervisor", move |s, c| supervisor(d1.clone(), s, c))
+        .node("supervisor_tools", move |s, c| {
+            tools(d2.clone(), researcher.clone(), s, c)
+        })
+        .start("supervisor")
+        .edge("supervisor", "supervisor_tools")
+        .may_goto("supervisor_tools", &["supervisor", END])
+        .build()
+}
+
+fn conduct_research_tool() -> crate::llm::ToolSpec {
+    super::tool(
+        "ConductResearch",
+        "Delegate research on one topic to a research assistant.",
+        json!({"research_topic": {"type": "string", "description":
+            "The topic to research: a single topic, described in full detail (at least a paragraph)."}}),
+        &["research_topic"],
+    )
+}
+
+async fn supervisor(
+    deps: Deps,
+    state: crate::store::JsonMap,
+    ctx: NodeContext,
+) -> Result<Command, NodeError> {
+    let cfg = run_config(&deps, &ctx)?;
+    let caller = Caller::new(&deps, &ctx, &cfg);
+    let req = caller.request(Role::Research, msg::list(&state, "supervisor_messages"))?;
+    let req = caller.with_tools(
+        req,
+        vec![
+            conduct_research_tool(),
+            research_complete_tool(),
+            think_tool(),
+        ],
+        vec![],
+    );
+    let resp = caller.call(req, false).await?;
+    let iterations = state
+        .get("research_iterations")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        + 1;
+    let mut upd = crate::store::JsonMap::new();
+    upd.insert("supervisor_messages".into(), json!([resp.message]));
+    upd.insert("research_iterations".into(), json!(iterations));
+    Ok(Command::update(upd).goto("supervisor_tools"))
+}
+
+/// The research results in the supervisor's history: what the report is written from. (ODR also
+/// passed on think-tool echoes and over-limit errors.)
+fn notes(messages: &[Value]) -> Vec<Value> {
+    messages
+        .iter()
+        .filter(|m| {
+            msg::kind(m) == "tool" && m["name"] == "ConductResearch" && m["status"] != "error"
+        })
+        .map(|m| json!(msg::text(m)))
+        .collect()
+}
+
+fn finish(messages: &[Value]) -> Command {
+    let mut upd = crate::store::JsonMap::new();
+    upd.insert(
+        "notes".into(),
+        json!({"type": "override", "value": notes(messages)}),
+    );
+    Command::update(upd).goto(END)
+}
+
+/// One round's results.
+#[derive(Default)]
+struct Round {
+    messages: Vec<Value>,
+    raw_notes: Vec<Value>,
+    sources: Vec<Value>,
+}
+
+async fn tools(
+    deps: Deps,
+    researcher: Arc<Graph>,
+    state: crate::store::JsonMap,
+    ctx: NodeContext,
+) -> Result<Command, NodeError> {
+    let cfg = run_config(&deps, &ctx)?;
+    let history = msg::list(&state, "supervisor_messages");
+    let last = history.last().cloned().unwrap_or(Value::Null);
+    let calls = msg::tool_calls(&last);
+    let invalid = msg::invalid_tool_calls(&last);
+    let iterations = state
+        .get("research_iterations")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    let exhausted = iterations > u64::from(cfg.max_researcher_iterations);
+    if exhausted
+        || (calls.is_empty() && invalid.is_empty())
+        || calls.iter().any(|c| c.name == "ResearchComplete")
+    {
+        return Ok(finish(&history));
+    }
+    let cap = cfg.max_concurrent_research_units as usize;
+    let research: Vec<&ToolCall> = calls
+        .iter()
+        .filter(|c| c.name == "ConductResearch")
+        .collect();
+    let (allowed, overflow) = research.split_at(research.len().min(cap));
+    let results = join_all(
+        allowed
+            .iter()
+            .map(|c| run_researcher(&deps, &researcher, &ctx, c)),
+    )
+    .await;
+    let mut round = Round::default();
+    for (call, result) in allowed.iter().zip(results) {
+        round.absorb(call, result?);
+    }
+    for call in &calls {
+        match call.name.as_str() {
+            "think_tool" => {
+                let reflection = call.args["reflection"].as_str().unwrap_or_default();
+                round.messages.push(tool(&format!("Reflection recorded: {reflection}"), "think_tool", &call.id));
+            }
+            "ConductResearch" => {}
+            other => round.messages.push(error_tool(&format!(
+                "Error: there is no tool named '{other}'. Use ConductResearch, think_tool or ResearchComplete."
+            ), other, &call.id)),
+        }
+    }
+    for call in overflow {
+        round.messages.push(error_tool(&format!(
+            "Error: Did not run this research as you have already exceeded the maximum number of concurrent research units. Please try again with {cap} or fewer research units."
+        ), "ConductResearch", &call.id));
+    }
+    for call in &invalid {
+        round.messages.push(error_tool(
+            &format!(
+                "Error: the arguments of this call were not valid JSON ({}).",
+                call.args["error"]
+            ),
+            &call.name,
+            &call.id,
+        ));
+    }
+    let mut upd = crate::store::JsonMap::new();
+    upd.insert("supervisor_messages".into(), Value::Array(round.messages));
+    upd.insert("raw_notes".into(), Value::Array(round.raw_notes));
+    upd.insert("sources".into(), Value::Array(round.sources));
+    Ok(Command::update(upd).goto("supervisor"))
+}
+
+fn error_tool(content: &str, name: &str, id: &str) -> Value {
+    let mut m = tool(content, name, id);
+    m["status"] = json!("error");
+    m
+}
+
+impl Round {
+    /// Records one researcher's outcome; a failed researcher is reported, not swallowed.
+    fn absorb(&mut self, call: &ToolCall, outcome: Result<crate::store::JsonMap, NodeError>) {
+        match outcome {
+            Ok(out) => {
+                let compressed = out
+                    .get("compressed_research")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                self.messages
+                    .push(tool(compressed, "ConductResearch", &call.id));
+                let raw: Vec<String> = msg::list(&out, "raw_notes")
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect();
+                if !raw.is_empty() {
+                    self.raw_notes.push(json!(raw.join("\n")));
+                }
+                self.sources.extend(msg::list(&out, "sources"));
+            }
+            Err(e) => {
+                let text = format!(
+                    "Error: the research assistant for this topic failed, so no findings were gathered for it ({e})."
+                );
+                self.messages
+                    .push(error_tool(&text, "ConductResearch", &call.id));
+            }
+        }
+    }
+}
+
+/// Runs one researcher under the process-wide researcher cap. Only cancellation is an error
+/// here; a researcher's own failure comes back as its outcome.
+async fn run_researcher(
+    deps: &Deps,
+    graph: &Graph,
+    ctx: &NodeContext,
+    call: &ToolCall,
+) -> Result<Result<crate::store::JsonMap, NodeError>, NodeError> {
+    let topic = call.args["research_topic"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    if topic.is_empty() {
+        return Ok(Err(NodeError::new(
+            "ValueError",
+            "ConductResearch needs a non-empty research_topic",
+        )));
+    }
+    let permit = tokio::select! {
+        permit = deps.researcher_slots.clone().acquire_owned() => permit.map_err(|_| NodeError::Cancelled)?,
+        () = ctx.cancelled().cancelled() => return Err(NodeError::Cancelled),
+    };
+    let input = json!({"researcher_messages": [msg::human(&topic)], "research_topic": topic});
+    let outcome = ctx.subgraph_named("researcher", graph, input).await;
+    drop(permit);
+    match outcome {
+        Err(NodeError::Cancelled) => Err(NodeError::Cancelled),
+        Err(e) => {
+            ctx.emit_run_custom(
+                json!({"type": "researcher_error", "topic": topic, "error": e.to_string()}),
+            );
+            tracing::warn!(error = %e, "a researcher failed; the supervisor continues without it");
+            Ok(Err(e))
+        }
+        Ok(out) => Ok(Ok(out)),
+    }
+}

@@ -1,0 +1,531 @@
+//! The `tavily_search` tool: run several Tavily queries at once, de-duplicate the hits by URL,
+//! summarise each page with a model, and format the lot as one tool-result string (ODR §4.1).
+//!
+//! Deliberate departures from ODR (§3.10, §10): page summaries and Tavily calls run under
+//! process-wide semaphores instead of unbounded fan-out, and a failed or timed-out summary falls
+//! back to Tavily's short `content` snippet rather than up to 50,000 characters of raw page.
+
+use async_trait::async_trait;
+use futures::future::{join_all, try_join_all};
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// Tool name the model sees.
+pub const TOOL_NAME: &str = "tavily_search";
+
+/// Tool result when no query returned anything (exact ODR text).
+pub const NO_RESULTS: &str = "No valid search results found. Please try different search queries or use a different search API.";
+
+/// A server asking us to wait longer than this is treated as a hard failure: holding a researcher
+/// for minutes is worse than letting it see the error and move on.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// Upper bound for exponential backoff between attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Error bodies can be whole HTML pages; keep messages readable.
+const MAX_ERROR_DETAIL: usize = 300;
+
+/// How to reach Tavily and which fixed search options to send.
+#[derive(Clone)]
+pub struct TavilyConfig {
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub max_results: u32,
+    pub topic: String,
+    pub search_depth: String,
+    /// Per HTTP attempt, from connect to the end of the body.
+    pub timeout: Duration,
+    /// Attempts in all for retryable failures (1 = no retry).
+    pub max_attempts: u32,
+    /// First backoff delay; doubles per attempt unless the server sends `Retry-After`.
+    pub base_delay: Duration,
+}
+
+impl Default for TavilyConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "https://api.tavily.com".to_owned(),
+            api_key: None,
+            max_results: 5,
+            topic: "general".to_owned(),
+            search_depth: "basic".to_owned(),
+            timeout: Duration::from_secs(30),
+            max_attempts: 3,
+            base_delay: Duration::from_millis(500),
+        }
+    }
+}
+
+// Hand-written so the key never reaches logs.
+impl fmt::Debug for TavilyConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TavilyConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("max_results", &self.max_results)
+            .field("topic", &self.topic)
+            .field("search_depth", &self.search_depth)
+            .field("timeout", &self.timeout)
+            .field("max_attempts", &self.max_attempts)
+            .field("base_delay", &self.base_delay)
+            .finish()
+    }
+}
+
+/// One Tavily result.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct SearchHit {
+    #[serde(default)]
+    pub title: String,
+    pub url: String,
+    /// Tavily's short snippet.
+    #[serde(default)]
+    pub content: String,
+    /// The full page text, when Tavily could fetch it.
+    #[serde(default)]
+    pub raw_content: Option<String>,
+    #[serde(default)]
+    pub score: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct SearchResponse {
+    results: Vec<SearchHit>,
+}
+
+/// Why a search failed. The display text is what the researcher sees after
+/// `Error executing tool: `, so it never contains the API key.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SearchError {
+    #[error("Tavily rate limit exceeded{}", retry_hint(.retry_after))]
+    RateLimited { retry_after: Option<Duration> },
+    #[error("Tavily rejected the API key: {0}")]
+    Auth(String),
+    #[error("Tavily rejected the request: {0}")]
+    BadRequest(String),
+    #[error("Tavily is unavailable: {0}")]
+    Transient(String),
+    #[error("Tavily returned an invalid response: {0}")]
+    InvalidResponse(String),
+    #[error("no Tavily API key configured: set TAVILY_API_KEY")]
+    MissingKey,
+    #[error("search cancelled")]
+    Cancelled,
+}
+
+fn retry_hint(retry_after: &Option<Duration>) -> String {
+    retry_after.map_or_else(String::new, |d| {
+        format!(" (retry after {}s)", d.as_secs_f64())
+    })
+}
+
+/// A Tavily client whose every HTTP attempt takes a permit from a process-wide semaphore.
+#[derive(Clone, Debug)]
+pub struct Tavily {
+    config: TavilyConfig,
+    client: reqwest::Client,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Tavily {
+    pub fn new(config: TavilyConfig, client: reqwest::Client, in_flight: Arc<Semaphore>) -> Self {
+        Self {
+            config,
+            client,
+            in_flight,
+        }
+    }
+
+    pub fn config(&self) -> &TavilyConfig {
+        &self.config
+    }
+
+    /// Runs one query, retrying rate limits and transient failures.
+    pub async fn search(&self, query: &str) -> Result<Vec<SearchHit>, SearchError> {
+        let key = self.api_key()?;
+        let body = self.request_body(query);
+        let mut attempt = 1;
+        loop {
+            let err = match self.attempt(key, &body).await {
+                Ok(hits) => return Ok(hits),
+                Err(err) => err,
+            };
+            let Some(delay) = self.retry_delay(&err, attempt) else {
+                return Err(err);
+            };
+            tracing::warn!(%err, attempt, ?delay, "Tavily search failed; retrying");
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+
+    fn api_key(&self) -> Result<&str, SearchError> {
+        match self.config.api_key.as_deref().map(str::trim) {
+            Some(key) if !key.is_empty() => Ok(key),
+            _ => Err(SearchError::MissingKey),
+        }
+    }
+
+    fn request_body(&self, query: &str) -> Value {
+        json!({
+            "query": query,
+            "max_results": self.config.max_results,
+            "include_raw_content": true,
+            "topic": self.config.topic,
+            "search_depth": self.config.search_depth,
+        })
+    }
+
+    async fn attempt(&self, key: &str, body: &Value) -> Result<Vec<SearchHit>, SearchError> {
+        // The permit covers the body read too: that is when the connection is still busy.
+        let _permit = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| SearchError::Cancelled)?;
+        let url = format!("{}/search", self.config.base_url.trim_end_matches('/'));
+        let response = self
+            .client
+            .post(url)
+            .bearer_auth(key)
+            .timeout(self.config.timeout)
+            .json(body)
+            .send()
+            .await
+            .map_err(transport_error)?;
+        let status = response.status();
+        let retry_after = parse_retry_after(response.headers());
+        let bytes = response.bytes().await.map_err(transport_error)?;
+        if !status.is_success() {
+            return Err(status_error(status, retry_after, &bytes));
+        }
+        serde_json::from_slice::<SearchResponse>(&bytes)
+            .map(|parsed| parsed.results)
+            .map_err(|e| SearchError::InvalidResponse(e.to_string()))
+    }
+
+    /// `None` means give up: the error is final or the attempts are spent.
+    fn retry_delay(&self, err: &SearchError, attempt: u32) -> Option<Duration> {
+        if attempt >= self.config.max_attempts {
+            return None;
+        }
+        match err {
+            SearchError::RateLimited {
+                retry_after: Some(wait),
+            } => (*wait <= MAX_RETRY_AFTER).then_some(*wait),
+            SearchError::RateLimited { retry_after: None } | SearchError::Transient(_) => {
+                Some(backoff(self.config.base_delay, attempt))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn backoff(base: Duration, attempt: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
+    base.saturating_mul(factor).min(MAX_BACKOFF)
+}
+
+fn transport_error(err: reqwest::Error) -> SearchError {
+    if err.is_builder() {
+        return SearchError::BadRequest(err.to_string());
+    }
+    if err.is_timeout() {
+        return SearchError::Transient(format!("request timed out: {err}"));
+    }
+    SearchError::Transient(err.to_string())
+}
+
+fn status_error(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> SearchError {
+    let detail = format!("HTTP {}: {}", status.as_u16(), error_detail(body));
+    match status.as_u16() {
+        429 => SearchError::RateLimited { retry_after },
+        401 | 403 => SearchError::Auth(detail),
+        400..=499 => SearchError::BadRequest(detail),
+        500..=599 => SearchError::Transient(detail),
+        _ => SearchError::InvalidResponse(detail),
+    }
+}
+
+/// Tavily answers `{"detail": {"error": "…"}}`; anything else is shown as (shortened) text.
+fn error_detail(body: &[u8]) -> String {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        v.pointer("/detail/error")
+            .or_else(|| v.get("detail"))
+            .or_else(|| v.get("error"))
+            .and_then(Value::as_str)
+    });
+    let text = match message {
+        Some(m) => m.to_owned(),
+        None => String::from_utf8_lossy(body).into_owned(),
+    };
+    truncate_chars(text.trim(), MAX_ERROR_DETAIL).to_owned()
+}
+
+/// `Retry-After` as delta-seconds or an HTTP date.
+fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    let when = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = when.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(wait.to_std().unwrap_or(Duration::ZERO))
+}
+
+/// The first `max_chars` characters of `text`, cut on a char boundary (Python slice semantics).
+pub fn truncate_chars(text: &str, max_chars: usize) -> &str {
+    match text.char_indices().nth(max_chars) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+/// A model's digest of one web page.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageSummary {
+    pub summary: String,
+    pub key_excerpts: String,
+}
+
+impl PageSummary {
+    /// The text shown to the researcher in place of the page.
+    pub fn render(&self) -> String {
+        format!(
+            "<summary>\n{}\n</summary>\n\n<key_excerpts>\n{}\n</key_excerpts>",
+            self.summary, self.key_excerpts
+        )
+    }
+}
+
+/// Summarises page text; implemented over the model layer elsewhere so this tool stays
+/// independent of it. Errors are plain text because the tool only logs them.
+#[async_trait]
+pub trait PageSummarizer: Send + Sync {
+    async fn summarize(&self, content: &str) -> Result<PageSummary, String>;
+}
+
+/// Per-call knobs of `tavily_search`.
+#[derive(Clone, Debug)]
+pub struct SearchOptions {
+    /// Characters of raw page text handed to the summariser.
+    pub max_content_length: usize,
+    /// Per summary, counted from when it holds a slot (queueing is not the model's fault).
+    pub summary_timeout: Duration,
+    /// Process-wide cap on concurrent summaries.
+    pub summary_slots: Arc<Semaphore>,
+}
+
+impl SearchOptions {
+    /// ODR defaults (50,000 characters, 60 s) over the given shared slots. There is no `Default`
+    /// on purpose: a fresh semaphore per call would defeat the process-wide cap.
+    pub fn new(summary_slots: Arc<Semaphore>) -> Self {
+        Self {
+            max_content_length: 50_000,
+            summary_timeout: Duration::from_secs(60),
+            summary_slots,
+        }
+    }
+}
+
+/// A page the researcher was shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub url: String,
+    pub title: String,
+}
+
+/// The tool result text plus the sources it cites, in `SOURCE n` order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchOutput {
+    pub text: String,
+    pub sources: Vec<Source>,
+}
+
+/// The model-visible schema of the tool.
+pub fn tool_spec() -> Value {
+    json!({
+        "name": TOOL_NAME,
+        "description": "A search engine built for comprehensive, accurate and trusted results. \
+            Useful when you need answers about current events.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "queries": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "List of search queries"
+                }
+            },
+            "required": ["queries"]
+        }
+    })
+}
+
+/// Runs the tool. A failing query fails the whole call; `cancel` aborts it promptly.
+pub async fn tavily_search(
+    tavily: &Tavily,
+    queries: &[String],
+    summarizer: Option<&dyn PageSummarizer>,
+    opts: &SearchOptions,
+    cancel: &CancellationToken,
+) -> Result<SearchOutput, SearchError> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(SearchError::Cancelled),
+        output = run_search(tavily, queries, summarizer, opts) => output,
+    }
+}
+
+async fn run_search(
+    tavily: &Tavily,
+    queries: &[String],
+    summarizer: Option<&dyn PageSummarizer>,
+    opts: &SearchOptions,
+) -> Result<SearchOutput, SearchError> {
+    let responses = try_join_all(queries.iter().map(|q| tavily.search(q))).await?;
+    let hits = dedupe(responses);
+    if hits.is_empty() {
+        return Ok(SearchOutput {
+            text: NO_RESULTS.to_owned(),
+            sources: Vec::new(),
+        });
+    }
+    let contents = join_all(
+        hits.iter()
+            .map(|hit| display_content(hit, summarizer, opts)),
+    )
+    .await;
+    Ok(format_output(&hits, &contents))
+}
+
+/// First occurrence wins, in query order then rank order.
+fn dedupe(responses: Vec<Vec<SearchHit>>) -> Vec<SearchHit> {
+    let mut seen = HashSet::new();
+    responses
+        .into_iter()
+        .flatten()
+        .filter(|hit| seen.insert(hit.url.clone()))
+        .collect()
+}
+
+async fn display_content(
+    hit: &SearchHit,
+    summarizer: Option<&dyn PageSummarizer>,
+    opts: &SearchOptions,
+) -> String {
+    let raw = hit.raw_content.as_deref().filter(|raw| !raw.is_empty());
+    let (Some(summarizer), Some(raw)) = (summarizer, raw) else {
+        return hit.content.clone();
+    };
+    match summarize_page(summarizer, raw, opts).await {
+        Ok(summary) => summary.render(),
+        Err(err) => {
+            tracing::warn!(url = %hit.url, %err, "page summary failed; showing Tavily's snippet");
+            hit.content.clone()
+        }
+    }
+}
+
+async fn summarize_page(
+    summarizer: &dyn PageSummarizer,
+    raw: &str,
+    opts: &SearchOptions,
+) -> Result<PageSummary, String> {
+    let _slot = opts
+        .summary_slots
+        .acquire()
+        .await
+        .map_err(|_| "summary slots closed".to_owned())?;
+    let page = truncate_chars(raw, opts.max_content_length);
+    tokio::time::timeout(opts.summary_timeout, summarizer.summarize(page))
+        .await
+        .unwrap_or_else(|_| Err(format!("timed out after {:?}", opts.summary_timeout)))
+}
+
+fn format_output(hits: &[SearchHit], contents: &[String]) -> SearchOutput {
+    let mut text = String::from("Search results: \n\n");
+    for (i, (hit, content)) in hits.iter().zip(contents).enumerate() {
+        text.push_str(&format!(
+            "\n\n--- SOURCE {n}: {title} ---\nURL: {url}\n\nSUMMARY:\n{content}\n\n\n\n{rule}\n",
+            n = i + 1,
+            title = hit.title,
+            url = hit.url,
+            rule = "-".repeat(80),
+        ));
+    }
+    let sources = hits
+        .iter()
+        .map(|hit| Source {
+            url: hit.url.clone(),
+            title: hit.title.clone(),
+        })
+        .collect();
+    SearchOutput { text, sources }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate_chars("héllo", 2), "hé");
+        assert_eq!(truncate_chars("héllo", 10), "héllo");
+        assert_eq!(truncate_chars("", 3), "");
+    }
+
+    #[test]
+    fn debug_redacts_key() {
+        let config = TavilyConfig {
+            api_key: Some("tvly-secret".into()),
+            ..TavilyConfig::default()
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("tvly-secret"));
+        assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
+        assert_eq!(parse_retry_after(&headers), Some(Duration::from_secs(2)));
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(parse_retry_after(&headers), Some(Duration::ZERO));
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("soon"));
+        assert_eq!(parse_retry_after(&headers), None);
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let base = Duration::from_millis(500);
+        assert_eq!(backoff(base, 1), base);
+        assert_eq!(backoff(base, 2), Duration::from_secs(1));
+        assert_eq!(backoff(base, 30), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn error_detail_prefers_tavily_message() {
+        let body = br#"{"detail":{"error":"Unauthorized: missing or invalid API key."}}"#;
+        assert_eq!(
+            error_detail(body),
+            "Unauthorized: missing or invalid API key."
+        );
+        assert_eq!(error_detail(b"  plain  "), "plain");
+    }
+}

@@ -1,0 +1,563 @@
+//! The research graph end to end through the HTTP API, against the scripted model and search
+//! fakes over real HTTP.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use support::fake_llm::FakeReply;
+use support::research::{self as r, INVENTED_URL, ResearchApp, Role, Script, scripted};
+use support::{new_thread, parse_sse};
+
+async fn stream(ra: &ResearchApp, tid: &str, text: &str, extra: Value) -> Vec<support::SseFrame> {
+    let mut body = json!({"assistant_id": "deep_research",
+                          "input": {"messages": [{"role": "user", "content": text}]},
+                          "stream_mode": ["values", "updates", "messages-tuple", "custom"]});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    let resp = ra
+        .app
+        .client
+        .post(ra.app.url(&format!("/threads/{tid}/runs/stream")))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    parse_sse(&resp.text().await.unwrap())
+}
+
+fn last_values(frames: &[support::SseFrame]) -> Value {
+    frames
+        .iter()
+        .rev()
+        .find(|f| f.event == "values")
+        .map(|f| f.data.clone())
+        .unwrap_or(Value::Null)
+}
+
+async fn thread(ra: &ResearchApp, tid: &str) -> Value {
+    ra.app
+        .client
+        .get(ra.app.url(&format!("/threads/{tid}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Every URL in `text` that looks like a link.
+fn cited(text: &str) -> Vec<String> {
+    deep_research::research::citations::find_urls(text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vague_question_is_clarified_then_researched_with_verified_citations() {
+    let ra = r::start(scripted(Script::default()), "").await;
+    let tid = new_thread(&ra.app).await;
+
+    let first = stream(&ra, &tid, "Tell me about the vague thing", json!({})).await;
+    let values = last_values(&first);
+    let messages = values["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[1]["content"], "Which aspect do you mean?");
+    assert!(
+        values["final_report"].is_null(),
+        "no research before the answer"
+    );
+    assert_eq!(thread(&ra, &tid).await["status"], "idle");
+
+    let second = stream(&ra, &tid, "The history of it, please", json!({})).await;
+    assert!(
+        second.iter().all(|f| f.event != "error"),
+        "{:?}",
+        second.iter().find(|f| f.event == "error")
+    );
+    let values = last_values(&second);
+    let report = values["final_report"].as_str().expect("a report");
+    let texts: Vec<&str> = values["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        texts.len(),
+        5,
+        "question, clarification, answer, verification, report: {texts:?}"
+    );
+    assert_eq!(texts[4], report);
+
+    // Every cited URL came from this run's searches; the invented one was removed.
+    let served: HashSet<String> = ra
+        .tavily
+        .requests()
+        .iter()
+        .flat_map(|r| {
+            let q = r.body["query"].as_str().unwrap_or_default().to_owned();
+            (1..=5).map(move |i| support::fake_tavily::default_hit(&q, i, 10).url)
+        })
+        .collect();
+    let links = cited(report);
+    assert!(!links.is_empty(), "the report cites sources: {report}");
+    for url in &links {
+        assert!(
+            served.contains(url.trim_end_matches('/')),
+            "cited {url} was never returned by a search"
+        );
+    }
+    assert!(!report.contains(INVENTED_URL));
+    assert!(report.contains("did not come from this run's searches"));
+    let citation_event = second
+        .iter()
+        .find(|f| f.event == "custom" && f.data["type"] == "citations")
+        .unwrap();
+    assert_eq!(citation_event.data["removed"], json!([INVENTED_URL]));
+
+    // State as ODR's clients read it.
+    assert!(
+        values["research_brief"]
+            .as_str()
+            .is_some_and(|b| !b.is_empty())
+    );
+    assert_eq!(
+        values["notes"],
+        json!([]),
+        "notes are cleared after the report"
+    );
+    assert!(
+        values["raw_notes"]
+            .as_array()
+            .is_some_and(|n| !n.is_empty())
+    );
+    assert!(
+        values["supervisor_messages"]
+            .as_array()
+            .is_some_and(|m| m.len() > 4)
+    );
+    let usage = &values["usage"];
+    assert!(usage["calls"].as_u64().unwrap() > 10, "{usage}");
+    assert!(usage["input_tokens"].as_u64().unwrap() > 0);
+    assert!(usage["estimated_usd"].as_f64().unwrap() > 0.0);
+    assert!(
+        second
+            .iter()
+            .any(|f| f.event == "custom" && f.data["type"] == "usage"),
+        "cost streams while running"
+    );
+    // The report streamed token by token, then arrived whole with the same id.
+    let report_id = values["messages"][4]["id"].as_str().unwrap();
+    let chunks = second
+        .iter()
+        .filter(|f| {
+            f.event == "messages"
+                && f.data[0]["type"] == "AIMessageChunk"
+                && f.data[0]["id"] == report_id
+        })
+        .count();
+    assert!(chunks > 1, "report tokens streamed: {chunks}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisor_and_researcher_steps_stream_and_are_checkpointed() {
+    let ra = r::start(
+        scripted(Script {
+            topics: 2,
+            ..Script::default()
+        }),
+        "",
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(
+        &ra,
+        &tid,
+        "Compare two things",
+        json!({"stream_subgraphs": true}),
+    )
+    .await;
+    let updates: Vec<&str> = frames
+        .iter()
+        .filter(|f| f.event.starts_with("updates"))
+        .map(|f| f.event.as_str())
+        .collect();
+    let supervisor_ns = updates
+        .iter()
+        .find(|n| n.starts_with("updates|research_supervisor:") && !n.contains("researcher:"))
+        .unwrap();
+    let researcher_ns: HashSet<&str> = updates
+        .iter()
+        .filter(|n| n.contains("|researcher:"))
+        .copied()
+        .collect();
+    assert_eq!(
+        researcher_ns.len(),
+        2,
+        "one namespace per researcher: {updates:?}"
+    );
+    for node in ["supervisor", "supervisor_tools"] {
+        assert!(
+            frames
+                .iter()
+                .any(|f| f.event == *supervisor_ns && f.data.get(node).is_some()),
+            "no {node} update"
+        );
+    }
+    for node in ["researcher", "researcher_tools", "compress_research"] {
+        assert!(
+            frames
+                .iter()
+                .any(|f| f.event.contains("|researcher:") && f.data.get(node).is_some()),
+            "no {node} update"
+        );
+    }
+    // /history lists every step, per namespace.
+    let history = |ns: String| {
+        let app = &ra.app;
+        let tid = tid.clone();
+        async move {
+            let body = json!({"limit": 100, "checkpoint": {"checkpoint_ns": ns}});
+            let v: Value = app
+                .client
+                .post(app.url(&format!("/threads/{tid}/history")))
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["metadata"]["source"].as_str().unwrap_or("").to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    let root = history(String::new()).await;
+    assert_eq!(
+        root.len(),
+        6,
+        "input, start, clarify, brief, supervisor, report: {root:?}"
+    );
+    let sup = history(supervisor_ns.trim_start_matches("updates|").to_owned()).await;
+    assert_eq!(
+        sup.len(),
+        2 + 8,
+        "input, start, 4 × (supervisor, tools): {sup:?}"
+    );
+    let one = researcher_ns
+        .iter()
+        .next()
+        .unwrap()
+        .trim_start_matches("updates|")
+        .to_owned();
+    let steps = history(one).await;
+    assert_eq!(
+        steps.len(),
+        2 + 8 + 1,
+        "input, start, 4 × (researcher, tools), compress: {steps:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_run_and_global_caps_hold() {
+    let extra = "[limits]\nmax_concurrent_researchers = 2\nsearch_max_in_flight = 1\nmax_concurrent_summaries = 2\n\
+                 [providers.openai]\nmax_in_flight = 3\n";
+    let ra = r::start(
+        scripted(Script {
+            topics: 4,
+            ..Script::default()
+        }),
+        extra,
+    )
+    .await;
+    ra.tavily.set_latency(std::time::Duration::from_millis(30));
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(
+        &ra,
+        &tid,
+        "Compare four things",
+        json!({"config": {"configurable": {"max_concurrent_research_units": 3}}}),
+    )
+    .await;
+    let values = last_values(&frames);
+    assert!(
+        values["final_report"].is_string(),
+        "{:?}",
+        frames.iter().find(|f| f.event == "error")
+    );
+    let sup = values["supervisor_messages"].as_array().unwrap();
+    let results: Vec<&Value> = sup
+        .iter()
+        .filter(|m| m["type"] == "tool" && m["name"] == "ConductResearch")
+        .collect();
+    assert_eq!(results.len(), 4, "every call answered");
+    let overflow = results
+        .iter()
+        .filter(|m| {
+            m["content"]
+                .as_str()
+                .unwrap()
+                .contains("maximum number of concurrent research units")
+        })
+        .count();
+    assert_eq!(overflow, 1, "3 of 4 ran (per-run cap)");
+    let topics: HashSet<String> = ra
+        .llm
+        .requests()
+        .iter()
+        .filter(|q| r::role(q) == Role::Researcher)
+        .map(r::topic)
+        .collect();
+    assert_eq!(topics.len(), 3);
+    assert_eq!(ra.tavily.max_in_flight(), 1, "global search cap");
+    assert!(
+        ra.llm.max_in_flight() <= 3,
+        "provider cap: {}",
+        ra.llm.max_in_flight()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_per_run_settings_are_rejected_before_the_run() {
+    let ra = r::start(
+        scripted(Script::default()),
+        "[operator]\nlocked = [\"search_api\"]\n",
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    for (configurable, needle) in [
+        (
+            json!({"max_concurrent_research_units": 99}),
+            "max_concurrent_research_units",
+        ),
+        (json!({"research_model": "gpt-4.1"}), "research_model"),
+        (json!({"search_api": "none"}), "locked"),
+        (json!({"serch_api": "none"}), "serch_api"),
+    ] {
+        let resp = ra.app.client.post(ra.app.url(&format!("/threads/{tid}/runs")))
+            .json(&json!({"assistant_id": "deep_research", "input": {"messages": []}, "config": {"configurable": configurable}}))
+            .send().await.unwrap();
+        assert_eq!(resp.status(), 422);
+        let body: Value = resp.json().await.unwrap();
+        assert!(body["detail"].as_str().unwrap().contains(needle), "{body}");
+    }
+    assert_eq!(ra.llm.calls(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_that_never_searches_gets_an_error_not_a_fluent_report() {
+    let ra = r::start(
+        scripted(Script {
+            supervisor_prose: true,
+            ..Script::default()
+        }),
+        "",
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "What is new in batteries?", json!({})).await;
+    let error = frames
+        .iter()
+        .find(|f| f.event == "error")
+        .expect("an error event");
+    assert_eq!(error.data["error"], "NoSourcesError");
+    assert!(
+        error.data["message"]
+            .as_str()
+            .unwrap()
+            .contains("no search returned")
+    );
+    let t = thread(&ra, &tid).await;
+    assert_eq!(t["status"], "error");
+    assert!(
+        ra.llm.requests().iter().all(|q| r::role(q) != Role::Report),
+        "no report was attempted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_call_is_retried_after_retry_after() {
+    let responder = r::on_nth(
+        scripted(Script {
+            topics: 1,
+            ..Script::default()
+        }),
+        Role::Report,
+        1,
+        FakeReply::rate_limited("1"),
+    );
+    let ra = r::start(responder, "").await;
+    let tid = new_thread(&ra.app).await;
+    let started = std::time::Instant::now();
+    let values = last_values(&stream(&ra, &tid, "Batteries", json!({})).await);
+    assert!(values["final_report"].is_string());
+    let reports = ra
+        .llm
+        .requests()
+        .iter()
+        .filter(|q| r::role(q) == Role::Report)
+        .count();
+    assert_eq!(reports, 2, "one 429, one retry");
+    assert!(
+        started.elapsed() >= std::time::Duration::from_secs(1),
+        "waited for Retry-After"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_trims_the_findings_and_never_comes_from_a_429() {
+    let responder = r::on_nth(
+        scripted(Script {
+            topics: 1,
+            ..Script::default()
+        }),
+        Role::Report,
+        1,
+        FakeReply::context_length(),
+    );
+    let ra = r::start(responder, "").await;
+    let tid = new_thread(&ra.app).await;
+    let values = last_values(&stream(&ra, &tid, "Batteries", json!({})).await);
+    assert!(values["final_report"].is_string());
+    let reports: Vec<String> = ra
+        .llm
+        .requests()
+        .iter()
+        .filter(|q| r::role(q) == Role::Report)
+        .map(r::all_text)
+        .collect();
+    assert_eq!(reports.len(), 2);
+    assert!(
+        reports[1].len() < reports[0].len(),
+        "the second attempt shows fewer findings"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_that_keeps_failing_ends_the_run_in_error() {
+    let inner = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let responder = move |req: &Value| {
+        if r::role(req) == Role::Report {
+            FakeReply::server_error()
+        } else {
+            inner(req)
+        }
+    };
+    let ra = r::start(responder, "").await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "Batteries", json!({})).await;
+    let error = frames
+        .iter()
+        .find(|f| f.event == "error")
+        .expect("error event");
+    assert_eq!(error.data["error"], "APIError");
+    assert!(
+        error.data["message"].as_str().unwrap().contains("500")
+            || error.data["message"]
+                .as_str()
+                .unwrap()
+                .contains("transient"),
+        "{}",
+        error.data
+    );
+    let reports = ra
+        .llm
+        .requests()
+        .iter()
+        .filter(|q| r::role(q) == Role::Report)
+        .count();
+    assert_eq!(
+        reports, 3,
+        "transient errors are retried max_structured_output_retries times"
+    );
+    assert_eq!(thread(&ra, &tid).await["status"], "error");
+    assert!(
+        last_values(&frames)["final_report"].is_null(),
+        "no error text posing as a report"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tool_calls_from_the_model_are_answered_and_the_run_finishes() {
+    let inner = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let first_researcher_turn = std::sync::Mutex::new(false);
+    let responder = move |req: &Value| {
+        if r::role(req) == Role::Researcher && r::turns(req) == 1 {
+            let mut done = first_researcher_turn.lock().unwrap();
+            if !*done {
+                *done = true;
+                return FakeReply::ToolCalls(vec![("no_such_tool".into(), json!({}))]);
+            }
+        }
+        inner(req)
+    };
+    let ra = r::start(responder, "").await;
+    let tid = new_thread(&ra.app).await;
+    let values = last_values(&stream(&ra, &tid, "Batteries", json!({})).await);
+    assert!(values["final_report"].is_string());
+    let answered = ra
+        .llm
+        .requests()
+        .iter()
+        .any(|q| r::all_text(q).contains("there is no tool named 'no_such_tool'"));
+    assert!(
+        answered,
+        "the unknown tool got an error result instead of killing the researcher"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_researcher_is_reported_and_the_supervisor_continues() {
+    let inner = scripted(Script {
+        topics: 2,
+        ..Script::default()
+    });
+    let responder = move |req: &Value| {
+        if r::role(req) == Role::Compress && r::all_text(req).contains("subtopic number 1") {
+            return FakeReply::Error {
+                status: 400,
+                body: json!({"error": {"message": "bad request", "type": "invalid_request_error"}}),
+                retry_after: None,
+            };
+        }
+        inner(req)
+    };
+    let ra = r::start(responder, "").await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "Two things", json!({})).await;
+    let values = last_values(&frames);
+    assert!(
+        values["final_report"].is_string(),
+        "{:?}",
+        frames.iter().find(|f| f.event == "error")
+    );
+    let failed = frames
+        .iter()
+        .find(|f| f.event == "custom" && f.data["type"] == "researcher_error")
+        .expect("researcher_error event");
+    assert!(
+        failed.data["error"]
+            .as_str()
+            .unwrap()
+            .contains("BadRequestError")
+    );
+    let sup = values["supervisor_messages"].as_array().unwrap();
+    assert!(sup.iter().any(|m| {
+        m["type"] == "tool"
+            && m["content"]
+                .as_str()
+                .unwrap()
+                .contains("research assistant for this topic failed")
+    }));
+}

@@ -1,0 +1,612 @@
+//! Scripted model servers for tests, over real HTTP on loopback: `FakeLlm` speaks OpenAI chat
+//! completions (JSON and SSE streaming), `FakeAnthropic` the Anthropic messages API. A responder
+//! looks at each request body and picks the reply; the handle records every request and how many
+//! were in flight at once. Output is deterministic: ids come from a per-server counter, usage is
+//! `10 × messages` input tokens and `7` output tokens.
+
+#![allow(dead_code)]
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Picks the reply for a request body.
+pub type Responder = Arc<dyn Fn(&Value) -> FakeReply + Send + Sync>;
+
+/// Wraps a closure as a `Responder`.
+pub fn responder(f: impl Fn(&Value) -> FakeReply + Send + Sync + 'static) -> Responder {
+    Arc::new(f)
+}
+
+/// Always the same reply.
+pub fn always(reply: FakeReply) -> Responder {
+    Arc::new(move |_| reply.clone())
+}
+
+/// The replies in order, then the last one forever.
+pub fn script(replies: Vec<FakeReply>) -> Responder {
+    let next = AtomicUsize::new(0);
+    Arc::new(move |_| {
+        let i = next
+            .fetch_add(1, Ordering::SeqCst)
+            .min(replies.len().saturating_sub(1));
+        replies.get(i).cloned().unwrap_or(FakeReply::Hang)
+    })
+}
+
+/// What the fake answers.
+#[derive(Clone, Debug)]
+pub enum FakeReply {
+    Text(String),
+    /// `(name, args)` per call; several make parallel calls.
+    ToolCalls(Vec<(String, Value)>),
+    TextAndToolCalls(String, Vec<(String, Value)>),
+    /// Structured output: OpenAI puts the JSON text in `content`; the Anthropic fake answers
+    /// with the forced tool's input when the request forces one.
+    Json(Value),
+    /// One tool call whose arguments are exactly this text (may be malformed JSON).
+    RawToolArgs {
+        name: String,
+        args_text: String,
+    },
+    Error {
+        status: u16,
+        body: Value,
+        retry_after: Option<String>,
+    },
+    /// Waits (counted as in flight), then answers.
+    Delay(Duration, Box<FakeReply>),
+    /// Never answers.
+    Hang,
+    /// Streams this piece of text forever, ignoring `max_tokens` (non-streaming: hangs).
+    Endless(String),
+    /// This exact body with status 200.
+    Raw(Value),
+}
+
+impl FakeReply {
+    pub fn text(text: &str) -> Self {
+        Self::Text(text.to_owned())
+    }
+
+    pub fn tool_calls(calls: &[(&str, Value)]) -> Self {
+        Self::ToolCalls(
+            calls
+                .iter()
+                .map(|(n, a)| ((*n).to_owned(), a.clone()))
+                .collect(),
+        )
+    }
+
+    pub fn delayed(wait: Duration, reply: FakeReply) -> Self {
+        Self::Delay(wait, Box::new(reply))
+    }
+
+    /// 429 as OpenAI sends it; the text mentions tokens, which must not read as context overflow.
+    pub fn rate_limited(retry_after: &str) -> Self {
+        Self::Error {
+            status: 429,
+            body: json!({"error": {
+                "message": "Rate limit reached for gpt-4.1 on tokens per min (TPM): Limit 30000, \
+                            Used 29500, Requested 1200. Too many tokens; maximum context length \
+                            is not the issue. Please try again in 1s.",
+                "type": "tokens", "param": null, "code": "rate_limit_exceeded"}}),
+            retry_after: Some(retry_after.to_owned()),
+        }
+    }
+
+    pub fn server_error() -> Self {
+        Self::Error {
+            status: 500,
+            body: json!({"error": {"message": "The server had an error while processing your request.",
+                                   "type": "server_error", "param": null, "code": null}}),
+            retry_after: None,
+        }
+    }
+
+    /// OpenAI's real context-length body.
+    pub fn context_length() -> Self {
+        Self::Error {
+            status: 400,
+            body: json!({"error": {
+                "message": "This model's maximum context length is 128000 tokens. However, your \
+                            messages resulted in 130412 tokens. Please reduce the length of the messages.",
+                "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+            retry_after: None,
+        }
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::Error {
+            status: 401,
+            body: json!({"error": {"message": "Incorrect API key provided.",
+                                   "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}),
+            retry_after: None,
+        }
+    }
+
+    /// Anthropic's 529.
+    pub fn overloaded() -> Self {
+        Self::Error {
+            status: 529,
+            body: json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+            retry_after: None,
+        }
+    }
+
+    /// Anthropic's context-length 400.
+    pub fn prompt_too_long() -> Self {
+        Self::Error {
+            status: 400,
+            body: json!({"type": "error", "error": {"type": "invalid_request_error",
+                         "message": "prompt is too long: 208397 tokens > 200000 maximum"}}),
+            retry_after: None,
+        }
+    }
+}
+
+/// A running fake server.
+pub struct FakeLlm {
+    shared: Arc<Shared>,
+    base_url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeLlm {
+    /// An OpenAI-compatible server; `base_url()` ends in `/v1`.
+    pub async fn start(responder: Responder) -> Self {
+        let router = Router::new().route("/v1/chat/completions", post(openai_handler));
+        Self::serve(responder, router, "/v1").await
+    }
+
+    async fn serve(responder: Responder, router: Router<Arc<Shared>>, path: &str) -> Self {
+        let shared = Arc::new(Shared::new(responder));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr: SocketAddr = listener.local_addr().unwrap();
+        let app = router.with_state(Arc::clone(&shared));
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self {
+            shared,
+            base_url: format!("http://{addr}{path}"),
+            task,
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        self.base_url.clone()
+    }
+
+    /// Every request body received, in arrival order.
+    pub fn requests(&self) -> Vec<Value> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+
+    /// The headers of every request, in arrival order.
+    pub fn headers(&self) -> Vec<HeaderMap> {
+        self.shared.headers.lock().unwrap().clone()
+    }
+
+    pub fn calls(&self) -> usize {
+        self.shared.calls.load(Ordering::SeqCst)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most requests ever in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
+    }
+}
+
+/// An Anthropic-shaped server (`/v1/messages`); `base_url()` has no `/v1`.
+pub struct FakeAnthropic;
+
+impl FakeAnthropic {
+    pub async fn start(responder: Responder) -> FakeLlm {
+        let router = Router::new().route("/v1/messages", post(anthropic_handler));
+        FakeLlm::serve(responder, router, "").await
+    }
+}
+
+struct Shared {
+    responder: Responder,
+    requests: Mutex<Vec<Value>>,
+    headers: Mutex<Vec<HeaderMap>>,
+    calls: AtomicUsize,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    ids: AtomicUsize,
+}
+
+impl Shared {
+    fn new(responder: Responder) -> Self {
+        Self {
+            responder,
+            requests: Mutex::default(),
+            headers: Mutex::default(),
+            calls: AtomicUsize::new(0),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            ids: AtomicUsize::new(0),
+        }
+    }
+
+    fn next_id(&self) -> usize {
+        self.ids.fetch_add(1, Ordering::SeqCst) + 1
+    }
+}
+
+/// Counts a request in flight until dropped (also when the client goes away mid-request).
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    fn enter(shared: &Arc<Shared>, headers: HeaderMap, body: &Value) -> Self {
+        shared.requests.lock().unwrap().push(body.clone());
+        shared.headers.lock().unwrap().push(headers);
+        shared.calls.fetch_add(1, Ordering::SeqCst);
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        Self(Arc::clone(shared))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs delays and hangs; returns the reply to send.
+async fn settle(mut reply: FakeReply, streaming: bool) -> FakeReply {
+    loop {
+        reply = match reply {
+            FakeReply::Delay(wait, inner) => {
+                tokio::time::sleep(wait).await;
+                *inner
+            }
+            FakeReply::Hang => std::future::pending().await,
+            FakeReply::Endless(_) if !streaming => std::future::pending().await,
+            other => return other,
+        }
+    }
+}
+
+fn error_response(status: u16, body: Value, retry_after: Option<String>) -> Response {
+    let status = StatusCode::from_u16(status).unwrap();
+    let mut response = (status, axum::Json(body)).into_response();
+    if let Some(wait) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, wait.parse().unwrap());
+    }
+    response
+}
+
+fn sse_response(frames: Vec<String>) -> Response {
+    let stream = futures::stream::iter(frames).map(|f| Ok::<_, Infallible>(Bytes::from(f)));
+    sse_body(Body::from_stream(stream))
+}
+
+fn sse_body(body: Body) -> Response {
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body)
+        .unwrap()
+}
+
+/// An SSE stream repeating `frame` until the client hangs up.
+fn endless(frame: String) -> Response {
+    let stream = futures::stream::unfold(frame, |frame| async move {
+        tokio::task::yield_now().await;
+        Some((Ok::<_, Infallible>(Bytes::from(frame.clone())), frame))
+    });
+    sse_body(Body::from_stream(stream))
+}
+
+/// The text and `(name, args text)` calls a reply stands for.
+fn parts(reply: FakeReply) -> (String, Vec<(String, String)>) {
+    let calls =
+        |calls: Vec<(String, Value)>| calls.into_iter().map(|(n, a)| (n, a.to_string())).collect();
+    match reply {
+        FakeReply::Text(text) => (text, Vec::new()),
+        FakeReply::ToolCalls(list) => (String::new(), calls(list)),
+        FakeReply::TextAndToolCalls(text, list) => (text, calls(list)),
+        FakeReply::Json(value) => (value.to_string(), Vec::new()),
+        FakeReply::RawToolArgs { name, args_text } => (String::new(), vec![(name, args_text)]),
+        other => panic!("no text/tool parts in {other:?}"),
+    }
+}
+
+/// `text` in pieces of `size` characters.
+fn pieces(text: &str, size: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+fn input_tokens(request: &Value) -> usize {
+    10 * request["messages"].as_array().map_or(0, Vec::len)
+}
+
+const OUTPUT_TOKENS: usize = 7;
+
+// ---- OpenAI chat completions ----
+
+async fn openai_handler(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    axum::Json(request): axum::Json<Value>,
+) -> Response {
+    let _in_flight = InFlight::enter(&shared, headers, &request);
+    let streaming = request["stream"] == true;
+    let reply = settle((shared.responder)(&request), streaming).await;
+    let id = format!("chatcmpl-{}", shared.next_id());
+    match reply {
+        FakeReply::Error {
+            status,
+            body,
+            retry_after,
+        } => error_response(status, body, retry_after),
+        FakeReply::Raw(body) => axum::Json(body).into_response(),
+        FakeReply::Endless(piece) => {
+            let delta = json!({"content": piece});
+            endless(frame(&openai_chunk(&id, &request, delta, Value::Null)))
+        }
+        reply if streaming => sse_response(openai_stream(&id, &request, parts(reply))),
+        reply => axum::Json(openai_completion(&id, &request, parts(reply))).into_response(),
+    }
+}
+
+fn openai_usage(request: &Value) -> Value {
+    let input = input_tokens(request);
+    json!({"prompt_tokens": input, "completion_tokens": OUTPUT_TOKENS, "total_tokens": input + OUTPUT_TOKENS})
+}
+
+fn openai_call_id(id: &str, i: usize) -> String {
+    format!("call_{}_{i}", id.trim_start_matches("chatcmpl-"))
+}
+
+fn openai_completion(
+    id: &str,
+    request: &Value,
+    (text, calls): (String, Vec<(String, String)>),
+) -> Value {
+    let mut message = json!({"role": "assistant", "content": text, "refusal": null});
+    if !calls.is_empty() {
+        message["tool_calls"] = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                json!({"id": openai_call_id(id, i), "type": "function",
+                       "function": {"name": name, "arguments": args}})
+            })
+            .collect();
+        if text.is_empty() {
+            message["content"] = Value::Null;
+        }
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    json!({
+        "id": id, "object": "chat.completion", "created": 1_700_000_000, "model": request["model"],
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish}],
+        "usage": openai_usage(request),
+    })
+}
+
+fn openai_chunk(id: &str, request: &Value, delta: Value, finish: Value) -> Value {
+    json!({
+        "id": id, "object": "chat.completion.chunk", "created": 1_700_000_000, "model": request["model"],
+        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+    })
+}
+
+fn frame(data: &Value) -> String {
+    format!("data: {data}\n\n")
+}
+
+fn openai_stream(
+    id: &str,
+    request: &Value,
+    (text, calls): (String, Vec<(String, String)>),
+) -> Vec<String> {
+    let chunk = |delta: Value, finish: Value| frame(&openai_chunk(id, request, delta, finish));
+    let mut frames = vec![chunk(
+        json!({"role": "assistant", "content": ""}),
+        Value::Null,
+    )];
+    frames.extend(
+        pieces(&text, 4)
+            .into_iter()
+            .map(|p| chunk(json!({"content": p}), Value::Null)),
+    );
+    for (i, (name, args)) in calls.iter().enumerate() {
+        let opening = json!({"index": i, "id": openai_call_id(id, i), "type": "function",
+                             "function": {"name": name, "arguments": ""}});
+        frames.push(chunk(json!({"tool_calls": [opening]}), Value::Null));
+        for fragment in pieces(args, 5) {
+            let more = json!({"index": i, "function": {"arguments": fragment}});
+            frames.push(chunk(json!({"tool_calls": [more]}), Value::Null));
+        }
+    }
+    let finish = if calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    frames.push(chunk(json!({}), json!(finish)));
+    if request["stream_options"]["include_usage"] == true {
+        let mut last = openai_chunk(id, request, json!({}), Value::Null);
+        last["choices"] = json!([]);
+        last["usage"] = openai_usage(request);
+        frames.push(frame(&last));
+    }
+    frames.push("data: [DONE]\n\n".to_owned());
+    frames
+}
+
+// ---- Anthropic messages ----
+
+async fn anthropic_handler(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    axum::Json(request): axum::Json<Value>,
+) -> Response {
+    let _in_flight = InFlight::enter(&shared, headers, &request);
+    let streaming = request["stream"] == true;
+    let reply = settle((shared.responder)(&request), streaming).await;
+    let id = format!("msg_{:04}", shared.next_id());
+    match reply {
+        FakeReply::Error {
+            status,
+            body,
+            retry_after,
+        } => error_response(status, body, retry_after),
+        FakeReply::Raw(body) => axum::Json(body).into_response(),
+        FakeReply::Endless(piece) => {
+            let delta = json!({"type": "content_block_delta", "index": 0,
+                               "delta": {"type": "text_delta", "text": piece}});
+            let mut start = anthropic_opening(&id, &request);
+            start.push(event(&json!({"type": "content_block_start", "index": 0,
+                                     "content_block": {"type": "text", "text": ""}})));
+            let repeated =
+                futures::stream::iter(start).chain(futures::stream::repeat(event(&delta)));
+            let stream = repeated.then(|f| async move {
+                tokio::task::yield_now().await;
+                Ok::<_, Infallible>(Bytes::from(f))
+            });
+            sse_body(Body::from_stream(stream))
+        }
+        reply => {
+            let blocks = anthropic_blocks(&id, &request, reply);
+            if streaming {
+                sse_response(anthropic_stream(&id, &request, &blocks))
+            } else {
+                axum::Json(anthropic_message(&id, &request, blocks)).into_response()
+            }
+        }
+    }
+}
+
+/// The content blocks of a reply. Structured output answers with the forced tool's input.
+fn anthropic_blocks(id: &str, request: &Value, reply: FakeReply) -> Vec<Value> {
+    let forced = request["tool_choice"]["name"]
+        .as_str()
+        .filter(|_| request["tool_choice"]["type"] == "tool");
+    let (text, calls) = match (reply, forced) {
+        (FakeReply::Json(value), Some(tool)) => {
+            (String::new(), vec![(tool.to_owned(), value.to_string())])
+        }
+        (reply, _) => parts(reply),
+    };
+    let mut blocks = Vec::new();
+    if !text.is_empty() {
+        blocks.push(json!({"type": "text", "text": text}));
+    }
+    for (i, (name, args)) in calls.into_iter().enumerate() {
+        // Whole messages carry an object; malformed raw text can only be streamed.
+        let input: Value = serde_json::from_str(&args).unwrap_or_else(|_| json!({"_raw": args}));
+        blocks.push(
+            json!({"type": "tool_use", "id": format!("toolu_{id}_{i}"), "name": name,
+                           "input": input, "_raw": args}),
+        );
+    }
+    blocks
+}
+
+fn anthropic_stop_reason(blocks: &[Value]) -> &'static str {
+    if blocks.iter().any(|b| b["type"] == "tool_use") {
+        "tool_use"
+    } else {
+        "end_turn"
+    }
+}
+
+fn anthropic_message(id: &str, request: &Value, mut blocks: Vec<Value>) -> Value {
+    for block in &mut blocks {
+        if let Some(map) = block.as_object_mut() {
+            map.remove("_raw");
+        }
+    }
+    json!({
+        "id": id, "type": "message", "role": "assistant", "model": request["model"],
+        "stop_reason": anthropic_stop_reason(&blocks), "stop_sequence": null,
+        "content": blocks,
+        "usage": {"input_tokens": input_tokens(request), "output_tokens": OUTPUT_TOKENS},
+    })
+}
+
+fn event(data: &Value) -> String {
+    format!(
+        "event: {}\ndata: {data}\n\n",
+        data["type"].as_str().unwrap_or("message")
+    )
+}
+
+fn anthropic_opening(id: &str, request: &Value) -> Vec<String> {
+    let start = json!({"type": "message_start", "message": {
+        "id": id, "type": "message", "role": "assistant", "model": request["model"], "content": [],
+        "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": input_tokens(request), "output_tokens": 1}}});
+    vec![event(&start), event(&json!({"type": "ping"}))]
+}
+
+fn anthropic_stream(id: &str, request: &Value, blocks: &[Value]) -> Vec<String> {
+    let mut frames = anthropic_opening(id, request);
+    for (index, block) in blocks.iter().enumerate() {
+        let delta = |delta: Value| {
+            event(&json!({"type": "content_block_delta", "index": index, "delta": delta}))
+        };
+        if block["type"] == "text" {
+            let start = json!({"type": "text", "text": ""});
+            frames.push(event(
+                &json!({"type": "content_block_start", "index": index, "content_block": start}),
+            ));
+            for piece in pieces(block["text"].as_str().unwrap_or_default(), 4) {
+                frames.push(delta(json!({"type": "text_delta", "text": piece})));
+            }
+        } else {
+            let start =
+                json!({"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}});
+            frames.push(event(
+                &json!({"type": "content_block_start", "index": index, "content_block": start}),
+            ));
+            for piece in pieces(block["_raw"].as_str().unwrap_or_default(), 5) {
+                frames.push(delta(
+                    json!({"type": "input_json_delta", "partial_json": piece}),
+                ));
+            }
+        }
+        frames.push(event(
+            &json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    frames.push(event(&json!({"type": "message_delta",
+        "delta": {"stop_reason": anthropic_stop_reason(blocks), "stop_sequence": null},
+        "usage": {"output_tokens": OUTPUT_TOKENS}})));
+    frames.push(event(&json!({"type": "message_stop"})));
+    frames
+}
