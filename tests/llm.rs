@@ -20,7 +20,12 @@ use tokio_util::sync::CancellationToken;
 
 // ---- helpers ----
 
-fn providers_for(kind: ProviderKind, base_url: &str, key: Option<&str>, max_in_flight: usize) -> Providers {
+fn providers_for(
+    kind: ProviderKind,
+    base_url: &str,
+    key: Option<&str>,
+    max_in_flight: usize,
+) -> Providers {
     let config = ProviderConfig {
         kind,
         base_url: base_url.to_owned(),
@@ -31,11 +36,21 @@ fn providers_for(kind: ProviderKind, base_url: &str, key: Option<&str>, max_in_f
 }
 
 fn openai(fake: &FakeLlm) -> Arc<dyn ChatModel> {
-    model_of(&providers_for(ProviderKind::Openai, &fake.base_url(), Some("sk-test"), 8))
+    model_of(&providers_for(
+        ProviderKind::Openai,
+        &fake.base_url(),
+        Some("sk-test"),
+        8,
+    ))
 }
 
 fn anthropic(fake: &FakeLlm) -> Arc<dyn ChatModel> {
-    model_of(&providers_for(ProviderKind::Anthropic, &fake.base_url(), Some("sk-ant-test"), 8))
+    model_of(&providers_for(
+        ProviderKind::Anthropic,
+        &fake.base_url(),
+        Some("sk-ant-test"),
+        8,
+    ))
 }
 
 fn model_of(providers: &Providers) -> Arc<dyn ChatModel> {
@@ -51,15 +66,33 @@ fn request(messages: Vec<Value>) -> ChatRequest {
 }
 
 fn ask(text: &str) -> ChatRequest {
-    request(vec![json!({"type": "system", "content": "You are terse."}), json!({"type": "human", "content": text})])
+    request(vec![
+        json!({"type": "system", "content": "You are terse."}),
+        json!({"type": "human", "content": text}),
+    ])
 }
 
 fn fast(max_attempts: u32) -> RetryPolicy {
-    RetryPolicy { max_attempts, base_delay: Duration::from_millis(10), max_delay: Duration::from_secs(3) }
+    RetryPolicy {
+        max_attempts,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_secs(3),
+    }
 }
 
-async fn call(model: &Arc<dyn ChatModel>, req: &ChatRequest, attempts: u32) -> Result<ChatResponse, LlmError> {
-    chat_with_retry(model.as_ref(), req, None, fast(attempts), &CancellationToken::new()).await
+async fn call(
+    model: &Arc<dyn ChatModel>,
+    req: &ChatRequest,
+    attempts: u32,
+) -> Result<ChatResponse, LlmError> {
+    chat_with_retry(
+        model.as_ref(),
+        req,
+        None,
+        fast(attempts),
+        &CancellationToken::new(),
+    )
+    .await
 }
 
 /// Runs a streaming call and returns the answer with every delta received.
@@ -141,16 +174,28 @@ async fn text_reply_becomes_an_ai_message() {
     assert_eq!(m["id"], "chatcmpl-1");
     assert_eq!(m["tool_calls"], json!([]));
     assert_eq!(m["invalid_tool_calls"], json!([]));
-    assert_eq!(m["usage_metadata"], json!({"input_tokens": 20, "output_tokens": 7, "total_tokens": 27}));
+    assert_eq!(
+        m["usage_metadata"],
+        json!({"input_tokens": 20, "output_tokens": 7, "total_tokens": 27})
+    );
     assert_eq!(m["response_metadata"]["finish_reason"], "stop");
     assert_eq!(m["response_metadata"]["model_name"], "test-model");
-    assert_eq!(answer.usage, Usage { input_tokens: 20, output_tokens: 7 });
+    assert_eq!(
+        answer.usage,
+        Usage {
+            input_tokens: 20,
+            output_tokens: 7
+        }
+    );
     assert_eq!(answer.finish_reason, FinishReason::Stop);
 
     let sent = &fake.requests()[0];
     assert_eq!(sent["model"], "test-model");
     assert_eq!(sent["max_tokens"], 256);
-    assert_eq!(sent["messages"], json!([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}]));
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}])
+    );
     assert!(sent.get("tools").is_none() && sent.get("stream").is_none());
     assert!(sent.get("parallel_tool_calls").is_none(), "only with tools");
 }
@@ -166,18 +211,27 @@ async fn langchain_history_is_converted_for_the_wire() {
     ]);
     call(&openai(&fake), &req, 1).await.unwrap();
     let messages = &fake.requests()[0]["messages"];
-    assert_eq!(messages[1], json!({"role": "user", "content": "part one, part two"}));
+    assert_eq!(
+        messages[1],
+        json!({"role": "user", "content": "part one, part two"})
+    );
     assert_eq!(messages[2]["role"], "assistant");
     assert_eq!(
         messages[2]["tool_calls"],
         json!([{"id": "call_a", "type": "function", "function": {"name": "search", "arguments": "{\"q\":\"rust\"}"}}])
     );
-    assert_eq!(messages[3], json!({"role": "tool", "tool_call_id": "call_a", "content": "results"}));
+    assert_eq!(
+        messages[3],
+        json!({"role": "tool", "tool_call_id": "call_a", "content": "results"})
+    );
 }
 
 #[tokio::test]
 async fn parallel_tool_calls_are_parsed() {
-    let reply = FakeReply::tool_calls(&[("search", json!({"q": "rust"})), ("fetch", json!({"url": "https://x.dev"}))]);
+    let reply = FakeReply::tool_calls(&[
+        ("search", json!({"q": "rust"})),
+        ("fetch", json!({"url": "https://x.dev"})),
+    ]);
     let fake = FakeLlm::start(always(reply)).await;
     let mut req = ask("Research Rust");
     req.tools = search_tools();
@@ -194,17 +248,27 @@ async fn parallel_tool_calls_are_parsed() {
     let sent = &fake.requests()[0];
     assert_eq!(sent["tools"][0]["type"], "function");
     assert_eq!(sent["tools"][0]["function"]["name"], "search");
-    assert_eq!(sent["tools"][0]["function"]["parameters"]["required"], json!(["q"]));
+    assert_eq!(
+        sent["tools"][0]["function"]["parameters"]["required"],
+        json!(["q"])
+    );
     assert_eq!(sent["tool_choice"], "auto");
     assert_eq!(sent["parallel_tool_calls"], true);
 }
 
 #[tokio::test]
 async fn tool_choice_is_sent_in_openai_form() {
-    let fake = FakeLlm::start(always(FakeReply::tool_calls(&[("fetch", json!({"url": "u"}))]))).await;
+    let fake = FakeLlm::start(always(FakeReply::tool_calls(&[(
+        "fetch",
+        json!({"url": "u"}),
+    )])))
+    .await;
     let model = openai(&fake);
     for (choice, expected) in [
-        (ToolChoice::Named("fetch".into()), json!({"type": "function", "function": {"name": "fetch"}})),
+        (
+            ToolChoice::Named("fetch".into()),
+            json!({"type": "function", "function": {"name": "fetch"}}),
+        ),
         (ToolChoice::Required, json!("required")),
         (ToolChoice::None, json!("none")),
     ] {
@@ -222,7 +286,11 @@ async fn tool_choice_is_sent_in_openai_form() {
 #[tokio::test]
 async fn malformed_tool_arguments_land_in_invalid_tool_calls() {
     let raw = r#"{"q": "unterminated"#;
-    let fake = FakeLlm::start(always(FakeReply::RawToolArgs { name: "search".into(), args_text: raw.into() })).await;
+    let fake = FakeLlm::start(always(FakeReply::RawToolArgs {
+        name: "search".into(),
+        args_text: raw.into(),
+    }))
+    .await;
     let mut req = ask("go");
     req.tools = search_tools();
     let answer = call(&openai(&fake), &req, 1).await.unwrap();
@@ -233,7 +301,12 @@ async fn malformed_tool_arguments_land_in_invalid_tool_calls() {
     assert_eq!(invalid["args"], raw);
     assert_eq!(invalid["id"], "call_1_0");
     assert_eq!(invalid["type"], "invalid_tool_call");
-    assert!(invalid["error"].as_str().unwrap().contains("not valid JSON"));
+    assert!(
+        invalid["error"]
+            .as_str()
+            .unwrap()
+            .contains("not valid JSON")
+    );
 
     // The same through a stream.
     let (answer, _) = stream(&openai(&fake), req).await;
@@ -246,7 +319,10 @@ async fn native_web_search_is_refused_honestly_on_chat_completions() {
     let mut req = ask("news?");
     req.native_tools = vec![NativeTool::WebSearch { max_uses: 3 }];
     let error = call(&openai(&fake), &req, 3).await.unwrap_err();
-    assert!(matches!(&error, LlmError::Config(m) if m.contains("Responses API") && m.contains("tavily")), "{error:?}");
+    assert!(
+        matches!(&error, LlmError::Config(m) if m.contains("Responses API") && m.contains("tavily")),
+        "{error:?}"
+    );
     assert_eq!(fake.calls(), 0);
 }
 
@@ -255,7 +331,12 @@ async fn native_web_search_is_refused_honestly_on_chat_completions() {
 #[tokio::test]
 async fn keys_go_in_the_bearer_header_only_when_there_is_one() {
     let fake = FakeLlm::start(always(FakeReply::text("ok"))).await;
-    let with_key = providers_for(ProviderKind::Openai, &fake.base_url(), Some("sk-provider"), 4);
+    let with_key = providers_for(
+        ProviderKind::Openai,
+        &fake.base_url(),
+        Some("sk-provider"),
+        4,
+    );
     let without = providers_for(ProviderKind::Openai, &fake.base_url(), None, 4);
 
     call(&model_of(&with_key), &ask("a"), 1).await.unwrap();
@@ -267,9 +348,19 @@ async fn keys_go_in_the_bearer_header_only_when_there_is_one() {
     let auth: Vec<Option<String>> = fake
         .headers()
         .iter()
-        .map(|h| h.get("authorization").map(|v| v.to_str().unwrap().to_owned()))
+        .map(|h| {
+            h.get("authorization")
+                .map(|v| v.to_str().unwrap().to_owned())
+        })
         .collect();
-    assert_eq!(auth, [Some("Bearer sk-provider".into()), Some("Bearer sk-request".into()), None]);
+    assert_eq!(
+        auth,
+        [
+            Some("Bearer sk-provider".into()),
+            Some("Bearer sk-request".into()),
+            None
+        ]
+    );
 }
 
 #[tokio::test]
@@ -278,13 +369,20 @@ async fn unknown_provider_names_the_configured_ones() {
     let Err(error) = providers.model(&ModelName::parse("nope:x").unwrap()) else {
         panic!("expected an error");
     };
-    assert!(matches!(&error, LlmError::Config(m) if m.contains("'nope'") && m.contains("fake")), "{error:?}");
+    assert!(
+        matches!(&error, LlmError::Config(m) if m.contains("'nope'") && m.contains("fake")),
+        "{error:?}"
+    );
     assert_eq!(providers.names().collect::<Vec<_>>(), ["fake"]);
 }
 
 #[tokio::test]
 async fn the_provider_cap_limits_calls_in_flight() {
-    let fake = FakeLlm::start(always(FakeReply::delayed(Duration::from_millis(60), FakeReply::text("ok")))).await;
+    let fake = FakeLlm::start(always(FakeReply::delayed(
+        Duration::from_millis(100),
+        FakeReply::text("ok"),
+    )))
+    .await;
     let providers = providers_for(ProviderKind::Openai, &fake.base_url(), None, 3);
     let model = model_of(&providers);
     let req = ask("hi");
@@ -308,11 +406,23 @@ async fn the_provider_cap_limits_calls_in_flight() {
 #[tokio::test]
 async fn structured_output_parses_into_the_type() {
     let fake = FakeLlm::start(always(FakeReply::Json(good_plan()))).await;
-    let (plan, answer) =
-        structured::<Plan>(openai(&fake).as_ref(), &plan_request(), 3, fast(1), &CancellationToken::new())
-            .await
-            .unwrap();
-    assert_eq!(plan, Plan { title: "Rust".into(), sections: vec!["Intro".into(), "Safety".into()] });
+    let (plan, answer) = structured::<Plan>(
+        openai(&fake).as_ref(),
+        &plan_request(),
+        3,
+        fast(1),
+        &CancellationToken::new(),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        plan,
+        Plan {
+            title: "Rust".into(),
+            sections: vec!["Intro".into(), "Safety".into()]
+        }
+    );
     assert_eq!(answer.message["content"], good_plan().to_string());
     let format = &fake.requests()[0]["response_format"];
     assert_eq!(format["type"], "json_schema");
@@ -323,12 +433,21 @@ async fn structured_output_parses_into_the_type() {
 
 #[tokio::test]
 async fn structured_output_tolerates_fences_and_prose() {
-    let text = format!("Here is the plan:\n```json\n{}\n```\nLet me know!", good_plan());
+    let text = format!(
+        "Here is the plan:\n```json\n{}\n```\nLet me know!",
+        good_plan()
+    );
     let fake = FakeLlm::start(always(FakeReply::Text(text))).await;
-    let (plan, _) =
-        structured::<Plan>(openai(&fake).as_ref(), &plan_request(), 1, fast(1), &CancellationToken::new())
-            .await
-            .unwrap();
+    let (plan, _) = structured::<Plan>(
+        openai(&fake).as_ref(),
+        &plan_request(),
+        1,
+        fast(1),
+        &CancellationToken::new(),
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(plan.title, "Rust");
 }
 
@@ -339,19 +458,31 @@ async fn structured_output_recovers_after_a_mismatch() {
         FakeReply::Json(good_plan()),
     ]))
     .await;
-    let (plan, _) =
-        structured::<Plan>(openai(&fake).as_ref(), &plan_request(), 3, fast(1), &CancellationToken::new())
-            .await
-            .unwrap();
+    let (plan, _) = structured::<Plan>(
+        openai(&fake).as_ref(),
+        &plan_request(),
+        3,
+        fast(1),
+        &CancellationToken::new(),
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(plan.sections.len(), 2);
     assert_eq!(fake.calls(), 2);
 
     let second = &fake.requests()[1]["messages"];
     let n = second.as_array().unwrap().len();
-    assert_eq!(second[n - 2], json!({"role": "assistant", "content": "{\"title\":\"Rust\"}"}));
+    assert_eq!(
+        second[n - 2],
+        json!({"role": "assistant", "content": "{\"title\":\"Rust\"}"})
+    );
     let feedback = second[n - 1]["content"].as_str().unwrap();
     assert_eq!(second[n - 1]["role"], "user");
-    assert!(feedback.starts_with("Your previous answer did not match the required JSON schema: "), "{feedback}");
+    assert!(
+        feedback.starts_with("Your previous answer did not match the required JSON schema: "),
+        "{feedback}"
+    );
     assert!(feedback.contains("missing field `sections`"), "{feedback}");
     assert!(feedback.ends_with("Answer again with only a JSON object that matches the schema."));
 }
@@ -359,26 +490,50 @@ async fn structured_output_recovers_after_a_mismatch() {
 #[tokio::test]
 async fn structured_output_gives_up_after_the_last_attempt() {
     let fake = FakeLlm::start(always(FakeReply::Json(json!({"title": 5})))).await;
-    let error = structured::<Plan>(openai(&fake).as_ref(), &plan_request(), 3, fast(1), &CancellationToken::new())
-        .await
-        .unwrap_err();
-    assert!(matches!(&error, LlmError::InvalidResponse { message, .. } if message.contains("invalid type")), "{error:?}");
+    let error = structured::<Plan>(
+        openai(&fake).as_ref(),
+        &plan_request(),
+        3,
+        fast(1),
+        &CancellationToken::new(),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&error, LlmError::InvalidResponse { message, .. } if message.contains("invalid type")),
+        "{error:?}"
+    );
     assert_eq!(fake.calls(), 3);
 }
 
 #[tokio::test]
 async fn structured_output_stops_at_once_on_errors_retries_cannot_fix() {
     let fake = FakeLlm::start(always(FakeReply::unauthorized())).await;
-    let error = structured::<Plan>(openai(&fake).as_ref(), &plan_request(), 3, fast(3), &CancellationToken::new())
-        .await
-        .unwrap_err();
+    let error = structured::<Plan>(
+        openai(&fake).as_ref(),
+        &plan_request(),
+        3,
+        fast(3),
+        &CancellationToken::new(),
+        None,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(error, LlmError::Auth { .. }), "{error:?}");
     assert_eq!(fake.calls(), 1);
     let mut no_schema = plan_request();
     no_schema.response_schema = None;
-    let error = structured::<Plan>(openai(&fake).as_ref(), &no_schema, 3, fast(1), &CancellationToken::new())
-        .await
-        .unwrap_err();
+    let error = structured::<Plan>(
+        openai(&fake).as_ref(),
+        &no_schema,
+        3,
+        fast(1),
+        &CancellationToken::new(),
+        None,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(error, LlmError::Config(_)));
 }
 
@@ -395,7 +550,13 @@ async fn streamed_text_arrives_in_order_and_matches_the_answer() {
     assert_eq!(answer.message["content"], text);
     assert!(deltas.iter().all(|d| d.id == "chatcmpl-1"));
     assert_eq!(answer.message["id"], "chatcmpl-1");
-    assert_eq!(answer.usage, Usage { input_tokens: 20, output_tokens: 7 });
+    assert_eq!(
+        answer.usage,
+        Usage {
+            input_tokens: 20,
+            output_tokens: 7
+        }
+    );
     assert_eq!(answer.finish_reason, FinishReason::Stop);
     let sent = &fake.requests()[0];
     assert_eq!(sent["stream"], true);
@@ -406,7 +567,10 @@ async fn streamed_text_arrives_in_order_and_matches_the_answer() {
 async fn streamed_tool_calls_reassemble() {
     let reply = FakeReply::TextAndToolCalls(
         "Searching.".into(),
-        vec![("search".into(), json!({"q": "rust async"})), ("fetch".into(), json!({"url": "https://example.com/a"}))],
+        vec![
+            ("search".into(), json!({"q": "rust async"})),
+            ("fetch".into(), json!({"url": "https://example.com/a"})),
+        ],
     );
     let fake = FakeLlm::start(always(reply)).await;
     let mut req = ask("go");
@@ -416,7 +580,10 @@ async fn streamed_tool_calls_reassemble() {
     let calls = reassemble(&deltas);
     assert_eq!(calls.len(), 2);
     assert_eq!(calls[&0].1, "search");
-    assert_eq!(serde_json::from_str::<Value>(&calls[&0].2).unwrap(), json!({"q": "rust async"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&calls[&0].2).unwrap(),
+        json!({"q": "rust async"})
+    );
     assert_eq!(calls[&1].0, "call_1_1");
     assert_eq!(
         answer.message["tool_calls"],
@@ -440,7 +607,11 @@ async fn a_stream_that_ignores_max_tokens_is_cut_off() {
 
     assert_eq!(answer.finish_reason, FinishReason::Length);
     let content = answer.message["content"].as_str().unwrap();
-    assert!(content.len() > 80 && content.len() <= 83, "{} chars", content.len());
+    assert!(
+        content.len() > 80 && content.len() <= 83,
+        "{} chars",
+        content.len()
+    );
     assert_eq!(joined(&deltas), content);
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -449,7 +620,11 @@ async fn a_stream_that_ignores_max_tokens_is_cut_off() {
 
 #[tokio::test]
 async fn rate_limits_wait_for_retry_after() {
-    let fake = FakeLlm::start(script(vec![FakeReply::rate_limited("1"), FakeReply::text("ok")])).await;
+    let fake = FakeLlm::start(script(vec![
+        FakeReply::rate_limited("1"),
+        FakeReply::text("ok"),
+    ]))
+    .await;
     let started = Instant::now();
     let answer = call(&openai(&fake), &ask("hi"), 3).await.unwrap();
     let elapsed = started.elapsed();
@@ -464,12 +639,20 @@ async fn rate_limits_wait_for_retry_after() {
 async fn a_rate_limit_is_never_a_context_overflow() {
     let fake = FakeLlm::start(always(FakeReply::rate_limited("1"))).await;
     let error = call(&openai(&fake), &ask("hi"), 1).await.unwrap_err();
-    let LlmError::RateLimited { provider, retry_after, message } = &error else {
+    let LlmError::RateLimited {
+        provider,
+        retry_after,
+        message,
+    } = &error
+    else {
         panic!("expected RateLimited, got {error:?}");
     };
     assert_eq!(provider, "fake");
     assert_eq!(*retry_after, Some(Duration::from_secs(1)));
-    assert!(message.contains("429") && message.contains("Rate limit reached"), "{message}");
+    assert!(
+        message.contains("429") && message.contains("Rate limit reached"),
+        "{message}"
+    );
     assert!(error.is_retryable());
 }
 
@@ -477,7 +660,10 @@ async fn a_rate_limit_is_never_a_context_overflow() {
 async fn server_errors_are_retried_then_reported_as_transient() {
     let fake = FakeLlm::start(always(FakeReply::server_error())).await;
     let error = call(&openai(&fake), &ask("hi"), 3).await.unwrap_err();
-    assert!(matches!(&error, LlmError::Transient { message, .. } if message.contains("server had an error")), "{error:?}");
+    assert!(
+        matches!(&error, LlmError::Transient { message, .. } if message.contains("server had an error")),
+        "{error:?}"
+    );
     assert_eq!(fake.calls(), 3);
 }
 
@@ -502,7 +688,9 @@ async fn auth_failures_are_not_retried_and_hide_the_key() {
     };
     let fake = FakeLlm::start(always(echo)).await;
     let error = call(&openai(&fake), &ask("hi"), 3).await.unwrap_err();
-    let LlmError::Auth { message, .. } = &error else { panic!("expected Auth, got {error:?}") };
+    let LlmError::Auth { message, .. } = &error else {
+        panic!("expected Auth, got {error:?}")
+    };
     assert!(!message.contains("sk-test"), "{message}");
     assert!(message.contains("Incorrect API key"), "{message}");
     assert_eq!(fake.calls(), 1);
@@ -510,10 +698,17 @@ async fn auth_failures_are_not_retried_and_hide_the_key() {
 
 #[tokio::test]
 async fn other_client_errors_are_bad_requests() {
-    let reply = FakeReply::Error { status: 404, body: json!({"error": "model 'x' not found"}), retry_after: None };
+    let reply = FakeReply::Error {
+        status: 404,
+        body: json!({"error": "model 'x' not found"}),
+        retry_after: None,
+    };
     let fake = FakeLlm::start(always(reply)).await;
     let error = call(&openai(&fake), &ask("hi"), 3).await.unwrap_err();
-    assert!(matches!(&error, LlmError::BadRequest { message, .. } if message.contains("not found")), "{error:?}");
+    assert!(
+        matches!(&error, LlmError::BadRequest { message, .. } if message.contains("not found")),
+        "{error:?}"
+    );
     assert_eq!(fake.calls(), 1);
 }
 
@@ -521,7 +716,10 @@ async fn other_client_errors_are_bad_requests() {
 async fn malformed_success_bodies_are_invalid_responses() {
     let fake = FakeLlm::start(always(FakeReply::Raw(json!({"id": "x", "choices": []})))).await;
     let error = call(&openai(&fake), &ask("hi"), 3).await.unwrap_err();
-    assert!(matches!(error, LlmError::InvalidResponse { .. }), "{error:?}");
+    assert!(
+        matches!(error, LlmError::InvalidResponse { .. }),
+        "{error:?}"
+    );
     assert_eq!(fake.calls(), 1);
 }
 
@@ -534,13 +732,18 @@ async fn a_hung_server_times_out_as_transient() {
     let error = call(&openai(&fake), &req, 1).await.unwrap_err();
     let elapsed = started.elapsed();
     assert!(matches!(error, LlmError::Transient { .. }), "{error:?}");
-    assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(2), "{elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(2),
+        "{elapsed:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_connection_refused_is_transient() {
     let providers = providers_for(ProviderKind::Openai, "http://127.0.0.1:9/v1", None, 1);
-    let error = call(&model_of(&providers), &ask("hi"), 1).await.unwrap_err();
+    let error = call(&model_of(&providers), &ask("hi"), 1)
+        .await
+        .unwrap_err();
     assert!(matches!(error, LlmError::Transient { .. }), "{error:?}");
 }
 
@@ -557,9 +760,15 @@ async fn cancellation_ends_a_hung_call_promptly() {
         trigger.cancel();
     });
     let started = Instant::now();
-    let error = chat_with_retry(model.as_ref(), &req, None, fast(3), &cancel).await.unwrap_err();
+    let error = chat_with_retry(model.as_ref(), &req, None, fast(3), &cancel)
+        .await
+        .unwrap_err();
     assert_eq!(error, LlmError::Cancelled);
-    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(fake.calls(), 1);
 }
 
@@ -572,10 +781,16 @@ async fn cancellation_also_ends_a_backoff_wait() {
         tokio::time::sleep(Duration::from_millis(150)).await;
         trigger.cancel();
     });
-    let policy = RetryPolicy { max_attempts: 3, base_delay: Duration::from_millis(10), max_delay: Duration::from_secs(60) };
+    let policy = RetryPolicy {
+        max_attempts: 3,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_secs(60),
+    };
     let started = Instant::now();
     let model = openai(&fake);
-    let error = chat_with_retry(model.as_ref(), &ask("hi"), None, policy, &cancel).await.unwrap_err();
+    let error = chat_with_retry(model.as_ref(), &ask("hi"), None, policy, &cancel)
+        .await
+        .unwrap_err();
     assert_eq!(error, LlmError::Cancelled);
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(fake.calls(), 1);
@@ -590,13 +805,22 @@ async fn anthropic_text_reply() {
 
     assert_eq!(answer.message["content"], "Hello from Claude.");
     assert_eq!(answer.message["id"], "msg_0001");
-    assert_eq!(answer.usage, Usage { input_tokens: 10, output_tokens: 7 });
+    assert_eq!(
+        answer.usage,
+        Usage {
+            input_tokens: 10,
+            output_tokens: 7
+        }
+    );
     assert_eq!(answer.finish_reason, FinishReason::Stop);
 
     let sent = &fake.requests()[0];
     assert_eq!(sent["system"], "You are terse.");
     assert_eq!(sent["max_tokens"], 256);
-    assert_eq!(sent["messages"], json!([{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]));
+    assert_eq!(
+        sent["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "Hi"}]}])
+    );
     let headers = &fake.headers()[0];
     assert_eq!(headers["x-api-key"], "sk-ant-test");
     assert_eq!(headers["anthropic-version"], "2023-06-01");
@@ -605,7 +829,10 @@ async fn anthropic_text_reply() {
 
 #[tokio::test]
 async fn anthropic_tool_use() {
-    let reply = FakeReply::tool_calls(&[("search", json!({"q": "rust"})), ("fetch", json!({"url": "u"}))]);
+    let reply = FakeReply::tool_calls(&[
+        ("search", json!({"q": "rust"})),
+        ("fetch", json!({"url": "u"})),
+    ]);
     let fake = FakeAnthropic::start(always(reply)).await;
     let mut req = ask("go");
     req.tools = search_tools();
@@ -613,12 +840,18 @@ async fn anthropic_tool_use() {
     let answer = call(&anthropic(&fake), &req, 1).await.unwrap();
 
     assert_eq!(answer.finish_reason, FinishReason::ToolCalls);
-    assert_eq!(answer.message["tool_calls"][0], json!({"name": "search", "args": {"q": "rust"}, "id": "toolu_msg_0001_0", "type": "tool_call"}));
+    assert_eq!(
+        answer.message["tool_calls"][0],
+        json!({"name": "search", "args": {"q": "rust"}, "id": "toolu_msg_0001_0", "type": "tool_call"})
+    );
     assert_eq!(answer.message["tool_calls"][1]["name"], "fetch");
     let sent = &fake.requests()[0];
     assert_eq!(sent["tools"][0]["name"], "search");
     assert_eq!(sent["tools"][0]["input_schema"]["required"], json!(["q"]));
-    assert_eq!(sent["tool_choice"], json!({"type": "auto", "disable_parallel_tool_use": true}));
+    assert_eq!(
+        sent["tool_choice"],
+        json!({"type": "auto", "disable_parallel_tool_use": true})
+    );
 }
 
 #[tokio::test]
@@ -635,7 +868,10 @@ async fn anthropic_history_merges_tool_results() {
     call(&anthropic(&fake), &req, 1).await.unwrap();
     let messages = &fake.requests()[0]["messages"];
     assert_eq!(messages.as_array().unwrap().len(), 3);
-    assert_eq!(messages[1]["content"][1], json!({"type": "tool_use", "id": "t1", "name": "search", "input": {"q": "a"}}));
+    assert_eq!(
+        messages[1]["content"][1],
+        json!({"type": "tool_use", "id": "t1", "name": "search", "input": {"q": "a"}})
+    );
     assert_eq!(
         messages[2],
         json!({"role": "user", "content": [
@@ -648,24 +884,39 @@ async fn anthropic_history_merges_tool_results() {
 #[tokio::test]
 async fn anthropic_structured_output_uses_a_forced_tool() {
     let fake = FakeAnthropic::start(always(FakeReply::Json(good_plan()))).await;
-    let (plan, answer) =
-        structured::<Plan>(anthropic(&fake).as_ref(), &plan_request(), 2, fast(1), &CancellationToken::new())
-            .await
-            .unwrap();
+    let (plan, answer) = structured::<Plan>(
+        anthropic(&fake).as_ref(),
+        &plan_request(),
+        2,
+        fast(1),
+        &CancellationToken::new(),
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(plan.title, "Rust");
     assert_eq!(answer.message["tool_calls"], json!([]));
     assert_eq!(answer.finish_reason, FinishReason::Stop);
-    assert_eq!(serde_json::from_str::<Value>(answer.message["content"].as_str().unwrap()).unwrap(), good_plan());
+    assert_eq!(
+        serde_json::from_str::<Value>(answer.message["content"].as_str().unwrap()).unwrap(),
+        good_plan()
+    );
     let sent = &fake.requests()[0];
     assert_eq!(sent["tool_choice"], json!({"type": "tool", "name": "Plan"}));
-    assert_eq!(sent["tools"][0], json!({"name": "Plan", "description": "A report plan", "input_schema": plan_schema().schema}));
+    assert_eq!(
+        sent["tools"][0],
+        json!({"name": "Plan", "description": "A report plan", "input_schema": plan_schema().schema})
+    );
 
     // Streamed, the forced tool's input arrives as content.
     let mut req = plan_request();
     req.max_tokens = 100;
     let (answer, deltas) = stream(&anthropic(&fake), req).await;
     assert_eq!(joined(&deltas), answer.message["content"].as_str().unwrap());
-    assert_eq!(serde_json::from_str::<Value>(&joined(&deltas)).unwrap(), good_plan());
+    assert_eq!(
+        serde_json::from_str::<Value>(&joined(&deltas)).unwrap(),
+        good_plan()
+    );
 }
 
 #[tokio::test]
@@ -687,17 +938,29 @@ async fn anthropic_native_web_search() {
     req.native_tools = vec![NativeTool::WebSearch { max_uses: 3 }];
     let answer = call(&anthropic(&fake), &req, 1).await.unwrap();
 
-    assert_eq!(answer.message["content"], "Let me search. Rust 2024 shipped.");
+    assert_eq!(
+        answer.message["content"],
+        "Let me search. Rust 2024 shipped."
+    );
     assert_eq!(answer.message["tool_calls"], json!([]));
-    assert_eq!(answer.message["response_metadata"]["server_tool_use"], json!({"web_search_requests": 2}));
+    assert_eq!(
+        answer.message["response_metadata"]["server_tool_use"],
+        json!({"web_search_requests": 2})
+    );
     let sent = &fake.requests()[0];
-    assert_eq!(sent["tools"], json!([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]));
+    assert_eq!(
+        sent["tools"],
+        json!([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}])
+    );
     assert!(sent.get("tool_choice").is_none());
 }
 
 #[tokio::test]
 async fn anthropic_streaming() {
-    let reply = FakeReply::TextAndToolCalls("Checking now.".into(), vec![("search".into(), json!({"q": "tokio"}))]);
+    let reply = FakeReply::TextAndToolCalls(
+        "Checking now.".into(),
+        vec![("search".into(), json!({"q": "tokio"}))],
+    );
     let fake = FakeAnthropic::start(always(reply)).await;
     let mut req = ask("go");
     req.tools = search_tools();
@@ -710,9 +973,21 @@ async fn anthropic_streaming() {
     assert_eq!(calls.len(), 1);
     let (id, name, args) = calls.values().next().unwrap();
     assert_eq!((id.as_str(), name.as_str()), ("toolu_msg_0001_0", "search"));
-    assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"q": "tokio"}));
-    assert_eq!(answer.message["tool_calls"][0]["args"], json!({"q": "tokio"}));
-    assert_eq!(answer.usage, Usage { input_tokens: 10, output_tokens: 7 });
+    assert_eq!(
+        serde_json::from_str::<Value>(args).unwrap(),
+        json!({"q": "tokio"})
+    );
+    assert_eq!(
+        answer.message["tool_calls"][0]["args"],
+        json!({"q": "tokio"})
+    );
+    assert_eq!(
+        answer.usage,
+        Usage {
+            input_tokens: 10,
+            output_tokens: 7
+        }
+    );
     assert_eq!(answer.finish_reason, FinishReason::ToolCalls);
     assert_eq!(fake.requests()[0]["stream"], true);
 }
@@ -729,9 +1004,15 @@ async fn anthropic_runaway_stream_is_cut_off() {
 
 #[tokio::test]
 async fn anthropic_errors_are_classified() {
-    let cases: Vec<(FakeReply, u32, usize, fn(&LlmError) -> bool)> = vec![
-        (FakeReply::overloaded(), 2, 2, |e| matches!(e, LlmError::Transient { .. })),
-        (FakeReply::prompt_too_long(), 3, 1, |e| matches!(e, LlmError::ContextOverflow { .. })),
+    type Expect = fn(&LlmError) -> bool;
+    // (reply, attempts allowed, calls expected, expected class)
+    let cases: Vec<(FakeReply, u32, usize, Expect)> = vec![
+        (FakeReply::overloaded(), 2, 2, |e| {
+            matches!(e, LlmError::Transient { .. })
+        }),
+        (FakeReply::prompt_too_long(), 3, 1, |e| {
+            matches!(e, LlmError::ContextOverflow { .. })
+        }),
         (
             FakeReply::Error {
                 status: 429,
@@ -755,7 +1036,9 @@ async fn anthropic_errors_are_classified() {
     ];
     for (reply, attempts, expected_calls, is_expected) in cases {
         let fake = FakeAnthropic::start(always(reply)).await;
-        let error = call(&anthropic(&fake), &ask("hi"), attempts).await.unwrap_err();
+        let error = call(&anthropic(&fake), &ask("hi"), attempts)
+            .await
+            .unwrap_err();
         assert!(is_expected(&error), "{error:?}");
         assert_eq!(fake.calls(), expected_calls, "{error:?}");
     }
@@ -773,8 +1056,33 @@ async fn responders_can_script_by_request() {
     }))
     .await;
     let model = openai(&fake);
-    assert_eq!(call(&model, &ask("a"), 1).await.unwrap().message["content"], "plain");
+    assert_eq!(
+        call(&model, &ask("a"), 1).await.unwrap().message["content"],
+        "plain"
+    );
     let mut req = ask("b");
     req.tools = search_tools();
-    assert_eq!(call(&model, &req, 1).await.unwrap().message["tool_calls"][0]["name"], "search");
+    assert_eq!(
+        call(&model, &req, 1).await.unwrap().message["tool_calls"][0]["name"],
+        "search"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_ignores_stream_still_yields_one_delta() {
+    let body = json!({
+        "id": "cmpl-9", "model": "test-model",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": "Hm.",
+            "tool_calls": [{"id": "c9", "type": "function", "function": {"name": "search", "arguments": "{\"q\":\"z\"}"}}]}}],
+    });
+    let fake = FakeLlm::start(always(FakeReply::Raw(body))).await;
+    let (answer, deltas) = stream(&openai(&fake), ask("go")).await;
+    assert_eq!(deltas.len(), 1);
+    assert_eq!(deltas[0].content, "Hm.");
+    assert_eq!(
+        reassemble(&deltas)[&0],
+        ("c9".into(), "search".into(), "{\"q\":\"z\"}".into())
+    );
+    assert_eq!(answer.message["tool_calls"][0]["args"], json!({"q": "z"}));
+    assert_eq!(answer.message["usage_metadata"], Value::Null);
 }

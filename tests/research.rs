@@ -68,6 +68,20 @@ async fn a_vague_question_is_clarified_then_researched_with_verified_citations()
         values["final_report"].is_null(),
         "no research before the answer"
     );
+    let question_id = messages[1]["id"].as_str().unwrap();
+    let streamed: String = first
+        .iter()
+        .filter(|f| {
+            f.event == "messages"
+                && f.data[0]["type"] == "AIMessageChunk"
+                && f.data[0]["id"] == question_id
+        })
+        .map(|f| f.data[0]["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        streamed, "Which aspect do you mean?",
+        "the question streamed as words, not JSON"
+    );
     assert_eq!(thread(&ra, &tid).await["status"], "idle");
 
     let second = stream(&ra, &tid, "The history of it, please", json!({})).await;

@@ -90,6 +90,18 @@ async fn wait_for_status(app: &TestApp, tid: &str, rid: &str, want: &str) {
     );
 }
 
+/// Waits until the run's input reached the thread state (the node is then running).
+async fn wait_for_input_applied(app: &TestApp, tid: &str) {
+    for _ in 0..200 {
+        let state = get_json(app, &format!("/threads/{tid}/state")).await;
+        if state["values"]["messages"][0]["id"] == "h1" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the input never reached the state of thread {tid}");
+}
+
 async fn join(app: &TestApp, tid: &str, rid: &str) -> Value {
     get_json(app, &format!("/threads/{tid}/runs/{rid}/join")).await
 }
@@ -225,6 +237,7 @@ async fn cancel_with_wait_returns_after_the_run_stopped(app: &TestApp) {
         .unwrap();
     let ra = id(&a, "run_id");
     wait_for_status(app, &tid, &ra, "running").await;
+    wait_for_input_applied(app, &tid).await;
     let started = std::time::Instant::now();
     let resp = post(
         app,

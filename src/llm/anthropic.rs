@@ -173,10 +173,10 @@ fn tools_and_choice(req: &ChatRequest) -> (Vec<Value>, Option<Value>) {
         );
         choice = Some(json!({"type": "tool", "name": name}));
     }
-    if let Some(choice) = choice.as_mut().filter(|c| c["type"] != "none") {
-        if !req.parallel_tool_calls {
-            choice["disable_parallel_tool_use"] = json!(true);
-        }
+    if !req.parallel_tool_calls
+        && let Some(choice) = choice.as_mut().filter(|c| c["type"] != "none")
+    {
+        choice["disable_parallel_tool_use"] = json!(true);
     }
     (tools, choice)
 }

@@ -235,11 +235,32 @@ fn in_band_error(body: &Value, cx: &ErrorContext<'_>) -> Option<LlmError> {
     ))
 }
 
+/// The whole answer as one delta, for servers that ignore `stream: true`.
 fn whole_delta(answer: &ChatResponse) -> Delta {
+    let calls = answer.message["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten();
+    let invalid = answer.message["invalid_tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten();
+    let tool_call_chunks = calls
+        .chain(invalid)
+        .enumerate()
+        .map(|(index, call)| {
+            let args = match &call["args"] {
+                Value::String(raw) => raw.clone(),
+                args => args.to_string(),
+            };
+            json!({"name": call["name"], "args": args, "id": call["id"], "index": index,
+                   "type": "tool_call_chunk"})
+        })
+        .collect();
     Delta {
         id: answer.message["id"].as_str().unwrap_or_default().to_owned(),
         content: content_text(&answer.message["content"]),
-        tool_call_chunks: Vec::new(),
+        tool_call_chunks,
     }
 }
 

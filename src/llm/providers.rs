@@ -111,90 +111,6 @@ impl Providers {
             .get(&provider.to_ascii_lowercase())
             .map_or(0, |e| e.in_flight())
     }
-
-    /// The built-in providers, with keys and base URLs from the environment: `openai`,
-    /// `anthropic`, and the OpenAI-compatible `ollama`, `groq`, `deepseek`, `openrouter`,
-    /// `lmstudio`, `vllm`.
-    pub fn from_env_defaults() -> BTreeMap<String, ProviderConfig> {
-        defaults_from(|name| std::env::var(name).ok())
-    }
-}
-
-/// The built-in provider table, reading variables through `var` (tests pass a map).
-fn defaults_from(var: impl Fn(&str) -> Option<String>) -> BTreeMap<String, ProviderConfig> {
-    // (name, kind, key variable, base URL variable, default base URL)
-    const TABLE: [(&str, ProviderKind, Option<&str>, Option<&str>, &str); 8] = [
-        (
-            "openai",
-            ProviderKind::Openai,
-            Some("OPENAI_API_KEY"),
-            Some("OPENAI_BASE_URL"),
-            "https://api.openai.com/v1",
-        ),
-        (
-            "anthropic",
-            ProviderKind::Anthropic,
-            Some("ANTHROPIC_API_KEY"),
-            Some("ANTHROPIC_BASE_URL"),
-            "https://api.anthropic.com",
-        ),
-        (
-            "ollama",
-            ProviderKind::Openai,
-            None,
-            Some("OLLAMA_BASE_URL"),
-            "http://localhost:11434/v1",
-        ),
-        (
-            "groq",
-            ProviderKind::Openai,
-            Some("GROQ_API_KEY"),
-            None,
-            "https://api.groq.com/openai/v1",
-        ),
-        (
-            "deepseek",
-            ProviderKind::Openai,
-            Some("DEEPSEEK_API_KEY"),
-            None,
-            "https://api.deepseek.com/v1",
-        ),
-        (
-            "openrouter",
-            ProviderKind::Openai,
-            Some("OPENROUTER_API_KEY"),
-            None,
-            "https://openrouter.ai/api/v1",
-        ),
-        (
-            "lmstudio",
-            ProviderKind::Openai,
-            None,
-            Some("LMSTUDIO_BASE_URL"),
-            "http://localhost:1234/v1",
-        ),
-        (
-            "vllm",
-            ProviderKind::Openai,
-            None,
-            Some("VLLM_BASE_URL"),
-            "http://localhost:8000/v1",
-        ),
-    ];
-    // An empty variable counts as unset, as shells and compose files often export `X=`.
-    let read = |name: Option<&str>| name.and_then(&var).filter(|v| !v.trim().is_empty());
-    TABLE
-        .iter()
-        .map(|&(name, kind, key_var, url_var, default_url)| {
-            let config = ProviderConfig {
-                kind,
-                base_url: read(url_var).unwrap_or_else(|| default_url.to_owned()),
-                api_key: read(key_var),
-                max_in_flight: 16,
-            };
-            (name.to_owned(), config)
-        })
-        .collect()
 }
 
 fn http_client() -> Result<reqwest::Client, reqwest::Error> {
@@ -754,38 +670,6 @@ mod tests {
         );
         assert!(message["id"].as_str().unwrap().starts_with("run-"));
         assert_eq!(message["usage_metadata"], Value::Null);
-    }
-
-    #[test]
-    fn env_defaults_cover_the_builtin_providers() {
-        let vars: BTreeMap<&str, &str> = [
-            ("OPENAI_API_KEY", "sk-1"),
-            ("OLLAMA_BASE_URL", "http://gpu:11434/v1"),
-            ("GROQ_API_KEY", ""),
-        ]
-        .into_iter()
-        .collect();
-        let table = defaults_from(|k| vars.get(k).map(|v| (*v).to_owned()));
-        let names: Vec<&str> = table.keys().map(String::as_str).collect();
-        assert_eq!(
-            names,
-            [
-                "anthropic",
-                "deepseek",
-                "groq",
-                "lmstudio",
-                "ollama",
-                "openai",
-                "openrouter",
-                "vllm"
-            ]
-        );
-        assert_eq!(table["openai"].api_key.as_deref(), Some("sk-1"));
-        assert_eq!(table["openai"].base_url, "https://api.openai.com/v1");
-        assert_eq!(table["ollama"].base_url, "http://gpu:11434/v1");
-        assert_eq!(table["groq"].api_key, None);
-        assert_eq!(table["anthropic"].kind, ProviderKind::Anthropic);
-        assert!(table.values().all(|c| c.max_in_flight == 16));
     }
 
     #[test]

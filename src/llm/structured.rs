@@ -2,7 +2,9 @@
 //! type, and on a mismatch tell the model what was wrong and ask again.
 
 use super::providers::content_text;
-use super::{ChatModel, ChatRequest, ChatResponse, LlmError, RetryPolicy, chat_with_retry};
+use super::{
+    ChatModel, ChatRequest, ChatResponse, LlmError, OnDelta, RetryPolicy, chat_with_retry,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -10,12 +12,14 @@ use tokio_util::sync::CancellationToken;
 /// Asks for `req.response_schema` (which must be set) up to `attempts` times and returns the
 /// parsed value with the response that produced it. Each attempt retries transient errors with
 /// `policy`; errors that survive those retries, or that no retry can fix, end the whole call.
+/// With `req.stream` and `on_delta`, the raw JSON streams as it is written.
 pub async fn structured<T: DeserializeOwned>(
     model: &dyn ChatModel,
     req: &ChatRequest,
     attempts: u32,
     policy: RetryPolicy,
     cancel: &CancellationToken,
+    on_delta: Option<OnDelta<'_>>,
 ) -> Result<(T, ChatResponse), LlmError> {
     let Some(schema) = &req.response_schema else {
         return Err(LlmError::Config(
@@ -26,7 +30,7 @@ pub async fn structured<T: DeserializeOwned>(
     let mut req = req.clone();
     let mut last_error = String::new();
     for _ in 0..attempts {
-        let answer = match chat_with_retry(model, &req, None, policy, cancel).await {
+        let answer = match chat_with_retry(model, &req, on_delta, policy, cancel).await {
             Ok(answer) => answer,
             // An unreadable body is a bad answer like any other: ask again.
             Err(LlmError::InvalidResponse { message, .. }) => {

@@ -3,9 +3,11 @@
 
 use super::citations::{self, normalize};
 use super::cost::CostMeter;
-use super::messages::{self as msg, ai, human, system};
+use super::messages::{self as msg, human, system};
 use super::model::{Caller, Deps, Role, run_config};
+use super::stream_fields::FieldStreamer;
 use super::{ResearchDeps, config::SearchApi, supervisor};
+use crate::graph::messages::ai_message;
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
 use crate::llm::{FinishReason, ResponseSchema};
 use crate::store::JsonMap;
@@ -13,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
+use uuid::Uuid;
 
 pub fn build(id: &str, deps: Deps) -> Graph {
     let sup = Arc::new(supervisor::graph(deps.clone()));
@@ -88,14 +91,23 @@ async fn clarify(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command
         &[("messages", &history), ("date", &date)],
     );
     let req = caller.request(Role::Research, vec![human(&prompt)])?;
-    let answer: ClarifyWithUser = caller.structured(req, clarify_schema()).await?;
+    let streamer = FieldStreamer::new(
+        &ctx,
+        format!("run-{}", Uuid::new_v4()),
+        &["question", "verification"],
+    );
+    let answer: ClarifyWithUser = caller
+        .structured(req, clarify_schema(), Some(&streamer))
+        .await?;
+    // The message keeps the id its streamed tokens carried.
+    let reply = |text: &str| ai_message(streamer.id(), text);
     if answer.need_clarification && !answer.question.trim().is_empty() {
-        let upd = update(&ctx, vec![("messages", json!([ai(&answer.question)]))]);
+        let upd = update(&ctx, vec![("messages", json!([reply(&answer.question)]))]);
         return Ok(Command::update(upd).goto(END));
     }
     let mut pairs = vec![];
     if !answer.verification.trim().is_empty() {
-        pairs.push(("messages", json!([ai(&answer.verification)])));
+        pairs.push(("messages", json!([reply(&answer.verification)])));
     }
     Ok(Command::update(update(&ctx, pairs)).goto("write_research_brief"))
 }
@@ -121,7 +133,9 @@ async fn brief(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, 
                        "description": "A research question that will be used to guide the research."}},
                        "required": ["research_brief"]}),
     };
-    let answer: ResearchQuestion = caller.structured(req, schema).await?;
+    // The brief streams as it is written; it is kept in `research_brief`, not in `messages`.
+    let streamer = FieldStreamer::new(&ctx, format!("run-{}", Uuid::new_v4()), &["research_brief"]);
+    let answer: ResearchQuestion = caller.structured(req, schema, Some(&streamer)).await?;
     if answer.research_brief.trim().is_empty() {
         return Err(NodeError::new(
             "ResearchError",

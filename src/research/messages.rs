@@ -1,6 +1,5 @@
 //! Building and reading the LangChain-style message dicts the research graphs keep in state.
 
-use crate::graph::messages::ai_message;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -15,10 +14,6 @@ pub fn system(content: &str) -> Value {
 
 pub fn human(content: &str) -> Value {
     with_defaults("human", content)
-}
-
-pub fn ai(content: &str) -> Value {
-    ai_message(&format!("run-{}", Uuid::new_v4()), content)
 }
 
 /// A tool result answering the call `call_id`.

@@ -11,6 +11,7 @@ mod messages;
 mod model;
 pub mod prompts;
 mod researcher;
+mod stream_fields;
 mod supervisor;
 
 use crate::config::file::{FileConfig, Price};

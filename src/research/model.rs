@@ -4,6 +4,7 @@
 use super::ResearchDeps;
 use super::config::ResearchConfig;
 use super::cost::CostMeter;
+use super::stream_fields::FieldStreamer;
 use crate::graph::{NodeContext, NodeError};
 use crate::llm::{
     ChatRequest, ChatResponse, Delta, LlmError, ModelName, NativeTool, ResponseSchema, RetryPolicy,
@@ -99,20 +100,37 @@ impl<'a> Caller<'a> {
         resp
     }
 
-    /// A structured-output call parsed into `T`.
+    /// A structured-output call parsed into `T`. With `fields`, the text of those fields streams
+    /// to clients as message tokens while the model writes its JSON.
     pub async fn structured<T: DeserializeOwned>(
         &self,
         mut req: ChatRequest,
         schema: ResponseSchema,
+        fields: Option<&FieldStreamer<'_>>,
     ) -> Result<T, NodeError> {
         let model = self.deps.providers.model(&req.model).map_err(node_error)?;
         req.response_schema = Some(schema);
+        req.stream = fields.is_some();
         let attempts = self.cfg.max_structured_output_retries.max(1);
         let policy = RetryPolicy {
             max_attempts: 2,
             ..self.deps.retry
         };
-        let out = structured::<T>(&*model, &req, attempts, policy, self.ctx.cancelled()).await;
+        let push = |d: Delta| {
+            if let Some(f) = fields {
+                f.push(&d);
+            }
+        };
+        let on_delta: Option<&(dyn Fn(Delta) + Send + Sync)> = fields.map(|_| &push as _);
+        let out = structured::<T>(
+            &*model,
+            &req,
+            attempts,
+            policy,
+            self.ctx.cancelled(),
+            on_delta,
+        )
+        .await;
         match out {
             Ok((value, resp)) => {
                 self.record(&req.model.to_string(), Some(&resp));

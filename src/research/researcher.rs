@@ -260,7 +260,7 @@ impl PageSummarizer for ModelSummarizer<'_> {
         };
         let s: Summary = self
             .caller
-            .structured(req, schema)
+            .structured(req, schema, None)
             .await
             .map_err(|e| e.to_string())?;
         Ok(PageSummary {
