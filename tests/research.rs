@@ -575,3 +575,202 @@ async fn a_failing_researcher_is_reported_and_the_supervisor_continues() {
                 .contains("research assistant for this topic failed")
     }));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_researcher_cap_holds_across_a_round() {
+    let extra = "[limits]\nmax_concurrent_researchers = 1\nsearch_max_in_flight = 16\n";
+    let ra = r::start(
+        scripted(Script {
+            topics: 3,
+            ..Script::default()
+        }),
+        extra,
+    )
+    .await;
+    ra.tavily.set_latency(std::time::Duration::from_millis(40));
+    let tid = new_thread(&ra.app).await;
+    let values = last_values(&stream(&ra, &tid, "Three things", json!({})).await);
+    assert!(values["final_report"].is_string());
+    // Each researcher's first search sends two queries at once; one researcher at a time means
+    // never more than two searches in flight, although three researchers were started.
+    assert_eq!(ra.tavily.max_in_flight(), 2);
+    let topics: HashSet<String> = ra
+        .llm
+        .requests()
+        .iter()
+        .filter(|q| r::role(q) == Role::Researcher)
+        .map(r::topic)
+        .collect();
+    assert_eq!(topics.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_tool_arguments_get_an_error_result_and_the_run_finishes() {
+    let inner = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let once = std::sync::Mutex::new(false);
+    let responder = move |req: &Value| {
+        if r::role(req) == Role::Researcher && r::turns(req) == 1 {
+            let mut done = once.lock().unwrap();
+            if !*done {
+                *done = true;
+                return FakeReply::RawToolArgs {
+                    name: "tavily_search".into(),
+                    args_text: "{\"queries\": [\"unterminated".into(),
+                };
+            }
+        }
+        inner(req)
+    };
+    let ra = r::start(responder, "").await;
+    let tid = new_thread(&ra.app).await;
+    let values = last_values(&stream(&ra, &tid, "Batteries", json!({})).await);
+    assert!(values["final_report"].is_string());
+    let answered = ra
+        .llm
+        .requests()
+        .iter()
+        .any(|q| r::all_text(q).contains("the arguments were not valid JSON"));
+    assert!(
+        answered,
+        "the malformed call was answered with an error result"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_service_that_always_fails_ends_with_a_clear_error() {
+    let ra = r::start(
+        scripted(Script {
+            topics: 1,
+            ..Script::default()
+        }),
+        "",
+    )
+    .await;
+    ra.tavily
+        .fail_always(support::fake_tavily::Fault::ServerError);
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "Batteries", json!({})).await;
+    let search_errors = frames
+        .iter()
+        .filter(|f| f.event == "custom" && f.data["type"] == "search_error")
+        .count();
+    assert_eq!(search_errors, 2, "both searches failed and were reported");
+    assert_eq!(ra.tavily.calls(), 9, "3 queries × 3 attempts each");
+    let error = frames
+        .iter()
+        .find(|f| f.event == "error")
+        .expect("error event");
+    assert_eq!(error.data["error"], "NoSourcesError");
+    assert_eq!(thread(&ra, &tid).await["status"], "error");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_never_answers_times_out_and_the_run_fails_cleanly() {
+    let inner = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let responder = move |req: &Value| {
+        if r::role(req) == Role::Brief {
+            FakeReply::Hang
+        } else {
+            inner(req)
+        }
+    };
+    let ra = r::start(
+        responder,
+        "[limits]\nmodel_timeout_secs = 1\n[research]\nmax_structured_output_retries = 2\n",
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "Batteries", json!({})).await;
+    let error = frames
+        .iter()
+        .find(|f| f.event == "error")
+        .expect("error event");
+    assert_eq!(error.data["error"], "APIError", "{}", error.data);
+    assert!(
+        error.data["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out")
+            || error.data["message"]
+                .as_str()
+                .unwrap()
+                .contains("transient"),
+        "{}",
+        error.data
+    );
+    let briefs = ra
+        .llm
+        .requests()
+        .iter()
+        .filter(|q| r::role(q) == Role::Brief)
+        .count();
+    assert_eq!(
+        briefs, 2,
+        "each attempt timed out once; two attempts in all"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_research_run_stops_all_provider_calls() {
+    let inner = scripted(Script {
+        topics: 3,
+        ..Script::default()
+    });
+    let slow = move |req: &Value| {
+        FakeReply::Delay(std::time::Duration::from_millis(150), Box::new(inner(req)))
+    };
+    let ra = r::start(slow, "").await;
+    let tid = new_thread(&ra.app).await;
+    let run: Value = ra.app.client.post(ra.app.url(&format!("/threads/{tid}/runs")))
+        .json(&json!({"assistant_id": "deep_research", "input": {"messages": [{"role": "user", "content": "Batteries"}]}}))
+        .send().await.unwrap().json().await.unwrap();
+    let rid = run["run_id"].as_str().unwrap().to_owned();
+    // Let it get into the researchers, then cancel.
+    for _ in 0..200 {
+        if ra
+            .llm
+            .requests()
+            .iter()
+            .any(|q| r::role(q) == Role::Researcher)
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let resp = ra
+        .app
+        .client
+        .post(
+            ra.app
+                .url(&format!("/threads/{tid}/runs/{rid}/cancel?wait=1")),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let calls_at_cancel = ra.llm.calls();
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(
+        ra.llm.calls(),
+        calls_at_cancel,
+        "no provider call after the run stopped"
+    );
+    assert_eq!(ra.llm.in_flight(), 0);
+    let status: Value = ra
+        .app
+        .client
+        .get(ra.app.url(&format!("/threads/{tid}/runs/{rid}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "interrupted");
+}
