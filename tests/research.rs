@@ -774,3 +774,58 @@ async fn cancelling_a_research_run_stops_all_provider_calls() {
         .unwrap();
     assert_eq!(status["status"], "interrupted");
 }
+
+/// A researcher on Anthropic with its server-side web search: the pages it returned count as
+/// sources, so the report's citations of them are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_native_web_search_sources_are_verified() {
+    const PAGE: &str = "https://native.example.com/battery-page";
+    let anthropic = support::fake_llm::FakeAnthropic::start(std::sync::Arc::new(|req: &Value| {
+        let tools: Vec<&str> = req["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str()).collect();
+        let turns = req["messages"].as_array().into_iter().flatten().filter(|m| m["role"] == "assistant").count();
+        if tools.contains(&"ClarifyWithUser") {
+            FakeReply::Json(json!({"need_clarification": false, "question": "", "verification": "Starting."}))
+        } else if tools.contains(&"ResearchQuestion") {
+            FakeReply::Json(json!({"research_brief": "Batteries, with sources."}))
+        } else if tools.contains(&"ConductResearch") {
+            match turns {
+                0 => FakeReply::ToolCalls(vec![("ConductResearch".into(), json!({"research_topic": "sodium batteries"}))]),
+                _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+            }
+        } else if turns == 0 {
+            assert!(req["tools"].as_array().unwrap().iter().any(|t| t["type"] == "web_search_20250305"), "native search offered");
+            FakeReply::Raw(json!({
+                "id": "msg_native", "type": "message", "role": "assistant", "model": "claude-fake",
+                "content": [
+                    {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {"query": "sodium batteries"}},
+                    {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": [
+                        {"type": "web_search_result", "url": PAGE, "title": "Battery page", "encrypted_content": "x"}]},
+                    {"type": "text", "text": format!("According to {PAGE}, sodium cells are cheaper.")}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 50, "output_tokens": 20, "server_tool_use": {"web_search_requests": 1}}
+            }))
+        } else {
+            FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))])
+        }
+    }))
+    .await;
+    let extra = format!(
+        "[research]\nresearch_model = \"anthropic:claude-fake\"\nsearch_api = \"anthropic\"\n\
+         [providers.anthropic]\nbase_url = \"{}\"\napi_key = \"sk-ant-test\"\n",
+        anthropic.base_url()
+    );
+    let ra = r::start(scripted(Script::default()), &extra).await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "Batteries", json!({})).await;
+    let values = last_values(&frames);
+    let report = values["final_report"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{:?}", frames.iter().find(|f| f.event == "error")));
+    assert!(
+        report.contains(PAGE),
+        "the natively retrieved page stays cited: {report}"
+    );
+    assert!(!report.contains(INVENTED_URL));
+    assert_eq!(values["sources"][0]["url"], PAGE);
+    assert_eq!(ra.tavily.calls(), 0, "no Tavily search with native search");
+}

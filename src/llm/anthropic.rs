@@ -290,7 +290,9 @@ enum Block {
         name: String,
         json: String,
     },
-    /// Server tool use and search results: run by the provider, not reported as calls.
+    /// Pages a server-side web search returned.
+    SearchResults(Vec<Value>),
+    /// Server tool use: run by the provider, not reported as a call.
     Other,
 }
 
@@ -454,6 +456,7 @@ impl Answer {
         let mut text = String::new();
         let mut calls = Vec::new();
         let mut structured = None;
+        let mut searched = Vec::new();
         for block in self.blocks.into_values() {
             match block {
                 Block::Text(piece) => text.push_str(&piece),
@@ -467,6 +470,7 @@ impl Answer {
                     name,
                     args: json,
                 }),
+                Block::SearchResults(found) => searched.extend(found),
                 Block::Other => {}
             }
         }
@@ -480,7 +484,10 @@ impl Answer {
         } else {
             finish_reason(self.stop_reason.as_deref(), !calls.is_empty())
         };
-        let metadata = server_tool_use(&self.usage);
+        let mut metadata = server_tool_use(&self.usage);
+        if !searched.is_empty() {
+            metadata.insert("web_search_results".into(), Value::Array(searched));
+        }
         AiTurn {
             id: self.id,
             model: self.model,
@@ -508,8 +515,21 @@ fn start_block(block: &Value) -> Block {
             // Streams start with `input: {}` and send the real input as text fragments.
             json: String::new(),
         },
+        Some("web_search_tool_result") => Block::SearchResults(search_results(block)),
         _ => Block::Other,
     }
+}
+
+/// The pages a server-side web search returned (`{url, title}` each), so callers can check
+/// citations against them.
+fn search_results(block: &Value) -> Vec<Value> {
+    block["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["type"] == "web_search_result")
+        .filter_map(|r| Some(json!({"url": r["url"].as_str()?, "title": r["title"].as_str().unwrap_or_default()})))
+        .collect()
 }
 
 fn tool_chunk(name: Option<&str>, id: Option<&str>, args: &str, index: u64) -> Value {

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 pub fn build(id: &str, deps: Deps) -> Graph {
     let sup = Arc::new(supervisor::graph(deps.clone()));
-    let (d1, d2, d3, d4) = (deps.clone(), deps.clone(), deps.clone(), deps.clone());
+    let (d1, d2, d4) = (deps.clone(), deps.clone(), deps.clone());
     Graph::builder(id)
         .channel("messages", Reducer::Messages, json!([]))
         .channel("supervisor_messages", Reducer::AppendOrOverride, json!([]))
@@ -32,7 +32,7 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
         .node("write_research_brief", move |s, c| brief(d2.clone(), s, c))
         .node("research_supervisor", move |s, c| {
-            research(d3.clone(), sup.clone(), s, c)
+            research(sup.clone(), s, c)
         })
         .node("final_report_generation", move |s, c| {
             report(d4.clone(), s, c)
@@ -167,13 +167,7 @@ async fn brief(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, 
     Ok(Command::update(upd).goto("research_supervisor"))
 }
 
-async fn research(
-    deps: Deps,
-    sup: Arc<Graph>,
-    state: JsonMap,
-    ctx: NodeContext,
-) -> Result<Command, NodeError> {
-    let _ = &deps;
+async fn research(sup: Arc<Graph>, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
     let input = json!({
         "supervisor_messages": state.get("supervisor_messages").cloned().unwrap_or(json!([])),
         "research_brief": state.get("research_brief").cloned().unwrap_or(Value::Null),

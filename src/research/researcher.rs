@@ -116,7 +116,11 @@ async fn tools(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, 
     let caller = Caller::new(&deps, &ctx, &cfg);
     let outcomes = join_all(calls.iter().map(|c| run_tool(&caller, c))).await;
     let mut messages = Vec::new();
-    let mut sources = Vec::new();
+    // Pages the provider's own web search returned count as retrieved sources too.
+    let mut sources: Vec<Value> = last["response_metadata"]["web_search_results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     for (call, outcome) in calls.iter().zip(outcomes) {
         let (content, found) = outcome?;
         messages.push(tool(&content, &call.name, &call.id));
