@@ -3,10 +3,10 @@
 //! id does.
 
 use super::error::{ApiResult, AppError, Body, parse_id};
-use super::{AppState, check_paging, paged, project};
+use super::{AppState, SearchParams, paged, project};
 use crate::graph::Graph;
 use crate::ids;
-use crate::store::{Assistant, AssistantPatch, AssistantQuery, IfExists, JsonMap, SortOrder};
+use crate::store::{Assistant, AssistantPatch, AssistantQuery, IfExists, JsonMap};
 use crate::time::Timestamp;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -170,9 +170,6 @@ pub(super) struct AssistantSearch {
 }
 
 fn assistant_query(body: AssistantSearch) -> ApiResult<(AssistantQuery, Vec<String>)> {
-    let limit = body.limit.unwrap_or(10);
-    let offset = body.offset.unwrap_or(0);
-    check_paging(limit, offset)?;
     const SORTS: [&str; 5] = [
         "assistant_id",
         "graph_id",
@@ -180,28 +177,21 @@ fn assistant_query(body: AssistantSearch) -> ApiResult<(AssistantQuery, Vec<Stri
         "created_at",
         "updated_at",
     ];
-    if let Some(s) = body.sort_by.as_deref().filter(|s| !SORTS.contains(s)) {
-        return Err(AppError::Invalid(format!(
-            "sort_by: invalid value '{s}' (expected one of {})",
-            SORTS.join(", ")
-        )));
-    }
-    let sort_order = body
-        .sort_order
-        .as_deref()
-        .map(|s| {
-            s.parse::<SortOrder>()
-                .map_err(|e| AppError::Invalid(format!("sort_order: {e}")))
-        })
-        .transpose()?;
+    let p = SearchParams::check(
+        body.limit,
+        body.offset,
+        body.sort_by,
+        body.sort_order.as_deref(),
+        &SORTS,
+    )?;
     let q = AssistantQuery {
         metadata: body.metadata.unwrap_or_default(),
         graph_id: body.graph_id,
         name: body.name,
-        limit,
-        offset,
-        sort_by: body.sort_by,
-        sort_order,
+        limit: p.limit,
+        offset: p.offset,
+        sort_by: p.sort_by,
+        sort_order: p.sort_order,
     };
     Ok((q, body.select))
 }

@@ -157,3 +157,50 @@ pub(crate) fn check_paging(limit: i64, offset: i64) -> Result<(), AppError> {
 }
 
 pub use assistants::system_assistant;
+
+/// The paging and sorting fields every search body has, checked.
+pub(crate) struct SearchParams {
+    pub limit: i64,
+    pub offset: i64,
+    pub sort_by: Option<String>,
+    pub sort_order: Option<crate::store::SortOrder>,
+}
+
+impl SearchParams {
+    /// Validates paging and that `sort_by` is one of `sorts`; errors name the field.
+    pub fn check(
+        limit: Option<i64>,
+        offset: Option<i64>,
+        sort_by: Option<String>,
+        sort_order: Option<&str>,
+        sorts: &[&str],
+    ) -> Result<Self, AppError> {
+        let (limit, offset) = (limit.unwrap_or(10), offset.unwrap_or(0));
+        check_paging(limit, offset)?;
+        if let Some(s) = sort_by.as_deref().filter(|s| !sorts.contains(s)) {
+            return Err(AppError::Invalid(format!(
+                "sort_by: invalid value '{s}' (expected one of {})",
+                sorts.join(", ")
+            )));
+        }
+        let sort_order = optional_enum(sort_order, "sort_order")?;
+        Ok(Self {
+            limit,
+            offset,
+            sort_by,
+            sort_order,
+        })
+    }
+}
+
+/// Parses an optional enum field, naming the field in the error.
+pub(crate) fn optional_enum<T: std::str::FromStr<Err = String>>(
+    raw: Option<&str>,
+    field: &str,
+) -> Result<Option<T>, AppError> {
+    raw.map(|text| {
+        text.parse()
+            .map_err(|e| AppError::Invalid(format!("{field}: {e}")))
+    })
+    .transpose()
+}

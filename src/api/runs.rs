@@ -629,14 +629,10 @@ pub(super) async fn list(
     let limit = query_int(&pairs, "limit", 10)?;
     let offset = query_int(&pairs, "offset", 0)?;
     super::check_paging(limit, offset)?;
-    let status = query_values(&pairs, "status")
-        .last()
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<RunStatus>()
-                .map_err(|e| AppError::Invalid(format!("status: {e}")))
-        })
-        .transpose()?;
+    let raw_status = query_values(&pairs, "status")
+        .pop()
+        .filter(|s| !s.is_empty());
+    let status = super::optional_enum::<RunStatus>(raw_status.as_deref(), "status")?;
     let select = query_values(&pairs, "select");
     let runs = state
         .store

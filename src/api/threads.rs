@@ -2,12 +2,12 @@
 //! history, state updates, and the thread-wide event stream.
 
 use super::error::{ApiResult, AppError, Body, parse_id};
-use super::{AppState, check_paging, paged, project};
+use super::{AppState, SearchParams, optional_enum, paged, project};
 use crate::graph::state::{StateBuilder, empty_state};
 use crate::graph::{Graph, NullSink, RunScope, Start, update_state};
 use crate::ids;
 use crate::store::{
-    CancelAction, CheckpointQuery, IfExists, JsonMap, SortOrder, Thread, ThreadQuery, ThreadStatus,
+    CancelAction, CheckpointQuery, IfExists, JsonMap, Thread, ThreadQuery, ThreadStatus,
     ThreadSummary,
 };
 use crate::stream::frame_bytes;
@@ -135,9 +135,6 @@ pub(super) struct ThreadSearch {
 }
 
 fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
-    let limit = body.limit.unwrap_or(10);
-    let offset = body.offset.unwrap_or(0);
-    check_paging(limit, offset)?;
     const SORTS: [&str; 5] = [
         "thread_id",
         "status",
@@ -145,28 +142,14 @@ fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
         "updated_at",
         "state_updated_at",
     ];
-    if let Some(s) = body.sort_by.as_deref().filter(|s| !SORTS.contains(s)) {
-        return Err(AppError::Invalid(format!(
-            "sort_by: invalid value '{s}' (expected one of {})",
-            SORTS.join(", ")
-        )));
-    }
-    let status = body
-        .status
-        .as_deref()
-        .map(|s| {
-            s.parse::<ThreadStatus>()
-                .map_err(|e| AppError::Invalid(format!("status: {e}")))
-        })
-        .transpose()?;
-    let sort_order = body
-        .sort_order
-        .as_deref()
-        .map(|s| {
-            s.parse::<SortOrder>()
-                .map_err(|e| AppError::Invalid(format!("sort_order: {e}")))
-        })
-        .transpose()?;
+    let p = SearchParams::check(
+        body.limit,
+        body.offset,
+        body.sort_by,
+        body.sort_order.as_deref(),
+        &SORTS,
+    )?;
+    let status = optional_enum::<ThreadStatus>(body.status.as_deref(), "status")?;
     let ids = body
         .ids
         .unwrap_or_default()
@@ -178,10 +161,10 @@ fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
         values: body.values.unwrap_or_default(),
         ids,
         status,
-        limit,
-        offset,
-        sort_by: body.sort_by,
-        sort_order,
+        limit: p.limit,
+        offset: p.offset,
+        sort_by: p.sort_by,
+        sort_order: p.sort_order,
     };
     Ok((q, body.select))
 }
