@@ -58,10 +58,27 @@ impl GraphEvent {
     }
 }
 
+/// The kinds of event a sink may or may not want.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Values,
+    Updates,
+    Messages,
+    Custom,
+    Tasks,
+    Checkpoints,
+}
+
 /// Receives events in the order they happen. Implementations must be cheap and must not block:
 /// they are called from inside the graph's steps.
 pub trait EventSink: Send + Sync {
     fn emit(&self, event: GraphEvent);
+
+    /// Whether events of `kind` from namespace `ns` would be used. The runtime skips building
+    /// unwanted ones: several of them carry a copy of the whole state.
+    fn wants(&self, _ns: &str, _kind: EventKind) -> bool {
+        true
+    }
 }
 
 /// A sink that drops everything (stateless state updates, tests).
@@ -69,6 +86,10 @@ pub struct NullSink;
 
 impl EventSink for NullSink {
     fn emit(&self, _event: GraphEvent) {}
+
+    fn wants(&self, _ns: &str, _kind: EventKind) -> bool {
+        false
+    }
 }
 
 /// Shared handle to a sink.

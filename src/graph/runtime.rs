@@ -2,7 +2,7 @@
 //! concurrently, merge their updates, write a checkpoint, repeat until nothing is scheduled.
 
 use super::channels::{ChannelError, writes_from_json, writes_to_json};
-use super::events::{GraphEvent, Sink};
+use super::events::{EventKind, GraphEvent, Sink};
 use super::messages::{is_message, message_id};
 use super::{Command, END, Graph, NodeError, START};
 use crate::store::{Checkpoint, JsonMap, Store, StoreError};
@@ -211,6 +211,11 @@ impl NodeContext {
     }
 
     /// Streams one token chunk (`type: AIMessageChunk`, same id on every chunk).
+    /// Whether anyone streams this node's token chunks (callers can skip building them).
+    pub fn wants_chunks(&self) -> bool {
+        self.scope.sink.wants(&self.graph_ns, EventKind::Messages)
+    }
+
     pub fn emit_chunk(&self, chunk: Value) {
         // A streamed message is not sent again whole when the node returns it.
         if let Some(id) = message_id(&chunk) {
@@ -445,12 +450,14 @@ async fn run_task(
         node: task.name.clone(),
         error: NodeError::new("KeyError", format!("unknown node '{}'", task.name)),
     })?;
-    scope.sink.emit(GraphEvent::TaskStart {
-        ns: inv.ns.clone(),
-        step,
-        task: json!({"id": task.id, "name": task.name, "input": state,
-                     "triggers": [format!("branch:to:{}", task.name)]}),
-    });
+    if scope.sink.wants(&inv.ns, EventKind::Tasks) {
+        scope.sink.emit(GraphEvent::TaskStart {
+            ns: inv.ns.clone(),
+            step,
+            task: json!({"id": task.id, "name": task.name, "input": state,
+                         "triggers": [format!("branch:to:{}", task.name)]}),
+        });
+    }
     let ctx = NodeContext {
         scope: scope.clone(),
         graph_ns: inv.ns.clone(),
@@ -459,7 +466,9 @@ async fn run_task(
         step,
     };
     let result = node(state, ctx).await;
-    if let Err(error) = &result {
+    if let Err(error) = &result
+        && scope.sink.wants(&inv.ns, EventKind::Tasks)
+    {
         scope.sink.emit(GraphEvent::TaskResult {
             ns: inv.ns.clone(),
             step,
@@ -483,28 +492,39 @@ fn report_update(
     step: i64,
     writes: &[(String, Value)],
 ) {
-    let update: JsonMap = writes.iter().cloned().collect();
-    let ctx_meta = message_meta(scope, &inv.ns, &task.name, task.id, step);
-    for message in writes.iter().flat_map(|(_, v)| messages_in(v)) {
-        if message_id(message).is_some_and(|id| scope.first_sighting(id)) {
-            scope.sink.emit(GraphEvent::Message {
-                ns: inv.ns.clone(),
-                message: message.clone(),
-                meta: ctx_meta.clone(),
-            });
+    let sink = &scope.sink;
+    if sink.wants(&inv.ns, EventKind::Messages) {
+        let meta = message_meta(scope, &inv.ns, &task.name, task.id, step);
+        for message in writes.iter().flat_map(|(_, v)| messages_in(v)) {
+            if message_id(message).is_some_and(|id| scope.first_sighting(id)) {
+                sink.emit(GraphEvent::Message {
+                    ns: inv.ns.clone(),
+                    message: message.clone(),
+                    meta: meta.clone(),
+                });
+            }
         }
     }
-    let update = Value::Object(update);
-    scope.sink.emit(GraphEvent::Updates {
-        ns: inv.ns.clone(),
-        node: task.name.clone(),
-        update: update.clone(),
-    });
-    scope.sink.emit(GraphEvent::TaskResult {
-        ns: inv.ns.clone(),
-        step,
-        task: json!({"id": task.id, "name": task.name, "error": null, "result": update, "interrupts": []}),
-    });
+    let wants_updates = sink.wants(&inv.ns, EventKind::Updates);
+    let wants_tasks = sink.wants(&inv.ns, EventKind::Tasks);
+    if !wants_updates && !wants_tasks {
+        return;
+    }
+    let update = Value::Object(writes.iter().cloned().collect());
+    if wants_updates {
+        sink.emit(GraphEvent::Updates {
+            ns: inv.ns.clone(),
+            node: task.name.clone(),
+            update: update.clone(),
+        });
+    }
+    if wants_tasks {
+        sink.emit(GraphEvent::TaskResult {
+            ns: inv.ns.clone(),
+            step,
+            task: json!({"id": task.id, "name": task.name, "error": null, "result": update, "interrupts": []}),
+        });
+    }
 }
 
 /// Messages anywhere at the top of a written value (a message, or a list of them).
@@ -641,22 +661,30 @@ impl<'a> CheckpointWriter<'a> {
             created_at: Timestamp::now(),
         };
         self.scope.store.put_checkpoint(&cp).await?;
-        let payload = checkpoint_payload(&cp, self.head.as_ref(), state);
+        let sink = &self.scope.sink;
+        let payload = sink
+            .wants(&self.ns, EventKind::Checkpoints)
+            .then(|| checkpoint_payload(&cp, self.head.as_ref(), state));
         self.head = Some(cp);
         // The input checkpoint still holds the previous state; clients first see values once
         // the input is applied.
         if source != "input" {
             self.report_values(state);
         }
-        self.scope.sink.emit(GraphEvent::Checkpoint {
-            ns: self.ns.clone(),
-            step,
-            payload,
-        });
+        if let Some(payload) = payload {
+            sink.emit(GraphEvent::Checkpoint {
+                ns: self.ns.clone(),
+                step,
+                payload,
+            });
+        }
         Ok(())
     }
 
     fn report_values(&self, state: &JsonMap) {
+        if !self.scope.sink.wants(&self.ns, EventKind::Values) {
+            return;
+        }
         self.scope.sink.emit(GraphEvent::Values {
             ns: self.ns.clone(),
             values: Value::Object(state.clone()),

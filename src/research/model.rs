@@ -88,6 +88,8 @@ impl<'a> Caller<'a> {
         stream: bool,
     ) -> Result<ChatResponse, NodeError> {
         let model = self.deps.providers.model(&req.model).map_err(node_error)?;
+        // Token streaming costs parsing work; only pay it when a client is listening.
+        let stream = stream && self.ctx.wants_chunks();
         req.stream = stream;
         let ctx = self.ctx;
         let emit = move |d: Delta| ctx.emit_chunk(chunk(&d));
@@ -110,6 +112,7 @@ impl<'a> Caller<'a> {
     ) -> Result<T, NodeError> {
         let model = self.deps.providers.model(&req.model).map_err(node_error)?;
         req.response_schema = Some(schema);
+        let fields = fields.filter(|_| self.ctx.wants_chunks());
         req.stream = fields.is_some();
         let attempts = self.cfg.max_structured_output_retries.max(1);
         let policy = RetryPolicy {

@@ -3,7 +3,9 @@
 
 use super::{Active, RunKwargs, Runner, lock};
 use crate::graph::state::StateBuilder;
-use crate::graph::{EventSink, GraphEvent, Invocation, RunError, RunScope, Start, invoke};
+use crate::graph::{
+    EventKind, EventSink, GraphEvent, Invocation, RunError, RunScope, Start, invoke,
+};
 use crate::store::{
     CancelAction, EventId, JsonMap, Lease, LeaseState, Run, RunEnd, RunStatus, StoreError,
     ThreadStatus, ThreadSummary,
@@ -22,6 +24,10 @@ struct RunSink {
 }
 
 impl EventSink for RunSink {
+    fn wants(&self, ns: &str, kind: EventKind) -> bool {
+        lock(&self.encoder).wants(ns, kind)
+    }
+
     fn emit(&self, event: GraphEvent) {
         let frames = lock(&self.encoder).encode(&event);
         if frames.is_empty() {

@@ -2,7 +2,7 @@
 //! reference server's naming (`mode|ns` for subgraphs) and message-streaming rules.
 
 use super::modes::{StreamMode, StreamModes};
-use crate::graph::GraphEvent;
+use crate::graph::{EventKind, GraphEvent};
 use crate::time::Timestamp;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -26,6 +26,24 @@ impl Encoder {
             stateless,
             legacy_meta_sent: HashSet::new(),
             partial: HashMap::new(),
+        }
+    }
+
+    /// Whether an event of `kind` from `ns` would produce any frame.
+    pub fn wants(&self, ns: &str, kind: EventKind) -> bool {
+        if !ns.is_empty() && !self.subgraphs {
+            return false;
+        }
+        let on = |m| self.modes.contains(m);
+        match kind {
+            EventKind::Values => on(StreamMode::Values),
+            EventKind::Updates => on(StreamMode::Updates),
+            EventKind::Messages => on(StreamMode::MessagesTuple) || on(StreamMode::Messages),
+            EventKind::Custom => on(StreamMode::Custom),
+            EventKind::Tasks => on(StreamMode::Tasks) || on(StreamMode::Debug),
+            EventKind::Checkpoints => {
+                (on(StreamMode::Checkpoints) && !self.stateless) || on(StreamMode::Debug)
+            }
         }
     }
 
