@@ -1398,6 +1398,12 @@ mod contract {
         let stored = s.run_events_after(r.run_id, None).await.unwrap();
         assert_eq!(stored.len(), all.len() + 1);
         assert_eq!(stored[0], event(&r, 3, 0), "the first write wins");
+        // A burst larger than one INSERT batch keeps every frame, in order.
+        let burst: Vec<StoredEvent> = (0..450).map(|i| event(&other, 100, i)).collect();
+        s.append_events(&burst).await.unwrap();
+        let got = s.run_events_after(other.run_id, None).await.unwrap();
+        assert_eq!(got.len(), 451);
+        assert_eq!(got[1..].to_vec(), burst);
     }
 
     pub async fn copy_thread(s: Arc<dyn Store>) {

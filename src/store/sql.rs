@@ -40,6 +40,8 @@ const RUN_COLS: &str = "run_id, thread_id, assistant_id, created_at, updated_at,
 const CHECKPOINT_COLS: &str = "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, \
     run_id, step, source, metadata, writes, next_nodes, tasks, created_at";
 const EVENT_COLS: &str = "run_id, thread_id, ms, seq, event, data";
+/// Rows per event INSERT (6 parameters each; well under both databases' parameter limits).
+const EVENT_BATCH: usize = 200;
 const INFLIGHT: &str = "status IN ('pending', 'running')";
 
 /// The SQL flavours this store speaks.
@@ -1560,21 +1562,38 @@ impl Store for SqlStore {
             return Ok(());
         }
         let mut tx = self.write_tx().await?;
-        // Idempotent: a flush interrupted after its commit may be retried with the same frames.
-        let sql = format!(
-            "INSERT INTO run_events ({EVENT_COLS}) VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (run_id, ms, seq) DO NOTHING"
-        );
-        for e in events {
-            q(sql.clone())
-                .bind(e.run_id.to_string())
-                .bind(e.thread_id.to_string())
-                .bind(e.id.ms)
-                .bind(e.id.seq)
-                .bind(e.event.clone())
-                .bind(e.data.clone())
-                .execute(&mut *tx)
-                .await?;
+        // One multi-row statement per batch: a run's frames arrive in bursts of hundreds.
+        for batch in events.chunks(EVENT_BATCH) {
+            let rows: Vec<String> = (0..batch.len())
+                .map(|i| {
+                    let p = i * 6;
+                    format!(
+                        "(${}, ${}, ${}, ${}, ${}, ${})",
+                        p + 1,
+                        p + 2,
+                        p + 3,
+                        p + 4,
+                        p + 5,
+                        p + 6
+                    )
+                })
+                .collect();
+            // Idempotent: a flush interrupted after its commit may be retried with the same frames.
+            let sql = format!(
+                "INSERT INTO run_events ({EVENT_COLS}) VALUES {} ON CONFLICT (run_id, ms, seq) DO NOTHING",
+                rows.join(", ")
+            );
+            let mut query = q(sql);
+            for e in batch {
+                query = query
+                    .bind(e.run_id.to_string())
+                    .bind(e.thread_id.to_string())
+                    .bind(e.id.ms)
+                    .bind(e.id.seq)
+                    .bind(e.event.clone())
+                    .bind(e.data.clone());
+            }
+            query.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
