@@ -127,6 +127,9 @@ impl Runner {
                 () = tokio::time::sleep(self.settings.run_lease) => {}
                 () = self.shutdown.cancelled() => return,
             }
+            // Renew this process's own runs first: on a busy single-writer store a renewal can
+            // queue behind other writes, and a run still executing here must not be failed.
+            self.renew_local_leases().await;
             match self.store.fail_expired_runs(Timestamp::now()).await {
                 Ok(runs) => {
                     for run in &runs {
@@ -171,6 +174,19 @@ impl Runner {
                 () = notified => {}
                 () = tokio::time::sleep(self.settings.poll_interval) => {}
                 () = self.shutdown.cancelled() => {}
+            }
+        }
+    }
+
+    async fn renew_local_leases(&self) {
+        let ids: Vec<Uuid> = lock(&self.active).keys().copied().collect();
+        for run_id in ids {
+            if let Err(error) = self
+                .store
+                .renew_lease(run_id, &self.worker_id, self.settings.run_lease)
+                .await
+            {
+                tracing::warn!(%error, %run_id, "lease renewal before the sweep failed");
             }
         }
     }

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
-/// How many frames a slow subscriber may fall behind before it has to re-read the log.
-const CHANNEL_CAPACITY: usize = 4096;
+/// How many frames a slow subscriber may fall behind before it has to re-read the log (each
+/// slot costs memory in every live run; lagging subscribers of resumable runs re-read the log).
+const CHANNEL_CAPACITY: usize = 1024;
 
 /// One SSE event as it goes on the wire.
 #[derive(Clone, Debug, PartialEq)]

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -216,6 +216,18 @@ impl FakeLlm {
     pub fn max_in_flight(&self) -> usize {
         self.shared.max_in_flight.load(Ordering::SeqCst)
     }
+
+    /// Pause before each streamed chunk of an OpenAI answer (default: none, the whole answer
+    /// at once). Paces a long streamed answer like a model generating tokens.
+    pub fn set_chunk_interval(&self, every: Duration) {
+        *self.shared.chunk_interval.lock().unwrap() = every;
+    }
+
+    /// Keep request bodies and headers for `requests()`/`headers()` (on by default). A load
+    /// benchmark turns it off: tens of thousands of bodies would only cost memory.
+    pub fn set_recording(&self, on: bool) {
+        self.shared.record.store(on, Ordering::SeqCst);
+    }
 }
 
 /// An Anthropic-shaped server (`/v1/messages`); `base_url()` has no `/v1`.
@@ -232,6 +244,8 @@ struct Shared {
     responder: Responder,
     requests: Mutex<Vec<Value>>,
     headers: Mutex<Vec<HeaderMap>>,
+    record: AtomicBool,
+    chunk_interval: Mutex<Duration>,
     calls: AtomicUsize,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
@@ -244,6 +258,8 @@ impl Shared {
             responder,
             requests: Mutex::default(),
             headers: Mutex::default(),
+            record: AtomicBool::new(true),
+            chunk_interval: Mutex::new(Duration::ZERO),
             calls: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
@@ -261,8 +277,10 @@ struct InFlight(Arc<Shared>);
 
 impl InFlight {
     fn enter(shared: &Arc<Shared>, headers: HeaderMap, body: &Value) -> Self {
-        shared.requests.lock().unwrap().push(body.clone());
-        shared.headers.lock().unwrap().push(headers);
+        if shared.record.load(Ordering::Relaxed) {
+            shared.requests.lock().unwrap().push(body.clone());
+            shared.headers.lock().unwrap().push(headers);
+        }
         shared.calls.fetch_add(1, Ordering::SeqCst);
         let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -304,6 +322,15 @@ fn error_response(status: u16, body: Value, retry_after: Option<String>) -> Resp
 
 fn sse_response(frames: Vec<String>) -> Response {
     let stream = futures::stream::iter(frames).map(|f| Ok::<_, Infallible>(Bytes::from(f)));
+    sse_body(Body::from_stream(stream))
+}
+
+/// Like `sse_response`, with a pause before every frame.
+fn paced_sse_response(frames: Vec<String>, every: Duration) -> Response {
+    let stream = futures::stream::iter(frames).then(move |f| async move {
+        tokio::time::sleep(every).await;
+        Ok::<_, Infallible>(Bytes::from(f))
+    });
     sse_body(Body::from_stream(stream))
 }
 
@@ -372,7 +399,15 @@ async fn openai_handler(
             let delta = json!({"content": piece});
             endless(frame(&openai_chunk(&id, &request, delta, Value::Null)))
         }
-        reply if streaming => sse_response(openai_stream(&id, &request, parts(reply))),
+        reply if streaming => {
+            let frames = openai_stream(&id, &request, parts(reply));
+            let every = *shared.chunk_interval.lock().unwrap();
+            if every.is_zero() {
+                sse_response(frames)
+            } else {
+                paced_sse_response(frames, every)
+            }
+        }
         reply => axum::Json(openai_completion(&id, &request, parts(reply))).into_response(),
     }
 }

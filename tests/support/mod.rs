@@ -8,6 +8,7 @@ pub mod fake_llm;
 pub mod fake_tavily;
 pub mod graphs;
 pub mod research;
+pub mod workload;
 
 use deep_research::app::Application;
 use deep_research::config::Settings;

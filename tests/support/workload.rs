@@ -1,0 +1,387 @@
+//! The scripted ODR workload: a "model" that plays every Open Deep Research role, recognised
+//! from the request as a real model would be prompted. Shared by the integration tests (small
+//! payloads, fast) and the load benchmark (`benches/load.rs`, the payload sizes of the benchmark
+//! issue). Depends only on `FakeReply` and serde_json so the benchmark can include it on its own.
+
+#![allow(dead_code)]
+
+use super::fake_llm::FakeReply;
+use serde_json::{Value, json};
+use std::sync::Mutex;
+
+/// Which ODR role a request is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    Clarify,
+    Brief,
+    Summary,
+    Supervisor,
+    Researcher,
+    Compress,
+    Report,
+    Other,
+}
+
+pub fn role(req: &Value) -> Role {
+    match req["response_format"]["json_schema"]["name"].as_str() {
+        Some("ClarifyWithUser") => return Role::Clarify,
+        Some("ResearchQuestion") => return Role::Brief,
+        Some("Summary") => return Role::Summary,
+        _ => {}
+    }
+    let tools: Vec<&str> = req["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    if tools.contains(&"ConductResearch") {
+        return Role::Supervisor;
+    }
+    if tools.contains(&"think_tool") {
+        return Role::Researcher;
+    }
+    let text = all_text(req);
+    if text.contains("<Findings>") {
+        Role::Report
+    } else if text.contains("cleaning up the findings") {
+        Role::Compress
+    } else {
+        Role::Other
+    }
+}
+
+pub fn all_text(req: &Value) -> String {
+    req["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| match &m["content"] {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Assistant turns already in the request: where a looping role is in its script.
+pub fn turns(req: &Value) -> usize {
+    req["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "assistant")
+        .count()
+}
+
+/// URLs shown to the model in the request (`URL: …` lines of search results and sources).
+pub fn urls_in(req: &Value) -> Vec<String> {
+    let mut urls = Vec::new();
+    for line in all_text(req).lines() {
+        for word in line.split_whitespace() {
+            let w =
+                word.trim_matches(|c: char| matches!(c, '(' | ')' | '[' | ']' | ',' | '"' | '\\'));
+            if w.starts_with("https://") && !urls.contains(&w.to_owned()) {
+                urls.push(w.to_owned());
+            }
+        }
+    }
+    urls
+}
+
+/// The first human message of a request (a researcher's topic).
+pub fn topic(req: &Value) -> String {
+    req["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("topic")
+        .chars()
+        .take(40)
+        .collect()
+}
+
+/// A URL no search returns: the report cites it and the check must remove it.
+pub const INVENTED_URL: &str = "https://invented.example/made-up-source";
+
+/// Knobs of the scripted model. The payload sizes are approximate byte counts; `0` keeps the
+/// small payloads the tests use.
+#[derive(Clone, Debug)]
+pub struct Script {
+    /// ConductResearch calls the supervisor makes in its delegation turn.
+    pub topics: usize,
+    /// Answer every supervisor turn in prose, with no tool call (a weak model).
+    pub supervisor_prose: bool,
+    /// Size of each page summary's JSON (`{"summary", "key_excerpts"}`).
+    pub summary_bytes: usize,
+    /// Size of each researcher's compressed findings (text plus its numbered source list).
+    pub findings_bytes: usize,
+    /// Size of the final report. When non-zero the report cites every retrieved URL it was
+    /// shown, numbered, and no invented one; when zero it is the short test report that also
+    /// cites `INVENTED_URL`.
+    pub report_bytes: usize,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Self {
+            topics: 3,
+            supervisor_prose: false,
+            summary_bytes: 0,
+            findings_bytes: 0,
+            report_bytes: 0,
+        }
+    }
+}
+
+impl Script {
+    /// The benchmark issue's workload: 3 topics, summaries ≈1.1 KB of JSON, compressed
+    /// findings ≈6 KB, final report ≈13 KB with numbered citations of retrieved URLs.
+    pub fn benchmark() -> Self {
+        Self {
+            summary_bytes: 1100,
+            findings_bytes: 6000,
+            report_bytes: 13_000,
+            ..Self::default()
+        }
+    }
+}
+
+/// The default ODR workload of the benchmark issue: clarification not needed; supervisor:
+/// think → N × ConductResearch → think → ResearchComplete; researcher: search (2 queries) →
+/// think → search (1 query) → ResearchComplete.
+pub fn scripted(script: Script) -> impl Fn(&Value) -> FakeReply + Send + Sync + 'static {
+    move |req: &Value| match role(req) {
+        Role::Clarify => clarify(req),
+        Role::Brief => FakeReply::Json(
+            json!({"research_brief": "I want to know everything about the topic, with sources."}),
+        ),
+        Role::Summary => summary(script.summary_bytes),
+        Role::Supervisor if script.supervisor_prose => {
+            FakeReply::Text("I think the answer is obvious.".into())
+        }
+        Role::Supervisor => supervisor(req, script.topics),
+        Role::Researcher => researcher(req),
+        Role::Compress => compress(req, script.findings_bytes),
+        Role::Report if script.report_bytes > 0 => long_report(req, script.report_bytes),
+        Role::Report => report(req),
+        Role::Other => FakeReply::Text("ok".into()),
+    }
+}
+
+const SENTENCES: [&str; 6] = [
+    "Recent work on {} reports consistent results across independent studies.",
+    "Costs for {} have fallen steadily while reliability improved.",
+    "Experts disagree on how quickly {} will reach wide adoption.",
+    "Several datasets on {} cover different regions and years.",
+    "The main open question about {} is long-term performance.",
+    "Field measurements of {} broadly match laboratory figures.",
+];
+
+/// The `i`-th filler sentence about `subject`.
+fn sentence(subject: &str, i: usize) -> String {
+    SENTENCES[i % SENTENCES.len()].replace("{}", subject)
+}
+
+/// Deterministic English-like filler of exactly `len` bytes (ASCII), for payload sizes.
+pub fn prose(subject: &str, len: usize) -> String {
+    let mut out = String::with_capacity(len + 128);
+    let mut i = 0;
+    while out.len() < len {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&sentence(subject, i));
+        i += 1;
+    }
+    out.truncate(len);
+    out
+}
+
+fn summary(bytes: usize) -> FakeReply {
+    if bytes == 0 {
+        return FakeReply::Json(json!({"summary": "The page explains the topic in detail.",
+                                      "key_excerpts": "\"a key quote\""}));
+    }
+    // `{"summary":"…","key_excerpts":"…"}` is 35 bytes of framing; three quarters summary.
+    let body = bytes.saturating_sub(35);
+    let excerpts = body / 4;
+    FakeReply::Json(json!({
+        "summary": prose("the page's subject", body - excerpts),
+        "key_excerpts": prose("the quoted source", excerpts),
+    }))
+}
+
+fn clarify(req: &Value) -> FakeReply {
+    let text = all_text(req);
+    let asked_before = text.contains("Which aspect do you mean?");
+    if text.contains("vague") && !asked_before {
+        FakeReply::Json(
+            json!({"need_clarification": true, "question": "Which aspect do you mean?", "verification": ""}),
+        )
+    } else {
+        FakeReply::Json(json!({"need_clarification": false, "question": "",
+                               "verification": "I have what I need and am starting the research now."}))
+    }
+}
+
+fn supervisor(req: &Value, topics: usize) -> FakeReply {
+    match turns(req) {
+        0 => FakeReply::ToolCalls(vec![(
+            "think_tool".into(),
+            json!({"reflection": "Plan: split in parts."}),
+        )]),
+        1 => FakeReply::ToolCalls(
+            (0..topics)
+                .map(|i| {
+                    (
+                        "ConductResearch".into(),
+                        json!({"research_topic": format!("subtopic number {i} in full detail")}),
+                    )
+                })
+                .collect(),
+        ),
+        2 => FakeReply::ToolCalls(vec![(
+            "think_tool".into(),
+            json!({"reflection": "Enough found."}),
+        )]),
+        _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+    }
+}
+
+fn researcher(req: &Value) -> FakeReply {
+    let t = topic(req);
+    match turns(req) {
+        0 => FakeReply::ToolCalls(vec![(
+            "tavily_search".into(),
+            json!({"queries": [format!("{t} overview"), format!("{t} details")]}),
+        )]),
+        1 => FakeReply::ToolCalls(vec![(
+            "think_tool".into(),
+            json!({"reflection": "Need one more search."}),
+        )]),
+        2 => FakeReply::ToolCalls(vec![(
+            "tavily_search".into(),
+            json!({"queries": [format!("{t} latest")]}),
+        )]),
+        _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+    }
+}
+
+fn compress(req: &Value, bytes: usize) -> FakeReply {
+    let urls = urls_in(req);
+    let sources: Vec<String> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, u)| format!("[{}] Source {}: {u}", i + 1, i + 1))
+        .collect();
+    let sources = sources.join("\n");
+    if bytes == 0 {
+        return FakeReply::Text(format!(
+            "**Findings**\nThe topic has several facts [1].\n\n### Sources\n{sources}"
+        ));
+    }
+    let head = "**Findings**\n";
+    let tail = format!("\n\n### Sources\n{sources}");
+    let room = bytes.saturating_sub(head.len() + tail.len());
+    FakeReply::Text(format!(
+        "{head}{}{tail}",
+        cited_paragraphs("the findings", room, urls.len())
+    ))
+}
+
+/// Paragraphs of about `len` bytes, each sentence citing `[1]`…`[n]` in turn.
+fn cited_paragraphs(subject: &str, len: usize, n: usize) -> String {
+    let mut out = String::with_capacity(len + 128);
+    let mut i = 0;
+    loop {
+        let mut next = sentence(subject, i);
+        if n > 0 {
+            next.pop(); // the full stop goes after the citation
+            next.push_str(&format!(" [{}].", i % n + 1));
+        }
+        next.push_str(if i % 4 == 3 { "\n\n" } else { " " });
+        if out.len() + next.len() > len {
+            break;
+        }
+        out.push_str(&next);
+        i += 1;
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+fn report(req: &Value) -> FakeReply {
+    let urls = urls_in(req);
+    let cited: Vec<&String> = urls
+        .iter()
+        .filter(|u| u.contains("example.com"))
+        .take(3)
+        .collect();
+    let mut lines = vec![
+        "# Report\n\n## Findings\n\nA verified fact [1]. An invented claim [4].\n\n### Sources"
+            .to_owned(),
+    ];
+    for (i, u) in cited.iter().enumerate() {
+        lines.push(format!("[{}] Source: {u}", i + 1));
+    }
+    lines.push(format!("[4] Invented: {INVENTED_URL}"));
+    FakeReply::Text(lines.join("\n"))
+}
+
+/// A report of about `bytes` bytes: sections of cited prose and the numbered list of every
+/// retrieved URL the model was shown.
+fn long_report(req: &Value, bytes: usize) -> FakeReply {
+    let urls: Vec<String> = urls_in(req)
+        .into_iter()
+        .filter(|u| u.contains("example.com"))
+        .collect();
+    let sources: Vec<String> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, u)| format!("[{}] Source {}: {u}", i + 1, i + 1))
+        .collect();
+    let tail = format!("\n\n### Sources\n{}", sources.join("\n"));
+    let sections = ["Overview", "Findings", "Comparison", "Outlook"];
+    let head = "# Report\n";
+    let room = bytes.saturating_sub(head.len() + tail.len());
+    let per_section = room / sections.len();
+    let mut text = String::with_capacity(bytes + 256);
+    text.push_str(head);
+    for name in sections {
+        let heading = format!("\n## {name}\n\n");
+        text.push_str(&heading);
+        text.push_str(&cited_paragraphs(
+            "the research topic",
+            per_section.saturating_sub(heading.len()),
+            urls.len(),
+        ));
+    }
+    text.push_str(&tail);
+    FakeReply::Text(text)
+}
+
+/// Wraps a responder to change the reply of the `n`-th request (1-based) of a role.
+pub fn on_nth<F>(
+    inner: F,
+    target: Role,
+    n: usize,
+    reply: FakeReply,
+) -> impl Fn(&Value) -> FakeReply + Send + Sync + 'static
+where
+    F: Fn(&Value) -> FakeReply + Send + Sync + 'static,
+{
+    let seen = Mutex::new(0usize);
+    move |req: &Value| {
+        if role(req) == target {
+            let mut count = seen.lock().unwrap_or_else(|e| e.into_inner());
+            *count += 1;
+            if *count == n {
+                return reply.clone();
+            }
+        }
+        inner(req)
+    }
+}
