@@ -164,6 +164,8 @@ pub struct NodeContext {
     pub node: String,
     pub task_id: Uuid,
     pub step: i64,
+    /// Built once per task: every streamed token carries it.
+    meta: Arc<std::sync::OnceLock<Value>>,
 }
 
 impl NodeContext {
@@ -184,13 +186,16 @@ impl NodeContext {
 
     /// Metadata attached to messages this node streams.
     pub fn message_meta(&self) -> Value {
-        message_meta(
-            &self.scope,
-            &self.graph_ns,
-            &self.node,
-            self.task_id,
-            self.step,
-        )
+        let build = || {
+            message_meta(
+                &self.scope,
+                &self.graph_ns,
+                &self.node,
+                self.task_id,
+                self.step,
+            )
+        };
+        self.meta.get_or_init(build).clone()
     }
 
     /// Sends a `custom` stream event.
@@ -464,6 +469,7 @@ async fn run_task(
         node: task.name.clone(),
         task_id: task.id,
         step,
+        meta: Arc::default(),
     };
     let result = node(state, ctx).await;
     if let Err(error) = &result
