@@ -34,6 +34,7 @@ both_backends!(
     stateless_runs_leave_no_thread,
     thread_stream_reports_runs_and_their_end,
     follow_up_runs_continue_the_conversation,
+    a_queued_run_announces_itself_at_once,
 );
 
 async fn post(app: &TestApp, path: impl AsRef<str>, body: Value) -> reqwest::Response {
@@ -597,4 +598,41 @@ async fn follow_up_runs_continue_the_conversation(app: &TestApp) {
         [4, 3, 2, 1, 0, -1],
         "steps keep counting across runs"
     );
+}
+
+async fn a_queued_run_announces_itself_at_once(app: &TestApp) {
+    let tid = new_thread(app).await;
+    let a: Value = slow_run(app, &tid, 30.0, "enqueue")
+        .await
+        .json()
+        .await
+        .unwrap();
+    let ra = id(&a, "run_id");
+    wait_for_status(app, &tid, &ra, "running").await;
+    let mut queued = post(
+        app,
+        format!("/threads/{tid}/runs/stream"),
+        json!({"assistant_id": "agent", "input": hello(), "multitask_strategy": "enqueue"}),
+    )
+    .await;
+    let first = tokio::time::timeout(Duration::from_secs(2), queued.chunk())
+        .await
+        .expect("the metadata event arrives while the run waits in the queue")
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&first);
+    assert!(text.starts_with("event: metadata\r\n"), "{text}");
+    let rb = queued.headers()["content-location"]
+        .to_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains(&rb));
+    assert_eq!(run_status(app, &tid, &rb).await.1["status"], "pending");
+    post(app, format!("/threads/{tid}/runs/{ra}/cancel"), Value::Null).await;
+    let rest = queued.text().await.unwrap();
+    assert_eq!(rest.matches("event: metadata").count(), 0, "announced once");
+    assert!(rest.contains("event: values"));
 }

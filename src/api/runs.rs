@@ -322,6 +322,11 @@ async fn start(state: &AppState, target: Target, body: NewRun) -> ApiResult<Star
     let channel = state.bus.open(run_id, thread_id, resumable);
     let subscription = channel.subscribe();
     let result = channel.result();
+    // The first event goes out now, not when a worker claims the run: a queued run's client
+    // learns its run id at once. The worker sees the channel is not fresh and does not repeat it.
+    let thread_tx = state.bus.thread_sender(thread_id);
+    let metadata = json!({"run_id": run_id, "attempt": 1});
+    channel.publish("metadata".into(), &metadata, thread_tx.as_ref());
     let affected = match state.store.insert_run(&insert).await {
         Ok(affected) => affected,
         Err(error) => {

@@ -56,7 +56,10 @@ impl Runner {
             let thread_tx = self.bus.thread_sender(run.thread_id);
             channel.publish(event.to_owned(), &data, thread_tx.as_ref());
         };
-        publish("metadata", json!({"run_id": run.run_id, "attempt": 1}));
+        // Runs created through this process's API already announced themselves.
+        if channel.is_fresh() {
+            publish("metadata", json!({"run_id": run.run_id, "attempt": 1}));
+        }
 
         let cancel = CancellationToken::new();
         let action = Arc::new(Mutex::new(None));

@@ -105,6 +105,11 @@ impl RunChannel {
         frame
     }
 
+    /// Whether nothing was published on this channel yet.
+    pub fn is_fresh(&self) -> bool {
+        self.lock().last_id == EventId { ms: 0, seq: 0 }
+    }
+
     /// Frames to write to the store now.
     pub fn unflushed(&self) -> Vec<Arc<Frame>> {
         self.lock().unflushed.clone()
