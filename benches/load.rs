@@ -1109,23 +1109,7 @@ async fn concurrent_runs(
             question,
         ));
     }
-    let mut runs = Vec::with_capacity(k);
-    let mut timed_out = false;
-    loop {
-        match tokio::time::timeout_at(deadline, set.join_next()).await {
-            Ok(Some(Ok(stats))) => runs.push(stats),
-            Ok(Some(Err(e))) => runs.push(StreamStats {
-                error: Some(format!("task: {e}")),
-                ..StreamStats::default()
-            }),
-            Ok(None) => break,
-            Err(_) => {
-                timed_out = true;
-                set.abort_all();
-                break;
-            }
-        }
-    }
+    let (runs, timed_out) = collect_streams(&mut set, deadline, k).await;
     let wall = start.elapsed().as_secs_f64();
     let server_cpu = server.cpu_ticks().saturating_sub(cpu0) as f64 / hz;
     let driver_cpu = cpu_ticks(&self_pid).unwrap_or(0).saturating_sub(drv0) as f64 / hz;
@@ -1331,23 +1315,7 @@ async fn subscribers(
     let connected_in_time = connected.load(Ordering::Relaxed);
     let connect_s = start.elapsed().as_secs_f64();
     let deadline = tokio::time::Instant::now() + opts.timeout;
-    let mut subs = Vec::with_capacity(n);
-    let mut timed_out = false;
-    loop {
-        match tokio::time::timeout_at(deadline, set.join_next()).await {
-            Ok(Some(Ok(s))) => subs.push(s),
-            Ok(Some(Err(e))) => subs.push(StreamStats {
-                error: Some(format!("task: {e}")),
-                ..StreamStats::default()
-            }),
-            Ok(None) => break,
-            Err(_) => {
-                timed_out = true;
-                set.abort_all();
-                break;
-            }
-        }
-    }
+    let (subs, timed_out) = collect_streams(&mut set, deadline, n).await;
     let wall = start.elapsed().as_secs_f64();
     let cpu = server.cpu_ticks().saturating_sub(cpu0) as f64 / hz;
     let driver_cpu = cpu_ticks(&self_pid).unwrap_or(0).saturating_sub(drv0) as f64 / hz;
@@ -1450,6 +1418,30 @@ async fn main() {
             for &chunk_ms in &opts.sub_chunk_ms {
                 let (n, latency) = (opts.subscribers, opts.sub_latency_ms);
                 subscribers(&opts, store, n, latency, chunk_ms, hz).await;
+            }
+        }
+    }
+}
+
+/// Waits for every client task until `deadline`; a task that panicked counts as a failed stream.
+/// Returns the stats and whether the deadline cut the scenario short.
+async fn collect_streams(
+    set: &mut JoinSet<StreamStats>,
+    deadline: tokio::time::Instant,
+    expected: usize,
+) -> (Vec<StreamStats>, bool) {
+    let mut stats = Vec::with_capacity(expected);
+    loop {
+        match tokio::time::timeout_at(deadline, set.join_next()).await {
+            Ok(Some(Ok(s))) => stats.push(s),
+            Ok(Some(Err(e))) => stats.push(StreamStats {
+                error: Some(format!("task: {e}")),
+                ..StreamStats::default()
+            }),
+            Ok(None) => return (stats, false),
+            Err(_) => {
+                set.abort_all();
+                return (stats, true);
             }
         }
     }

@@ -67,6 +67,16 @@ async fn slow_run(app: &TestApp, tid: &str, secs: f64, strategy: &str) -> reqwes
     .await
 }
 
+/// Starts a `slow` run in the background and returns its id.
+async fn start_slow(app: &TestApp, tid: &str, secs: f64, strategy: &str) -> String {
+    let run: Value = slow_run(app, tid, secs, strategy)
+        .await
+        .json()
+        .await
+        .unwrap();
+    id(&run, "run_id")
+}
+
 async fn run_status(app: &TestApp, tid: &str, rid: &str) -> (u16, Value) {
     let resp = app
         .client
@@ -116,12 +126,8 @@ fn id(v: &Value, key: &str) -> String {
 
 async fn reject_answers_409_while_busy(app: &TestApp) {
     let tid = new_thread(app).await;
-    let first: Value = slow_run(app, &tid, 1.0, "reject")
-        .await
-        .json()
-        .await
-        .unwrap();
-    wait_for_status(app, &tid, &id(&first, "run_id"), "running").await;
+    let first = start_slow(app, &tid, 1.0, "reject").await;
+    wait_for_status(app, &tid, &first, "running").await;
     let second = slow_run(app, &tid, 1.0, "reject").await;
     assert_eq!(second.status(), 409);
     let body: Value = second.json().await.unwrap();
@@ -143,17 +149,8 @@ async fn reject_answers_409_while_busy(app: &TestApp) {
 
 async fn enqueue_runs_one_after_another(app: &TestApp) {
     let tid = new_thread(app).await;
-    let a: Value = slow_run(app, &tid, 0.5, "enqueue")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let b: Value = slow_run(app, &tid, 0.1, "enqueue")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let (ra, rb) = (id(&a, "run_id"), id(&b, "run_id"));
+    let ra = start_slow(app, &tid, 0.5, "enqueue").await;
+    let rb = start_slow(app, &tid, 0.1, "enqueue").await;
     wait_for_status(app, &tid, &ra, "running").await;
     assert_eq!(run_status(app, &tid, &rb).await.1["status"], "pending");
     join(app, &tid, &rb).await;
@@ -169,19 +166,9 @@ async fn enqueue_runs_one_after_another(app: &TestApp) {
 
 async fn interrupt_cancels_the_running_run(app: &TestApp) {
     let tid = new_thread(app).await;
-    let a: Value = slow_run(app, &tid, 30.0, "enqueue")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let ra = id(&a, "run_id");
+    let ra = start_slow(app, &tid, 30.0, "enqueue").await;
     wait_for_status(app, &tid, &ra, "running").await;
-    let b: Value = slow_run(app, &tid, 0.05, "interrupt")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let rb = id(&b, "run_id");
+    let rb = start_slow(app, &tid, 0.05, "interrupt").await;
     let result = join(app, &tid, &rb).await;
     assert_eq!(
         result["messages"].as_array().unwrap().last().unwrap()["content"],
@@ -193,19 +180,10 @@ async fn interrupt_cancels_the_running_run(app: &TestApp) {
 
 async fn rollback_deletes_the_cancelled_run_and_its_checkpoints(app: &TestApp) {
     let tid = new_thread(app).await;
-    let a: Value = slow_run(app, &tid, 30.0, "enqueue")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let ra = id(&a, "run_id");
+    let ra = start_slow(app, &tid, 30.0, "enqueue").await;
     wait_for_status(app, &tid, &ra, "running").await;
-    let b: Value = slow_run(app, &tid, 0.05, "rollback")
-        .await
-        .json()
-        .await
-        .unwrap();
-    join(app, &tid, &id(&b, "run_id")).await;
+    let rb = start_slow(app, &tid, 0.05, "rollback").await;
+    join(app, &tid, &rb).await;
     assert_eq!(
         run_status(app, &tid, &ra).await.0,
         404,
@@ -231,12 +209,7 @@ async fn rollback_deletes_the_cancelled_run_and_its_checkpoints(app: &TestApp) {
 
 async fn cancel_with_wait_returns_after_the_run_stopped(app: &TestApp) {
     let tid = new_thread(app).await;
-    let a: Value = slow_run(app, &tid, 30.0, "enqueue")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let ra = id(&a, "run_id");
+    let ra = start_slow(app, &tid, 30.0, "enqueue").await;
     wait_for_status(app, &tid, &ra, "running").await;
     wait_for_input_applied(app, &tid).await;
     let started = std::time::Instant::now();
@@ -267,14 +240,10 @@ async fn cancel_with_wait_returns_after_the_run_stopped(app: &TestApp) {
     .await;
     assert_eq!(missing.status(), 404);
     // Cancel without wait answers 202 with no body.
-    let b: Value = slow_run(app, &tid, 30.0, "enqueue")
-        .await
-        .json()
-        .await
-        .unwrap();
+    let rb = start_slow(app, &tid, 30.0, "enqueue").await;
     let resp = post(
         app,
-        &format!("/threads/{tid}/runs/{}/cancel", id(&b, "run_id")),
+        &format!("/threads/{tid}/runs/{rb}/cancel"),
         Value::Null,
     )
     .await;
@@ -602,12 +571,7 @@ async fn follow_up_runs_continue_the_conversation(app: &TestApp) {
 
 async fn a_queued_run_announces_itself_at_once(app: &TestApp) {
     let tid = new_thread(app).await;
-    let a: Value = slow_run(app, &tid, 30.0, "enqueue")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let ra = id(&a, "run_id");
+    let ra = start_slow(app, &tid, 30.0, "enqueue").await;
     wait_for_status(app, &tid, &ra, "running").await;
     let mut queued = post(
         app,

@@ -34,7 +34,6 @@ pub struct RunScope {
 }
 
 impl RunScope {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Arc<dyn Store>,
         thread_id: Uuid,
