@@ -770,6 +770,8 @@ impl SqlStore {
         Ok(inflight)
     }
 
+    /// Only a thread's oldest pending run is a candidate: a claimer that skips a run locked by
+    /// another claimer must not take the same thread's next run and break FIFO order.
     async fn try_claim(&self, worker: &str, lease: Duration) -> StoreResult<Option<Lease>> {
         let now = Timestamp::now();
         let expires_at = now.plus_secs(lease.as_secs_f64());
@@ -781,6 +783,9 @@ impl SqlStore {
                SELECT r.run_id FROM runs r WHERE r.status = 'pending' AND r.created_at <= $3 \
                AND NOT EXISTS (SELECT 1 FROM runs x WHERE x.thread_id = r.thread_id \
                                AND x.status = 'running') \
+               AND NOT EXISTS (SELECT 1 FROM runs o WHERE o.thread_id = r.thread_id \
+                               AND o.status = 'pending' AND (o.created_at < r.created_at \
+                               OR (o.created_at = r.created_at AND o.run_id < r.run_id))) \
                ORDER BY r.created_at, r.run_id LIMIT 1{}) \
              RETURNING {RUN_COLS}",
             self.dialect.skip_locked()
