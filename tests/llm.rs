@@ -543,6 +543,8 @@ async fn structured_output_stops_at_once_on_errors_retries_cannot_fix() {
 async fn streamed_text_arrives_in_order_and_matches_the_answer() {
     let text = "The quick brown fox jumps over the lazy dog.";
     let fake = FakeLlm::start(always(FakeReply::text(text))).await;
+    // Paced like a real model, so every token is its own delta.
+    fake.set_chunk_interval(Duration::from_millis(15));
     let (answer, deltas) = stream(&openai(&fake), ask("fox?")).await;
 
     assert!(deltas.len() >= 10, "{} deltas", deltas.len());
@@ -561,6 +563,35 @@ async fn streamed_text_arrives_in_order_and_matches_the_answer() {
     let sent = &fake.requests()[0];
     assert_eq!(sent["stream"], true);
     assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+}
+
+#[tokio::test]
+async fn tokens_that_arrive_together_are_handed_on_together() {
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+    let fake = FakeLlm::start(always(FakeReply::text(&text))).await;
+    let (answer, deltas) = stream(&openai(&fake), ask("fox?")).await;
+
+    // The fake sends all 450 chunks in one burst: they are joined into far fewer deltas,
+    // and nothing is lost or reordered.
+    assert!(deltas.len() < 50, "{} deltas for one burst", deltas.len());
+    assert_eq!(joined(&deltas), text);
+    assert_eq!(answer.message["content"], text.as_str());
+
+    // Tool-call fragments joined across deltas still reassemble to the same calls.
+    let reply = FakeReply::ToolCalls(vec![
+        ("search".into(), json!({"q": "rust async"})),
+        ("fetch".into(), json!({"url": "https://example.com/a"})),
+    ]);
+    let fake = FakeLlm::start(always(reply)).await;
+    let mut req = ask("go");
+    req.tools = search_tools();
+    let (_, deltas) = stream(&openai(&fake), req).await;
+    let calls = reassemble(&deltas);
+    assert_eq!(calls[&0].1, "search");
+    assert_eq!(
+        calls[&1].2,
+        json!({"url": "https://example.com/a"}).to_string()
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! Anthropic messages API: system prompt at the top level, tool use as content blocks,
 //! structured output through a forced tool, native web search, and SSE streaming.
 
+use super::coalesce::Coalescer;
 use super::providers::{
     AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_text, identifier, role,
     runaway_limit,
@@ -11,7 +12,6 @@ use super::{
 };
 use async_trait::async_trait;
 use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -119,7 +119,8 @@ impl AnthropicModel {
         cx: &ErrorContext<'_>,
     ) -> Result<(), LlmError> {
         let mut events = response.bytes_stream().eventsource();
-        while let Some(event) = events.next().await {
+        let mut batch = Coalescer::new(on_delta);
+        while let Some(event) = batch.next(&mut events).await {
             let event = event.map_err(|e| self.endpoint.sse_error(e))?;
             if event.data.trim().is_empty() {
                 continue;
@@ -132,13 +133,15 @@ impl AnthropicModel {
                 return Err(stream_error(&data, cx));
             }
             if let Some(delta) = answer.apply_event(&data) {
-                on_delta(delta);
+                batch.push(delta);
             }
             if answer.stopped {
+                batch.flush();
                 return Ok(());
             }
             if answer.received > limit {
                 answer.ran_away = true;
+                batch.flush();
                 return Ok(());
             }
         }

@@ -4,6 +4,7 @@
 //! the shape graph state stores, so nodes never convert. Knows nothing about graphs or research.
 
 mod anthropic;
+mod coalesce;
 mod openai;
 mod providers;
 mod retry;

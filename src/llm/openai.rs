@@ -1,5 +1,6 @@
 //! OpenAI chat completions (and compatible endpoints: Ollama, vLLM, Groq, DeepSeek, …).
 
+use super::coalesce::Coalescer;
 use super::providers::{
     AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_text, identifier, role,
     runaway_limit,
@@ -10,7 +11,6 @@ use super::{
 };
 use async_trait::async_trait;
 use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -174,7 +174,8 @@ impl OpenAiModel {
         let mut events = response.bytes_stream().eventsource();
         let mut state = StreamState::new(&self.model, runaway_limit(max_tokens));
         let mut done = false;
-        while let Some(event) = events.next().await {
+        let mut batch = Coalescer::new(on_delta);
+        while let Some(event) = batch.next(&mut events).await {
             let event = event.map_err(|e| self.endpoint.sse_error(e))?;
             let data = event.data.trim();
             if data == "[DONE]" {
@@ -192,12 +193,13 @@ impl OpenAiModel {
                 return Err(error);
             }
             if let Some(delta) = state.apply(&chunk) {
-                on_delta(delta);
+                batch.push(delta);
             }
             if state.ran_away() {
                 break;
             }
         }
+        batch.flush();
         if !done && !state.ran_away() && state.finish.is_none() {
             return Err(LlmError::Transient {
                 provider: self.endpoint.name.clone(),
