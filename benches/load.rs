@@ -576,9 +576,12 @@ impl Server {
                     .await
                     .expect("connect to the benchmark database");
                 let ck: Vec<(String, i64, i64)> = sqlx::query_as(
-                    "SELECT thread_id, count(*)::bigint, coalesce(sum(octet_length(writes) \
+                    "SELECT c.thread_id, c.n, c.bytes + coalesce(b.bytes, 0)::bigint FROM \
+                     (SELECT thread_id, count(*)::bigint AS n, coalesce(sum(octet_length(writes) \
                      + octet_length(metadata) + octet_length(tasks) + octet_length(next_nodes)), 0)::bigint \
-                     FROM checkpoints GROUP BY thread_id",
+                     AS bytes FROM checkpoints GROUP BY thread_id) c LEFT JOIN \
+                     (SELECT thread_id, sum(octet_length(hash) + octet_length(data))::bigint AS bytes \
+                     FROM checkpoint_blobs GROUP BY thread_id) b USING (thread_id)",
                 )
                 .fetch_all(&pool)
                 .await
@@ -591,11 +594,13 @@ impl Server {
                 .fetch_all(&pool)
                 .await
                 .expect("query run_events");
-                let (disk,): (i64,) =
-                    sqlx::query_as("SELECT pg_total_relation_size('checkpoints')::bigint")
-                        .fetch_one(&pool)
-                        .await
-                        .expect("checkpoints size on disk");
+                let (disk,): (i64,) = sqlx::query_as(
+                    "SELECT (pg_total_relation_size('checkpoints') \
+                                    + pg_total_relation_size('checkpoint_blobs'))::bigint",
+                )
+                .fetch_one(&pool)
+                .await
+                .expect("checkpoints size on disk");
                 pool.close().await;
                 Storage::new(ck, ev, Some(disk as u64))
             }
@@ -606,9 +611,13 @@ impl Server {
                     .await
                     .expect("open the benchmark SQLite file");
                 let ck: Vec<(String, i64, i64)> = sqlx::query_as(
-                    "SELECT thread_id, count(*), coalesce(sum(length(CAST(writes AS BLOB)) \
+                    "SELECT c.thread_id, c.n, c.bytes + coalesce(b.bytes, 0) FROM \
+                     (SELECT thread_id, count(*) AS n, coalesce(sum(length(CAST(writes AS BLOB)) \
                      + length(CAST(metadata AS BLOB)) + length(CAST(tasks AS BLOB)) \
-                     + length(CAST(next_nodes AS BLOB))), 0) FROM checkpoints GROUP BY thread_id",
+                     + length(CAST(next_nodes AS BLOB))), 0) AS bytes FROM checkpoints GROUP BY thread_id) c \
+                     LEFT JOIN (SELECT thread_id, sum(length(CAST(hash AS BLOB)) \
+                     + length(CAST(data AS BLOB))) AS bytes FROM checkpoint_blobs GROUP BY thread_id) b \
+                     USING (thread_id)",
                 )
                 .fetch_all(&pool)
                 .await
@@ -853,6 +862,13 @@ async fn read_sse(resp: reqwest::Response, sent: Instant, stats: &mut StreamStat
             "metadata" => stats.saw_metadata = true,
             "error" => stats.error = Some(event.data),
             "values" => last_values = Some(event.data),
+            // A failed researcher or search is reported, not fatal: still not a clean run.
+            "custom"
+                if event.data.contains("\"researcher_error\"")
+                    || event.data.contains("\"search_error\"") =>
+            {
+                stats.error.get_or_insert(event.data);
+            }
             _ => {}
         }
     };

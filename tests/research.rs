@@ -829,3 +829,46 @@ async fn anthropic_native_web_search_sources_are_verified() {
     assert_eq!(values["sources"][0]["url"], PAGE);
     assert_eq!(ra.tavily.calls(), 0, "no Tavily search with native search");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_store_each_finding_once_and_grow_linearly() {
+    // The benchmark workload: findings appear in a researcher's state, the supervisor's tool
+    // messages and notes, and the main state; raw notes join the researchers' tool results.
+    // Verbatim writes stored 3.6x the final state (LangGraph's saver about 10x).
+    let ra = r::start(scripted(Script::benchmark()), "").await;
+    let tid = new_thread(&ra.app).await;
+    let thread_id = tid.parse().unwrap();
+    let mut stored = Vec::new();
+    let mut state_size = 0;
+    for turn in [
+        "Tell me about solar panels",
+        "Now the same for wind turbines",
+    ] {
+        let frames = stream(&ra, &tid, turn, json!({})).await;
+        assert!(!last_values(&frames)["final_report"].is_null());
+        stored.push(ra.app.store.checkpoint_bytes(thread_id).await.unwrap() as f64);
+        let state: Value = ra
+            .app
+            .client
+            .get(ra.app.url(&format!("/threads/{tid}/state")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        state_size = state["values"].to_string().len();
+        if stored.len() == 1 {
+            let ratio = stored[0] / state_size as f64;
+            assert!(
+                ratio <= 1.5,
+                "first turn stored {ratio:.2}x its final state"
+            );
+        }
+    }
+    let (first, second) = (stored[0], stored[1] - stored[0]);
+    assert!(
+        second <= first * 1.1,
+        "turn 2 stored {second} B vs {first} B for turn 1 (final state {state_size} B)"
+    );
+}

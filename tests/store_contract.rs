@@ -134,6 +134,7 @@ contract_tests!(
     fail_expired_runs,
     cancel_runs,
     checkpoints,
+    large_strings_are_stored_once,
     events,
     copy_thread,
     delete_thread_cascades,
@@ -259,11 +260,23 @@ fn checkpoint(
         step: n as i64,
         source: "loop".into(),
         metadata: map(json!({"source": "loop", "step": n})),
-        writes: json!([["messages", [{"role": "ai", "content": format!("step {n}")}]]]),
+        // A long string (stored as shared chunks) and one that looks like a chunk reference.
+        writes: json!([
+            ["messages", [{"role": "ai", "content": format!("step {n}")}]],
+            ["notes", [long_text(n), "\u{0}@not a reference"]],
+        ]),
         next: vec!["researcher".into()],
         tasks: json!([{"id": "t", "name": "researcher"}]),
         created_at: at(0.0),
     }
+}
+
+/// Several KB of text that shares most of its bytes with the texts of other checkpoints.
+fn long_text(n: u128) -> String {
+    let common: String = (0..400)
+        .map(|i| format!("line {i} of the findings; "))
+        .collect();
+    format!("checkpoint {n}: {common}")
 }
 
 fn event(run: &Run, ms: i64, seq: i64) -> StoredEvent {
@@ -1354,6 +1367,51 @@ mod contract {
             "put overwrites"
         );
         assert_eq!(list(CheckpointQuery::default()).await.len(), 4);
+    }
+
+    pub async fn large_strings_are_stored_once(s: Arc<dyn Store>) {
+        let tid = new_thread(&s).await;
+        let text: String = (0..2000).map(|i| format!("finding {i}; ")).collect();
+        let mut c1 = checkpoint(tid, "", 1, None, None);
+        c1.writes = json!([["notes", [text]]]);
+        s.put_checkpoint(&c1).await.unwrap();
+        let one = s.checkpoint_bytes(tid).await.unwrap() as usize;
+        assert!(one > text.len() && one < text.len() * 11 / 10, "{one} B");
+
+        // Three more copies, one embedded in a longer string, one in a subgraph namespace.
+        let mut c2 = checkpoint(tid, "", 2, Some(1), None);
+        c2.writes = json!([
+            ["raw_notes", [format!("Notes:\n{text}\nEnd.")]],
+            ["messages", [{"type": "tool", "content": text}]],
+        ]);
+        let mut c3 = checkpoint(tid, "researcher:1", 3, None, None);
+        c3.writes = json!([["compressed", text]]);
+        s.put_checkpoint(&c2).await.unwrap();
+        s.put_checkpoint(&c3).await.unwrap();
+        let all = s.checkpoint_bytes(tid).await.unwrap() as usize;
+        assert!(
+            all - one < text.len() / 5,
+            "three more copies of {} B cost {} B",
+            text.len(),
+            all - one
+        );
+        let read = s.get_checkpoint(tid, "", cp_id(2)).await.unwrap().unwrap();
+        assert_eq!(read.writes, c2.writes);
+        let lineage = s.checkpoint_lineage(tid, "", cp_id(2)).await.unwrap();
+        assert_eq!(lineage[0].writes, c1.writes);
+
+        // A copy carries the chunks; deleting the source leaves the copy whole.
+        let to = Uuid::new_v4();
+        s.copy_thread(tid, to, at(0.0)).await.unwrap().unwrap();
+        assert_eq!(s.checkpoint_bytes(to).await.unwrap() as usize, all);
+        assert!(s.delete_thread(tid).await.unwrap());
+        assert_eq!(s.checkpoint_bytes(tid).await.unwrap(), 0);
+        let copied = s
+            .latest_checkpoint(to, "researcher:1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(copied.writes, c3.writes);
     }
 
     pub async fn events(s: Arc<dyn Store>) {

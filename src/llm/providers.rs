@@ -113,9 +113,10 @@ impl Providers {
     }
 }
 
-fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+pub(crate) fn http_client() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(15))
+        .pool_max_idle_per_host(32)
         .user_agent(concat!("deep-research/", env!("CARGO_PKG_VERSION")))
         .build()
 }

@@ -1,6 +1,7 @@
 //! Persistence: one `Store` trait over assistants, threads, runs, checkpoints and run events,
 //! implemented once in SQL for both Postgres and SQLite (`sql.rs`). Knows nothing about HTTP or graphs.
 
+mod blobs;
 mod model;
 mod sql;
 
@@ -175,6 +176,9 @@ pub trait Store: Send + Sync + 'static {
         thread_id: Uuid,
         q: &CheckpointQuery,
     ) -> StoreResult<Vec<Checkpoint>>;
+    /// Bytes the thread's checkpoints occupy as stored (their JSON columns plus the shared
+    /// chunks of large strings), before any compression the database applies.
+    async fn checkpoint_bytes(&self, thread_id: Uuid) -> StoreResult<u64>;
     /// The chain from the root to `id` (inclusive) following parent links, oldest first.
     async fn checkpoint_lineage(
         &self,

@@ -9,6 +9,7 @@
 //! uses `FOR UPDATE SKIP LOCKED` plus a partial unique index (one running run per thread). On
 //! SQLite every write transaction starts with `BEGIN IMMEDIATE`, which serializes writers.
 
+use super::blobs;
 use super::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery, EventId,
     IfExists, JsonMap, Lease, LeaseState, Page, Run, RunEnd, RunInsert, RunStatus, SortOrder,
@@ -20,6 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyConnection, AnyPool, AssertSqlSafe, Executor, Row, Transaction};
+use std::collections::{BTreeSet, HashMap};
 use std::str::FromStr;
 use std::time::Duration;
 use uuid::Uuid;
@@ -494,7 +496,8 @@ fn insert_run_query(r: &Run) -> StoreResult<AnyQuery> {
         .bind(to_json(&r.kwargs)?))
 }
 
-fn upsert_checkpoint_query(c: &Checkpoint) -> StoreResult<AnyQuery> {
+/// `writes` is the checkpoint's writes as stored (large strings already replaced by references).
+fn upsert_checkpoint_query(c: &Checkpoint, writes: &Value) -> StoreResult<AnyQuery> {
     let sql = format!(
         "INSERT INTO checkpoints ({CHECKPOINT_COLS}) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
@@ -513,7 +516,7 @@ fn upsert_checkpoint_query(c: &Checkpoint) -> StoreResult<AnyQuery> {
         .bind(c.step)
         .bind(c.source.clone())
         .bind(to_json(&c.metadata)?)
-        .bind(to_json(&c.writes)?)
+        .bind(to_json(writes)?)
         .bind(to_json(&c.next)?)
         .bind(to_json(&c.tasks)?)
         .bind(c.created_at.to_string()))
@@ -633,6 +636,67 @@ fn sqlite_value_matches(sql: &mut Sql, alias: &str, want: &Value) {
                 sql.push(")");
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint chunks (see `blobs`).
+
+/// Chunks per statement: three parameters each, well under both backends' limits.
+const BLOB_BATCH: usize = 300;
+
+impl SqlStore {
+    async fn put_blobs(&self, thread_id: Uuid, chunks: &[blobs::Blob]) -> StoreResult<()> {
+        for batch in chunks.chunks(BLOB_BATCH) {
+            let rows: Vec<String> = (0..batch.len())
+                .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
+                .collect();
+            let sql = format!(
+                "INSERT INTO checkpoint_blobs (thread_id, hash, data) VALUES {} \
+                 ON CONFLICT (thread_id, hash) DO NOTHING",
+                rows.join(", ")
+            );
+            let mut query = q(sql);
+            for blob in batch {
+                query = query
+                    .bind(thread_id.to_string())
+                    .bind(blob.hash.clone())
+                    .bind(blob.data.clone());
+            }
+            query.execute(&self.pool).await?;
+        }
+        Ok(())
+    }
+
+    /// Replaces chunk references in the checkpoints' writes by their text.
+    async fn with_blobs(
+        &self,
+        thread_id: Uuid,
+        mut cps: Vec<Checkpoint>,
+    ) -> StoreResult<Vec<Checkpoint>> {
+        let mut wanted = BTreeSet::new();
+        for cp in &cps {
+            blobs::references(&cp.writes, &mut wanted);
+        }
+        if wanted.is_empty() {
+            return Ok(cps);
+        }
+        let wanted: Vec<String> = wanted.into_iter().collect();
+        let mut chunks = HashMap::with_capacity(wanted.len());
+        for batch in wanted.chunks(BLOB_BATCH) {
+            let mut sql = Sql::new("SELECT hash, data FROM checkpoint_blobs WHERE thread_id = $1");
+            sql.arg(thread_id);
+            let params: Vec<String> = batch.iter().map(|h| sql.arg(h.as_str())).collect();
+            sql.push(&format!(" AND hash IN ({})", params.join(", ")));
+            for row in sql.query().fetch_all(&self.pool).await? {
+                chunks.insert(text(&row, "hash")?, text(&row, "data")?);
+            }
+        }
+        for cp in &mut cps {
+            cp.writes =
+                blobs::internalize(&cp.writes, &chunks).map_err(|e| corrupt("checkpoint", e))?;
+        }
+        Ok(cps)
     }
 }
 
@@ -1155,7 +1219,7 @@ impl Store for SqlStore {
         // Explicit deletes rather than relying on ON DELETE CASCADE alone, so the outcome does
         // not depend on SQLite's foreign_keys pragma.
         let mut tx = self.write_tx().await?;
-        for table in ["run_events", "checkpoints", "runs"] {
+        for table in ["run_events", "checkpoint_blobs", "checkpoints", "runs"] {
             q(format!("DELETE FROM {table} WHERE thread_id = $1"))
                 .bind(id.to_string())
                 .execute(&mut *tx)
@@ -1248,6 +1312,14 @@ impl Store for SqlStore {
             .bind(from.to_string())
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "INSERT INTO checkpoint_blobs (thread_id, hash, data) \
+             SELECT $1, hash, data FROM checkpoint_blobs WHERE thread_id = $2",
+        )
+        .bind(to.to_string())
+        .bind(from.to_string())
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(Some(copy))
     }
@@ -1475,7 +1547,13 @@ impl Store for SqlStore {
     // ---- checkpoints ----
 
     async fn put_checkpoint(&self, cp: &Checkpoint) -> StoreResult<()> {
-        upsert_checkpoint_query(cp)?.execute(&self.pool).await?;
+        let (writes, chunks) = blobs::externalize(&cp.writes);
+        // Chunks first, without a transaction: a checkpoint is never visible before the chunks
+        // it refers to, and chunks left by a failed write are just unused rows of the thread.
+        self.put_blobs(cp.thread_id, &chunks).await?;
+        upsert_checkpoint_query(cp, &writes)?
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -1493,7 +1571,11 @@ impl Store for SqlStore {
             .bind(thread_id.to_string())
             .bind(ns.to_string())
             .bind(id.to_string());
-        one(&self.pool, query, checkpoint_row).await
+        let found = one(&self.pool, query, checkpoint_row).await?;
+        Ok(self
+            .with_blobs(thread_id, found.into_iter().collect())
+            .await?
+            .pop())
     }
 
     async fn latest_checkpoint(
@@ -1506,7 +1588,11 @@ impl Store for SqlStore {
              ORDER BY checkpoint_id DESC LIMIT 1"
         );
         let query = q(sql).bind(thread_id.to_string()).bind(ns.to_string());
-        one(&self.pool, query, checkpoint_row).await
+        let found = one(&self.pool, query, checkpoint_row).await?;
+        Ok(self
+            .with_blobs(thread_id, found.into_iter().collect())
+            .await?
+            .pop())
     }
 
     async fn list_checkpoints(
@@ -1531,7 +1617,27 @@ impl Store for SqlStore {
             let l = sql.arg(query.limit);
             sql.push(&format!(" LIMIT {l}"));
         }
-        all(&self.pool, sql.query(), checkpoint_row).await
+        let found = all(&self.pool, sql.query(), checkpoint_row).await?;
+        self.with_blobs(thread_id, found).await
+    }
+
+    async fn checkpoint_bytes(&self, thread_id: Uuid) -> StoreResult<u64> {
+        let len = |col: &str| match self.dialect {
+            Dialect::Postgres => format!("octet_length({col})"),
+            Dialect::Sqlite => format!("length(CAST({col} AS BLOB))"),
+        };
+        let sql = format!(
+            "SELECT CAST(coalesce((SELECT sum({} + {} + {} + {}) FROM checkpoints WHERE thread_id = $1), 0) \
+             + coalesce((SELECT sum({} + {}) FROM checkpoint_blobs WHERE thread_id = $1), 0) AS BIGINT)",
+            len("writes"),
+            len("metadata"),
+            len("tasks"),
+            len("next_nodes"),
+            len("hash"),
+            len("data"),
+        );
+        let bytes = count(&self.pool, q(sql).bind(thread_id.to_string())).await?;
+        Ok(u64::try_from(bytes).unwrap_or_default())
     }
 
     async fn checkpoint_lineage(
@@ -1557,7 +1663,8 @@ impl Store for SqlStore {
             .bind(thread_id.to_string())
             .bind(ns.to_string())
             .bind(id.to_string());
-        all(&self.pool, query, checkpoint_row).await
+        let found = all(&self.pool, query, checkpoint_row).await?;
+        self.with_blobs(thread_id, found).await
     }
 
     // ---- run events ----

@@ -1,0 +1,7 @@
+-- Large strings of checkpoint writes, stored once per thread by content (see src/store/blobs.rs).
+CREATE TABLE checkpoint_blobs (
+    thread_id TEXT NOT NULL REFERENCES threads (thread_id) ON DELETE CASCADE,
+    hash      TEXT NOT NULL,
+    data      TEXT NOT NULL,
+    PRIMARY KEY (thread_id, hash)
+) WITHOUT ROWID;
