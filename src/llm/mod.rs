@@ -10,7 +10,7 @@ mod providers;
 mod retry;
 mod structured;
 
-pub use providers::{ProviderConfig, ProviderKind, Providers};
+pub use providers::{ProviderConfig, ProviderKind, Providers, http_client};
 pub use retry::{RetryPolicy, chat_with_retry};
 pub use structured::structured;
 

@@ -113,7 +113,10 @@ impl Providers {
     }
 }
 
-pub(crate) fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+/// The HTTP client of every provider and search call. Idle connections beyond a few dozen per
+/// host are closed: each pooled HTTP/1 connection keeps the read buffer it grew while
+/// streaming (up to 400 KB), and a burst of parallel summaries would otherwise leave thousands.
+pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(15))
         .pool_max_idle_per_host(32)

@@ -74,7 +74,7 @@ impl ResearchDeps {
             prompts,
             prices: cfg.prices.clone(),
             tavily_config,
-            http: reqwest::Client::new(),
+            http: crate::llm::http_client()?,
             researcher_slots: Arc::new(Semaphore::new(limits.max_concurrent_researchers.max(1))),
             summary_slots: Arc::new(Semaphore::new(limits.max_concurrent_summaries.max(1))),
             search_slots: Arc::new(Semaphore::new(limits.search_max_in_flight.max(1))),
