@@ -21,7 +21,7 @@ mod fake_tavily;
 #[path = "../tests/support/workload.rs"]
 mod workload;
 
-use eventsource_stream::Eventsource;
+use deep_research::sse::{SseDecoder, SseEvent};
 use fake_llm::{FakeLlm, FakeReply, Responder};
 use fake_tavily::FakeTavily;
 use futures::StreamExt;
@@ -98,7 +98,6 @@ Load benchmark of deep-research (the server runs as a child process).
                         13 KB report's 3,250 chunks arrive as one burst)
   --timeout-s S         per-scenario limit (default 900)
   --db-max-connections N  passed to the server (default: the server's own default)
-  --sse-parser P        fast (default: a minimal SSE parser) or eventsource (eventsource-stream)
   --keep                keep each scenario's SQLite file / Postgres database and server log
   --quick               smoke preset: --k 1,5 --latency-ms 0 --turns 3 --subscribers 20
                         --timeout-s 120 (later flags still override)
@@ -166,14 +165,6 @@ fn parse_opts() -> Opts {
             // `cargo bench` passes `--bench` to every bench binary.
             "--bench" | "--quick" => {}
             "--keep" => opts.keep = true,
-            "--sse-parser" => {
-                let kind = match value().as_str() {
-                    "fast" => ParserKind::Fast,
-                    "eventsource" => ParserKind::Eventsource,
-                    other => panic!("--sse-parser: fast or eventsource, not {other:?}"),
-                };
-                let _ = PARSER.set(kind);
-            }
             "--help" | "-h" => {
                 print!("{HELP}");
                 std::process::exit(0);
@@ -766,81 +757,6 @@ impl StreamStats {
     }
 }
 
-/// One parsed SSE event.
-struct SseEvent {
-    event: String,
-    id: String,
-    data: String,
-}
-
-/// A minimal incremental SSE parser (`event`, `data`, `id` fields, comments, CR/LF/CRLF line
-/// ends). Lighter than `eventsource-stream`, which matters when a thousand streams share the
-/// machine's two cores with the server being measured (`--sse-parser eventsource` compares).
-#[derive(Default)]
-struct SseParser {
-    buf: Vec<u8>,
-    event: String,
-    id: String,
-    data: Vec<u8>,
-    has_data: bool,
-}
-
-impl SseParser {
-    /// Feeds bytes; calls `on_event` for every complete event.
-    fn push(&mut self, chunk: &[u8], on_event: &mut impl FnMut(SseEvent)) {
-        self.buf.extend_from_slice(chunk);
-        let mut pos = 0;
-        while let Some(nl) = self.buf[pos..].iter().position(|&b| b == b'\n') {
-            let end = pos + nl;
-            let line = &self.buf[pos..end];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.is_empty() {
-                if self.has_data {
-                    on_event(SseEvent {
-                        event: std::mem::take(&mut self.event),
-                        id: self.id.clone(),
-                        data: String::from_utf8_lossy(&self.data).into_owned(),
-                    });
-                }
-                self.event.clear();
-                self.data.clear();
-                self.has_data = false;
-            } else if line[0] != b':' {
-                let (field, value) = match line.iter().position(|&b| b == b':') {
-                    Some(i) => {
-                        let v = &line[i + 1..];
-                        (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
-                    }
-                    None => (line, &[][..]),
-                };
-                match field {
-                    b"event" => self.event = String::from_utf8_lossy(value).into_owned(),
-                    b"id" => self.id = String::from_utf8_lossy(value).into_owned(),
-                    b"data" => {
-                        if self.has_data {
-                            self.data.push(b'\n');
-                        }
-                        self.data.extend_from_slice(value);
-                        self.has_data = true;
-                    }
-                    _ => {}
-                }
-            }
-            pos = end + 1;
-        }
-        self.buf.drain(..pos);
-    }
-}
-
-/// Which SSE parser the clients use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ParserKind {
-    Fast,
-    Eventsource,
-}
-
-static PARSER: std::sync::OnceLock<ParserKind> = std::sync::OnceLock::new();
-
 /// Reads an SSE response to its end.
 async fn read_sse(resp: reqwest::Response, sent: Instant, stats: &mut StreamStats) {
     let mut last_values: Option<String> = None;
@@ -875,38 +791,16 @@ async fn read_sse(resp: reqwest::Response, sent: Instant, stats: &mut StreamStat
     let mut bytes = 0u64;
     let mut failure = None;
     let mut body = resp.bytes_stream();
-    if PARSER.get() == Some(&ParserKind::Eventsource) {
-        let counted = body.inspect(|chunk| {
-            if let Ok(c) = chunk {
+    let mut decoder = SseDecoder::default();
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            Ok(c) => {
                 bytes += c.len() as u64;
+                decoder.push(&c, &mut on_event);
             }
-        });
-        let mut events = counted.eventsource();
-        while let Some(item) = events.next().await {
-            match item {
-                Ok(e) => on_event(SseEvent {
-                    event: e.event,
-                    id: e.id,
-                    data: e.data,
-                }),
-                Err(e) => {
-                    failure = Some(format!("stream: {e}"));
-                    break;
-                }
-            }
-        }
-    } else {
-        let mut parser = SseParser::default();
-        while let Some(chunk) = body.next().await {
-            match chunk {
-                Ok(c) => {
-                    bytes += c.len() as u64;
-                    parser.push(&c, &mut on_event);
-                }
-                Err(e) => {
-                    failure = Some(format!("stream: {e}"));
-                    break;
-                }
+            Err(e) => {
+                failure = Some(format!("stream: {e}"));
+                break;
             }
         }
     }

@@ -2,7 +2,7 @@
 //! clients use (served in-process on a loopback port), with live progress on the terminal, the
 //! clarifying question asked at the prompt, and the report written to a file.
 
-use eventsource_stream::Eventsource;
+use crate::sse::SseStream;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
@@ -99,7 +99,7 @@ async fn stream_run(
         let detail: Value = resp.json().await.unwrap_or(Value::Null);
         anyhow::bail!("the run was refused ({status}): {}", detail["detail"]);
     }
-    let mut events = resp.bytes_stream().eventsource();
+    let mut events = SseStream::new(resp.bytes_stream());
     let mut values = Value::Null;
     while let Some(event) = events.next().await {
         let event = event?;

@@ -17,6 +17,7 @@ pub mod ids;
 pub mod llm;
 pub mod research;
 pub mod runs;
+pub mod sse;
 pub mod store;
 pub mod stream;
 pub mod time;

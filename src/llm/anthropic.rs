@@ -10,8 +10,8 @@ use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
     ToolChoice, Usage,
 };
+use crate::sse::SseStream;
 use async_trait::async_trait;
-use eventsource_stream::Eventsource;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -118,7 +118,7 @@ impl AnthropicModel {
         limit: usize,
         cx: &ErrorContext<'_>,
     ) -> Result<(), LlmError> {
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = SseStream::new(response.bytes_stream());
         let mut batch = Coalescer::new(on_delta);
         while let Some(event) = batch.next(&mut events).await {
             let event = event.map_err(|e| self.endpoint.sse_error(e))?;

@@ -9,8 +9,8 @@ use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
     ToolChoice, Usage,
 };
+use crate::sse::SseStream;
 use async_trait::async_trait;
-use eventsource_stream::Eventsource;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -171,7 +171,7 @@ impl OpenAiModel {
         max_tokens: u32,
         cx: &ErrorContext<'_>,
     ) -> Result<ChatResponse, LlmError> {
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = SseStream::new(response.bytes_stream());
         let mut state = StreamState::new(&self.model, runaway_limit(max_tokens));
         let mut done = false;
         let mut batch = Coalescer::new(on_delta);

@@ -231,11 +231,8 @@ impl Endpoint {
         }
     }
 
-    pub fn sse_error(&self, e: eventsource_stream::EventStreamError<reqwest::Error>) -> LlmError {
-        match e {
-            eventsource_stream::EventStreamError::Transport(e) => self.transport_error(&e),
-            other => self.invalid(format!("bad event stream: {other}")),
-        }
+    pub fn sse_error(&self, e: reqwest::Error) -> LlmError {
+        self.transport_error(&e)
     }
 
     pub fn invalid(&self, message: String) -> LlmError {
