@@ -710,6 +710,24 @@ async fn context_overflow_is_not_retried() {
 }
 
 #[tokio::test]
+async fn an_error_chunk_in_a_200_stream_is_classified() {
+    // OpenRouter reports upstream failures as a chunk inside an already-started stream.
+    let chunks = vec![
+        json!({"id": "gen-1", "choices": [{"index": 0, "delta": {"content": "Par"}}]}),
+        json!({"id": "gen-1", "error": {"message": "Rate limit exceeded upstream", "code": 429}}),
+    ];
+    let fake = FakeLlm::start(always(FakeReply::RawStream(chunks))).await;
+    let mut req = ask("hi");
+    req.stream = true;
+    let on_delta = |_: Delta| {};
+    let error = openai(&fake).chat(&req, Some(&on_delta)).await.unwrap_err();
+    assert!(
+        matches!(&error, LlmError::RateLimited { message, .. } if message.contains("Rate limit exceeded")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
 async fn auth_failures_are_not_retried_and_hide_the_key() {
     let echo = FakeReply::Error {
         status: 401,

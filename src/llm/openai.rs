@@ -11,7 +11,9 @@ use super::{
 };
 use crate::sse::SseStream;
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -185,12 +187,14 @@ impl OpenAiModel {
             if data.is_empty() {
                 continue;
             }
-            let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
                 self.endpoint
                     .invalid(format!("stream chunk is not JSON: {e}"))
             })?;
-            if let Some(error) = in_band_error(&chunk, cx) {
-                return Err(error);
+            if let Some(error) = chunk.error.as_ref().filter(|e| !e.is_null())
+                && chunk.choices.is_none()
+            {
+                return Err(gateway_error(error, data, cx));
             }
             if let Some(delta) = state.apply(&chunk) {
                 batch.push(delta);
@@ -224,17 +228,49 @@ fn in_band_error(body: &Value, cx: &ErrorContext<'_>) -> Option<LlmError> {
     if body.get("choices").is_some_and(|c| !c.is_null()) {
         return None;
     }
+    Some(gateway_error(error, &body.to_string(), cx))
+}
+
+/// The error a gateway reported in a 200 body (`raw` is that body, for the message).
+fn gateway_error(error: &Value, raw: &str, cx: &ErrorContext<'_>) -> LlmError {
     let status = error["code"]
         .as_u64()
         .and_then(|c| u16::try_from(c).ok())
         .filter(|c| (400..=599).contains(c))
         .unwrap_or(500);
-    Some(classify(
-        cx,
-        status,
-        &reqwest::header::HeaderMap::new(),
-        &body.to_string(),
-    ))
+    classify(cx, status, &reqwest::header::HeaderMap::new(), raw)
+}
+
+/// One streamed chunk, read into just the fields used: parsing thousands of chunks per report
+/// into `Value` trees was the largest CPU cost of a run. Unknown fields are skipped.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Chunk<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    choices: Option<Vec<ChunkChoice<'a>>>,
+    usage: Option<Value>,
+    error: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChunkChoice<'a> {
+    #[serde(borrow)]
+    delta: Option<ChunkDelta<'a>>,
+    #[serde(borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChunkDelta<'a> {
+    #[serde(borrow)]
+    content: Option<Cow<'a, str>>,
+    tool_calls: Option<Vec<Value>>,
 }
 
 /// The whole answer as one delta, for servers that ignore `stream: true`.
@@ -396,31 +432,34 @@ impl StreamState {
     }
 
     /// Folds one chunk in; returns the delta to report, if it carried anything new.
-    fn apply(&mut self, chunk: &Value) -> Option<Delta> {
+    fn apply(&mut self, chunk: &Chunk) -> Option<Delta> {
         // Every delta of one answer carries the same id, fixed by the first chunk.
         let id = self
             .id
-            .get_or_insert_with(|| match chunk["id"].as_str() {
+            .get_or_insert_with(|| match chunk.id.as_deref() {
                 Some(id) if !id.is_empty() => id.to_owned(),
                 _ => format!("run-{}", uuid::Uuid::new_v4()),
             })
             .clone();
-        if let Some(model) = chunk["model"].as_str() {
+        if let Some(model) = chunk.model.as_deref()
+            && model != self.model
+        {
             model.clone_into(&mut self.model);
         }
-        if let Some(usage) = usage(&chunk["usage"]) {
+        if let Some(usage) = chunk.usage.as_ref().and_then(usage) {
             self.usage = Some(usage);
         }
-        let choice = &chunk["choices"][0];
-        if let Some(reason) = choice["finish_reason"].as_str() {
+        let choice = chunk.choices.as_deref().and_then(<[ChunkChoice]>::first)?;
+        if let Some(reason) = choice.finish_reason.as_deref() {
             self.finish = Some(reason.to_owned());
         }
-        let delta = &choice["delta"];
-        let content = delta["content"].as_str().unwrap_or_default().to_owned();
+        let delta = choice.delta.as_ref()?;
+        let content = delta.content.as_deref().unwrap_or_default().to_owned();
         self.received += content.chars().count();
         self.content.push_str(&content);
-        let tool_call_chunks: Vec<Value> = delta["tool_calls"]
-            .as_array()
+        let tool_call_chunks: Vec<Value> = delta
+            .tool_calls
+            .as_ref()
             .map(|calls| {
                 calls
                     .iter()
@@ -525,7 +564,11 @@ mod tests {
             json!({"id": "x1", "choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}, "finish_reason": "tool_calls"}]}),
             json!({"id": "x1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}),
         ];
-        let deltas: Vec<Delta> = chunks.iter().filter_map(|c| state.apply(c)).collect();
+        let texts: Vec<String> = chunks.iter().map(Value::to_string).collect();
+        let deltas: Vec<Delta> = texts
+            .iter()
+            .filter_map(|t| state.apply(&serde_json::from_str(t).unwrap()))
+            .collect();
         assert_eq!(deltas.len(), 3);
         let answer = state.finish();
         assert_eq!(answer.message["tool_calls"][0]["args"], json!({"a": 1}));

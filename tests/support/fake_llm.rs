@@ -72,6 +72,8 @@ pub enum FakeReply {
     Endless(String),
     /// This exact body with status 200.
     Raw(Value),
+    /// These exact chunks as an SSE stream with status 200 (OpenAI format only).
+    RawStream(Vec<Value>),
 }
 
 impl FakeReply {
@@ -395,6 +397,7 @@ async fn openai_handler(
             retry_after,
         } => error_response(status, body, retry_after),
         FakeReply::Raw(body) => axum::Json(body).into_response(),
+        FakeReply::RawStream(chunks) => sse_response(chunks.iter().map(frame).collect()),
         FakeReply::Endless(piece) => {
             let delta = json!({"content": piece});
             endless(frame(&openai_chunk(&id, &request, delta, Value::Null)))
