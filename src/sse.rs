@@ -47,7 +47,7 @@ impl SseDecoder {
                 pos = 1;
             }
         }
-        while let Some(offset) = buf[pos..].iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &buf[pos..]) {
             let end = pos + offset;
             if let Some(event) = self.line(&buf[pos..end]) {
                 on_event(event);

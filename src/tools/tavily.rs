@@ -285,6 +285,10 @@ fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// The first `max_chars` characters of `text`, cut on a char boundary (Python slice semantics).
 pub fn truncate_chars(text: &str, max_chars: usize) -> &str {
+    // A string of at most `max_chars` bytes has at most that many chars: no need to count.
+    if text.len() <= max_chars {
+        return text;
+    }
     match text.char_indices().nth(max_chars) {
         Some((end, _)) => &text[..end],
         None => text,
