@@ -755,6 +755,12 @@ impl StreamStats {
     fn success(&self) -> bool {
         self.error.is_none() && self.saw_metadata && self.final_report
     }
+
+    /// For a client that joined a run already announced: it sees only events published after
+    /// it connected, so no `metadata` (the run's first event, sent when it was created).
+    fn complete_join(&self) -> bool {
+        self.error.is_none() && self.final_report
+    }
 }
 
 /// Reads an SSE response to its end.
@@ -1239,7 +1245,7 @@ async fn subscribers(
     let mut lags: Vec<i64> = subs.iter().flat_map(|s| s.lags.iter().copied()).collect();
     lags.sort_unstable();
     let events: Vec<u64> = subs.iter().map(|s| s.events).collect();
-    let complete = subs.iter().filter(|s| s.success()).count();
+    let complete = subs.iter().filter(|s| s.complete_join()).count();
     println!(
         "| {} | {latency_ms} ms | {chunk_ms} ms | {n} | {connected_in_time} (after {connect_s:.1} s) | {complete}{} | {}–{} | {} / {} / {} | {cpu:.2} | {pg_cpu} | {driver_cpu:.2} | {peak:.0} | {wall:.1} |",
         store.name(),
