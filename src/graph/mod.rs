@@ -71,8 +71,9 @@ impl NodeError {
 
 /// A node's future.
 pub type NodeFuture = Pin<Box<dyn Future<Output = Result<Command, NodeError>> + Send>>;
-/// A node: state in, command out.
-pub type NodeFn = Arc<dyn Fn(JsonMap, NodeContext) -> NodeFuture + Send + Sync>;
+/// A node: state in, command out. The state is shared read-only with the other tasks of the
+/// step, so starting a task does not copy it.
+pub type NodeFn = Arc<dyn Fn(Arc<JsonMap>, NodeContext) -> NodeFuture + Send + Sync>;
 
 /// JSON Schemas the assistants API reports for a graph.
 #[derive(Clone, Debug, Default)]
@@ -191,7 +192,7 @@ impl GraphBuilder {
     /// Adds a node.
     pub fn node<F, Fut>(mut self, name: &str, f: F) -> Self
     where
-        F: Fn(JsonMap, NodeContext) -> Fut + Send + Sync + 'static,
+        F: Fn(Arc<JsonMap>, NodeContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Command, NodeError>> + Send + 'static,
     {
         let f: NodeFn = Arc::new(move |state, ctx| Box::pin(f(state, ctx)));

@@ -391,12 +391,19 @@ async fn run_step(
     {
         return apply_input(inv, writer, state, task).await;
     }
+    // The tasks read one shared snapshot; once they are done it is the only owner again, so
+    // taking it back costs nothing.
+    let shared = Arc::new(std::mem::take(state));
     let runs = tasks
         .iter()
-        .map(|task| run_task(scope, inv, task, step, state.clone()));
+        .map(|task| run_task(scope, inv, task, step, shared.clone()));
     let results = tokio::select! {
-        results = join_all(runs) => results,
-        () = scope.cancel.cancelled() => return Err(RunError::Cancelled),
+        results = join_all(runs) => Some(results),
+        () = scope.cancel.cancelled() => None,
+    };
+    *state = Arc::try_unwrap(shared).unwrap_or_else(|still_shared| (*still_shared).clone());
+    let Some(results) = results else {
+        return Err(RunError::Cancelled);
     };
     let mut writes = Vec::new();
     let mut next = Vec::new();
@@ -448,7 +455,7 @@ async fn run_task(
     inv: &Invocation<'_>,
     task: &TaskSpec,
     step: i64,
-    state: JsonMap,
+    state: Arc<JsonMap>,
 ) -> Result<Command, RunError> {
     let node = inv.graph.node(&task.name).ok_or_else(|| RunError::Node {
         node: task.name.clone(),
@@ -458,7 +465,7 @@ async fn run_task(
         scope.sink.emit(GraphEvent::TaskStart {
             ns: inv.ns.clone(),
             step,
-            task: json!({"id": task.id, "name": task.name, "input": state,
+            task: json!({"id": task.id, "name": task.name, "input": *state,
                          "triggers": [format!("branch:to:{}", task.name)]}),
         });
     }

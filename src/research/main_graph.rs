@@ -78,7 +78,7 @@ fn clarify_schema() -> ResponseSchema {
     }
 }
 
-async fn clarify(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn clarify(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     if !cfg.allow_clarification {
         return Ok(Command::update(update(&ctx, vec![])).goto("write_research_brief"));
@@ -117,7 +117,7 @@ struct ResearchQuestion {
     research_brief: String,
 }
 
-async fn brief(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn brief(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let history = msg::buffer_string(&msg::list(&state, "messages"));
@@ -167,7 +167,11 @@ async fn brief(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, 
     Ok(Command::update(upd).goto("research_supervisor"))
 }
 
-async fn research(sup: Arc<Graph>, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn research(
+    sup: Arc<Graph>,
+    state: Arc<JsonMap>,
+    ctx: NodeContext,
+) -> Result<Command, NodeError> {
     let input = json!({
         "supervisor_messages": state.get("supervisor_messages").cloned().unwrap_or(json!([])),
         "research_brief": state.get("research_brief").cloned().unwrap_or(Value::Null),
@@ -233,7 +237,7 @@ fn cut(text: &str, chars: usize) -> &str {
         .map_or(text, |(i, _)| &text[..i])
 }
 
-async fn report(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let sources = msg::list(&state, "sources");
     if sources.is_empty() && cfg.search_api != SearchApi::None {

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 pub fn graph(deps: Deps) -> Graph {
     let (d1, d2, d3) = (deps.clone(), deps.clone(), deps);
@@ -64,7 +65,11 @@ fn search_tools(search: SearchApi) -> (Vec<ToolSpec>, Vec<NativeTool>, &'static 
     }
 }
 
-async fn researcher(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn researcher(
+    deps: Deps,
+    state: Arc<JsonMap>,
+    ctx: NodeContext,
+) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let (mut tools, native, note) = search_tools(cfg.search_api);
@@ -104,7 +109,7 @@ fn used_native_search(message: &Value) -> bool {
         > 0
 }
 
-async fn tools(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let history = msg::list(&state, "researcher_messages");
     let last = history.last().cloned().unwrap_or(Value::Null);
@@ -282,7 +287,7 @@ fn before_last_ai(messages: &[Value]) -> Vec<Value> {
     }
 }
 
-async fn compress(deps: Deps, state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn compress(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let mut history = msg::list(&state, "researcher_messages");

@@ -41,7 +41,7 @@ fn conduct_research_tool() -> crate::llm::ToolSpec {
 
 async fn supervisor(
     deps: Deps,
-    state: crate::store::JsonMap,
+    state: Arc<crate::store::JsonMap>,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
@@ -100,7 +100,7 @@ struct Round {
 async fn tools(
     deps: Deps,
     researcher: Arc<Graph>,
-    state: crate::store::JsonMap,
+    state: Arc<crate::store::JsonMap>,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;

@@ -29,7 +29,7 @@ impl EventSink for RunSink {
     }
 
     fn emit(&self, event: GraphEvent) {
-        let frames = lock(&self.encoder).encode(&event);
+        let frames = lock(&self.encoder).encode(event);
         if frames.is_empty() {
             return;
         }

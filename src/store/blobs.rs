@@ -12,8 +12,11 @@
 //! hashes; a user string that itself starts with `'\0'` is stored with one more `'\0'` in front.
 //! Decoding strips that again, so every JSON value round-trips exactly.
 
-use serde_json::{Map, Value};
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Strings shorter than this stay inline.
@@ -44,13 +47,50 @@ pub struct Blob {
 #[error("checkpoint data refers to a missing chunk {0}")]
 pub struct MissingBlob(pub String);
 
-/// `value` with large strings replaced by references, plus the chunks they refer to, in hash
-/// order (so concurrent writers of one thread insert shared chunks in the same order and
-/// cannot deadlock on each other's row locks).
-pub fn externalize(value: &Value) -> (Value, Vec<Blob>) {
-    let mut blobs = BTreeMap::new();
-    let out = map_strings(value, &mut |s| encode(s, &mut blobs));
-    (out, blobs.into_values().collect())
+/// `value` as JSON text with large strings replaced by references, plus the chunks they refer
+/// to, in hash order (so concurrent writers of one thread insert shared chunks in the same
+/// order and cannot deadlock on each other's row locks). Written straight to text: copying
+/// the value first cost as much as the rest of a checkpoint write.
+pub fn externalize(value: &Value) -> Result<(String, Vec<Blob>), serde_json::Error> {
+    let blobs = RefCell::new(BTreeMap::new());
+    let text = serde_json::to_string(&Externalized {
+        value,
+        blobs: &blobs,
+    })?;
+    Ok((text, blobs.into_inner().into_values().collect()))
+}
+
+/// Serializes a value, encoding its strings on the way.
+struct Externalized<'a> {
+    value: &'a Value,
+    blobs: &'a RefCell<BTreeMap<String, Blob>>,
+}
+
+impl Serialize for Externalized<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let nested = |value| Externalized {
+            value,
+            blobs: self.blobs,
+        };
+        match self.value {
+            Value::String(s) => serializer.serialize_str(&encode(s, &mut self.blobs.borrow_mut())),
+            Value::Array(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&nested(item))?;
+                }
+                seq.end()
+            }
+            Value::Object(map) => {
+                let mut out = serializer.serialize_map(Some(map.len()))?;
+                for (key, item) in map {
+                    out.serialize_entry(key, &nested(item))?;
+                }
+                out.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
 }
 
 /// The chunk hashes `value` refers to.
@@ -67,41 +107,35 @@ pub fn references(value: &Value, into: &mut BTreeSet<String>) {
     }
 }
 
-/// `value` with references replaced by the text of their chunks.
-pub fn internalize(value: &Value, chunks: &HashMap<String, String>) -> Result<Value, MissingBlob> {
-    let mut missing = None;
-    let out = map_strings(value, &mut |s| match decode(s, chunks) {
-        Ok(text) => text,
-        Err(e) => {
-            missing.get_or_insert(e);
-            String::new()
-        }
-    });
-    match missing {
-        Some(e) => Err(e),
-        None => Ok(out),
-    }
-}
-
-fn map_strings(value: &Value, f: &mut dyn FnMut(&str) -> String) -> Value {
+/// Replaces references in `value` by the text of their chunks, in place.
+pub fn internalize(value: &mut Value, chunks: &HashMap<String, String>) -> Result<(), MissingBlob> {
     match value {
-        Value::String(s) => Value::String(f(s)),
-        Value::Array(items) => Value::Array(items.iter().map(|v| map_strings(v, f)).collect()),
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| (k.clone(), map_strings(v, f)))
-                .collect::<Map<_, _>>(),
-        ),
-        other => other.clone(),
+        Value::String(s) => {
+            if s.starts_with(ESCAPE) {
+                *s = decode(s, chunks)?;
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                internalize(item, chunks)?;
+            }
+        }
+        Value::Object(map) => {
+            for item in map.values_mut() {
+                internalize(item, chunks)?;
+            }
+        }
+        _ => {}
     }
+    Ok(())
 }
 
-fn encode(s: &str, blobs: &mut BTreeMap<String, Blob>) -> String {
+fn encode<'s>(s: &'s str, blobs: &mut BTreeMap<String, Blob>) -> Cow<'s, str> {
     if s.len() < MIN_BLOB {
         return if s.starts_with(ESCAPE) {
-            format!("{ESCAPE}{s}")
+            Cow::Owned(format!("{ESCAPE}{s}"))
         } else {
-            s.to_owned()
+            Cow::Borrowed(s)
         };
     }
     let mut out = String::with_capacity(REF.len() + HASH_LEN * (s.len() / 256 + 1));
@@ -114,7 +148,7 @@ fn encode(s: &str, blobs: &mut BTreeMap<String, Blob>) -> String {
             data: piece.to_owned(),
         });
     }
-    out
+    Cow::Owned(out)
 }
 
 fn decode(s: &str, chunks: &HashMap<String, String>) -> Result<String, MissingBlob> {
@@ -228,12 +262,15 @@ mod tests {
     }
 
     fn round_trip(value: &Value) -> (Value, Vec<Blob>) {
-        let (stored, blobs) = externalize(value);
+        let (text, blobs) = externalize(value).unwrap();
+        let stored: Value = serde_json::from_str(&text).unwrap();
         let chunks: HashMap<String, String> = blobs
             .iter()
             .map(|b| (b.hash.clone(), b.data.clone()))
             .collect();
-        assert_eq!(&internalize(&stored, &chunks).unwrap(), value);
+        let mut restored = stored.clone();
+        internalize(&mut restored, &chunks).unwrap();
+        assert_eq!(&restored, value);
         (stored, blobs)
     }
 
@@ -275,7 +312,8 @@ mod tests {
 
     #[test]
     fn a_missing_chunk_is_an_error_not_empty_text() {
-        let (stored, _) = externalize(&json!(text(2000, 3)));
-        assert!(internalize(&stored, &HashMap::new()).is_err());
+        let (stored, _) = externalize(&json!(text(2000, 3))).unwrap();
+        let mut stored: Value = serde_json::from_str(&stored).unwrap();
+        assert!(internalize(&mut stored, &HashMap::new()).is_err());
     }
 }

@@ -501,8 +501,8 @@ fn insert_run_query(r: &Run) -> StoreResult<AnyQuery> {
         .bind(to_json(&r.kwargs)?))
 }
 
-/// `writes` is the checkpoint's writes as stored (large strings already replaced by references).
-fn upsert_checkpoint_query(c: &Checkpoint, writes: &Value) -> StoreResult<AnyQuery> {
+/// `writes` is the checkpoint's writes as stored JSON (large strings replaced by references).
+fn upsert_checkpoint_query(c: &Checkpoint, writes: String) -> StoreResult<AnyQuery> {
     let sql = format!(
         "INSERT INTO checkpoints ({CHECKPOINT_COLS}) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
@@ -521,7 +521,7 @@ fn upsert_checkpoint_query(c: &Checkpoint, writes: &Value) -> StoreResult<AnyQue
         .bind(c.step)
         .bind(c.source.clone())
         .bind(to_json(&c.metadata)?)
-        .bind(to_json(writes)?)
+        .bind(writes)
         .bind(to_json(&c.next)?)
         .bind(to_json(&c.tasks)?)
         .bind(c.created_at.to_string()))
@@ -698,8 +698,7 @@ impl SqlStore {
             }
         }
         for cp in &mut cps {
-            cp.writes =
-                blobs::internalize(&cp.writes, &chunks).map_err(|e| corrupt("checkpoint", e))?;
+            blobs::internalize(&mut cp.writes, &chunks).map_err(|e| corrupt("checkpoint", e))?;
         }
         Ok(cps)
     }
@@ -1552,11 +1551,12 @@ impl Store for SqlStore {
     // ---- checkpoints ----
 
     async fn put_checkpoint(&self, cp: &Checkpoint) -> StoreResult<()> {
-        let (writes, chunks) = blobs::externalize(&cp.writes);
+        let (writes, chunks) =
+            blobs::externalize(&cp.writes).map_err(|e| corrupt("checkpoint writes", e))?;
         // Chunks first, without a transaction: a checkpoint is never visible before the chunks
         // it refers to, and chunks left by a failed write are just unused rows of the thread.
         self.put_blobs(cp.thread_id, &chunks).await?;
-        upsert_checkpoint_query(cp, &writes)?
+        upsert_checkpoint_query(cp, writes)?
             .execute(&self.pool)
             .await?;
         Ok(())

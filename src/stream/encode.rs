@@ -47,9 +47,10 @@ impl Encoder {
         }
     }
 
-    /// The `(event name, data)` frames for one graph event, possibly none.
-    pub fn encode(&mut self, event: &GraphEvent) -> Vec<(String, Value)> {
-        let ns = event.ns();
+    /// The `(event name, data)` frames for one graph event, possibly none. Takes the event by
+    /// value: a `values` event carries the whole state, and moving it saves a copy.
+    pub fn encode(&mut self, event: GraphEvent) -> Vec<(String, Value)> {
+        let ns = event.ns().to_owned();
         if !ns.is_empty() && !self.subgraphs {
             return Vec::new();
         }
@@ -64,32 +65,38 @@ impl Encoder {
         let on = |m| self.modes.contains(m);
         match event {
             GraphEvent::Values { values, .. } if on(StreamMode::Values) => {
-                out.push((name("values"), values.clone()));
+                out.push((name("values"), values));
             }
             GraphEvent::Updates { node, update, .. } if on(StreamMode::Updates) => {
                 out.push((name("updates"), json!({ node.as_str(): update })));
             }
             GraphEvent::Message { message, meta, .. } => {
-                if on(StreamMode::MessagesTuple) {
+                let (tuple, legacy) = (on(StreamMode::MessagesTuple), on(StreamMode::Messages));
+                let mut legacy_frames = Vec::new();
+                if legacy {
+                    self.legacy_metadata(&message, &meta, &mut legacy_frames);
+                    legacy_frames.push(("messages/complete".into(), json!([&message])));
+                }
+                if tuple {
                     out.push((name("messages"), json!([message, meta])));
                 }
-                if on(StreamMode::Messages) {
-                    self.legacy_metadata(message, meta, &mut out);
-                    out.push(("messages/complete".into(), json!([message])));
-                }
+                out.extend(legacy_frames);
             }
             GraphEvent::MessageChunk { chunk, meta, .. } => {
-                if on(StreamMode::MessagesTuple) {
+                let (tuple, legacy) = (on(StreamMode::MessagesTuple), on(StreamMode::Messages));
+                let mut legacy_frames = Vec::new();
+                if legacy {
+                    self.legacy_metadata(&chunk, &meta, &mut legacy_frames);
+                    let partial = self.accumulate(&chunk);
+                    legacy_frames.push(("messages/partial".into(), json!([partial])));
+                }
+                if tuple {
                     out.push((name("messages"), json!([chunk, meta])));
                 }
-                if on(StreamMode::Messages) {
-                    self.legacy_metadata(chunk, meta, &mut out);
-                    let partial = self.accumulate(chunk);
-                    out.push(("messages/partial".into(), json!([partial])));
-                }
+                out.extend(legacy_frames);
             }
             GraphEvent::Custom { data, .. } if on(StreamMode::Custom) => {
-                out.push((name("custom"), data.clone()));
+                out.push((name("custom"), data));
             }
             GraphEvent::TaskStart { task, step, .. }
             | GraphEvent::TaskResult { task, step, .. } => {
@@ -102,7 +109,7 @@ impl Encoder {
                     } else {
                         "task"
                     };
-                    out.push((name("debug"), debug(*step, kind, task.clone())));
+                    out.push((name("debug"), debug(step, kind, task.clone())));
                 }
             }
             GraphEvent::Checkpoint { payload, step, .. } => {
@@ -112,7 +119,7 @@ impl Encoder {
                 if on(StreamMode::Debug) {
                     out.push((
                         name("debug"),
-                        debug(*step, "checkpoint", debug_checkpoint(payload)),
+                        debug(step, "checkpoint", debug_checkpoint(&payload)),
                     ));
                 }
             }
@@ -208,9 +215,9 @@ mod tests {
             ns: "child:1".into(),
             values: json!({}),
         };
-        assert!(enc(json!("values"), false).encode(&ev).is_empty());
+        assert!(enc(json!("values"), false).encode(ev.clone()).is_empty());
         assert_eq!(
-            enc(json!("values"), true).encode(&ev)[0].0,
+            enc(json!("values"), true).encode(ev.clone())[0].0,
             "values|child:1"
         );
     }
@@ -223,11 +230,11 @@ mod tests {
             chunk: json!({"id": "m1", "type": "AIMessageChunk", "content": t}),
             meta: json!({"langgraph_node": "agent"}),
         };
-        let first = e.encode(&chunk("Hel"));
+        let first = e.encode(chunk("Hel"));
         assert_eq!(first[0].0, "messages/metadata");
         assert_eq!(first[1].1[0]["content"], "Hel");
         assert_eq!(first[1].1[0]["type"], "ai");
-        let second = e.encode(&chunk("lo"));
+        let second = e.encode(chunk("lo"));
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].1[0]["content"], "Hello");
     }

@@ -5,6 +5,7 @@ use deep_research::graph::messages::ai_message;
 use deep_research::graph::{Command, Graph, NodeContext, NodeError, Reducer, Registry, Schemas};
 use deep_research::store::JsonMap;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
 
@@ -29,7 +30,7 @@ fn update(message: Value) -> Command {
 }
 
 /// Streams `REPLY` word by word as token chunks, then returns it as one message.
-async fn fake_model(_state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn fake_model(_state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let id = format!("lc_run--{}", Uuid::now_v7());
     ctx.emit_custom(json!({"type": "progress", "note": "thinking"}));
     let words: Vec<&str> = REPLY.split_inclusive(' ').collect();
@@ -46,7 +47,7 @@ async fn fake_model(_state: JsonMap, ctx: NodeContext) -> Result<Command, NodeEr
     Ok(update(ai_message(&id, REPLY)))
 }
 
-async fn slow(_state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn slow(_state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let secs = ctx.config()["configurable"]["sleep_secs"]
         .as_f64()
         .unwrap_or(3.0);
@@ -57,7 +58,7 @@ async fn slow(_state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
     Ok(update(ai_message(&Uuid::new_v4().to_string(), "slow done")))
 }
 
-async fn fail(_state: JsonMap, _ctx: NodeContext) -> Result<Command, NodeError> {
+async fn fail(_state: Arc<JsonMap>, _ctx: NodeContext) -> Result<Command, NodeError> {
     Err(NodeError::new("ValueError", "kaboom"))
 }
 
@@ -73,7 +74,7 @@ fn child_graph() -> Graph {
         .build()
 }
 
-async fn run_child(state: JsonMap, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn run_child(state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let child = child_graph();
     let out = ctx
         .subgraph(
