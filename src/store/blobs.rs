@@ -110,11 +110,7 @@ pub fn references(value: &Value, into: &mut BTreeSet<String>) {
 /// Replaces references in `value` by the text of their chunks, in place.
 pub fn internalize(value: &mut Value, chunks: &HashMap<String, String>) -> Result<(), MissingBlob> {
     match value {
-        Value::String(s) => {
-            if s.starts_with(ESCAPE) {
-                *s = decode(s, chunks)?;
-            }
-        }
+        Value::String(s) if s.starts_with(ESCAPE) => *s = decode(s, chunks)?,
         Value::Array(items) => {
             for item in items {
                 internalize(item, chunks)?;
