@@ -326,7 +326,7 @@ async fn start(state: &AppState, target: Target, body: NewRun) -> ApiResult<Star
     // learns its run id at once. The worker sees the channel is not fresh and does not repeat it.
     let thread_tx = state.bus.thread_sender(thread_id);
     let metadata = json!({"run_id": run_id, "attempt": 1});
-    channel.publish("metadata".into(), &metadata, thread_tx.as_ref());
+    channel.publish("metadata".into(), metadata.to_string(), thread_tx.as_ref());
     let affected = match state.store.insert_run(&insert).await {
         Ok(affected) => affected,
         Err(error) => {

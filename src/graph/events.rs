@@ -4,6 +4,21 @@
 use serde_json::Value;
 use std::sync::Arc;
 
+/// The metadata of a node's streamed messages, with its JSON text made once: it goes on every
+/// token frame of the node.
+#[derive(Debug)]
+pub struct MessageMeta {
+    pub value: Value,
+    pub json: String,
+}
+
+impl MessageMeta {
+    pub fn new(value: Value) -> Arc<Self> {
+        let json = value.to_string();
+        Arc::new(Self { value, json })
+    }
+}
+
 /// One observation from a running graph. `ns` is the checkpoint namespace of the graph that
 /// produced it (`""` for the root graph).
 #[derive(Clone, Debug)]
@@ -20,13 +35,13 @@ pub enum GraphEvent {
     Message {
         ns: String,
         message: Value,
-        meta: Value,
+        meta: Arc<MessageMeta>,
     },
     /// One streamed token chunk of a model call (`type: AIMessageChunk`).
     MessageChunk {
         ns: String,
         chunk: Value,
-        meta: Value,
+        meta: Arc<MessageMeta>,
     },
     /// Anything a node wrote with its stream writer.
     Custom { ns: String, data: Value },

@@ -9,7 +9,7 @@ mod runtime;
 pub mod state;
 
 pub use channels::{Channel, Channels, Reducer};
-pub use events::{EventKind, EventSink, GraphEvent, NullSink, Sink};
+pub use events::{EventKind, EventSink, GraphEvent, MessageMeta, NullSink, Sink};
 pub use runtime::{
     Invocation, NodeContext, Outcome, RunError, RunScope, Start, invoke, update_state,
 };

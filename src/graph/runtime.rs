@@ -2,7 +2,7 @@
 //! concurrently, merge their updates, write a checkpoint, repeat until nothing is scheduled.
 
 use super::channels::{ChannelError, writes_from_json, writes_to_json};
-use super::events::{EventKind, GraphEvent, Sink};
+use super::events::{EventKind, GraphEvent, MessageMeta, Sink};
 use super::messages::{is_message, message_id};
 use super::{Command, END, Graph, NodeError, START};
 use crate::store::{Checkpoint, JsonMap, Store, StoreError};
@@ -79,10 +79,12 @@ impl RunScope {
 
     /// Records a message id; true the first time it is seen in this run.
     fn first_sighting(&self, id: &str) -> bool {
-        match self.seen_messages.lock() {
-            Ok(mut seen) => seen.insert(id.to_owned()),
-            Err(poisoned) => poisoned.into_inner().insert(id.to_owned()),
-        }
+        let mut seen = match self.seen_messages.lock() {
+            Ok(seen) => seen,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Every token of a streamed message asks: answer repeats without allocating.
+        !seen.contains(id) && seen.insert(id.to_owned())
     }
 }
 
@@ -164,7 +166,7 @@ pub struct NodeContext {
     pub task_id: Uuid,
     pub step: i64,
     /// Built once per task: every streamed token carries it.
-    meta: Arc<std::sync::OnceLock<Value>>,
+    meta: Arc<std::sync::OnceLock<Arc<MessageMeta>>>,
 }
 
 impl NodeContext {
@@ -184,7 +186,7 @@ impl NodeContext {
     }
 
     /// Metadata attached to messages this node streams.
-    pub fn message_meta(&self) -> Value {
+    pub fn message_meta(&self) -> Arc<MessageMeta> {
         let build = || {
             message_meta(
                 &self.scope,
@@ -274,7 +276,13 @@ impl NodeContext {
     }
 }
 
-fn message_meta(scope: &RunScope, graph_ns: &str, node: &str, task_id: Uuid, step: i64) -> Value {
+fn message_meta(
+    scope: &RunScope,
+    graph_ns: &str,
+    node: &str,
+    task_id: Uuid,
+    step: i64,
+) -> Arc<MessageMeta> {
     let ns = join_ns(graph_ns, &format!("{node}:{task_id}"));
     let mut meta = scope.metadata.clone();
     for (k, v) in [
@@ -289,7 +297,7 @@ fn message_meta(scope: &RunScope, graph_ns: &str, node: &str, task_id: Uuid, ste
     ] {
         meta.insert(k.to_owned(), v);
     }
-    Value::Object(meta)
+    MessageMeta::new(Value::Object(meta))
 }
 
 fn join_ns(parent: &str, child: &str) -> String {

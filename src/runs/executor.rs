@@ -35,7 +35,7 @@ impl EventSink for RunSink {
         }
         let thread_tx = self.bus.thread_sender(self.channel.thread_id);
         for (name, data) in frames {
-            self.channel.publish(name, &data, thread_tx.as_ref());
+            self.channel.publish(name, data, thread_tx.as_ref());
         }
     }
 }
@@ -54,7 +54,7 @@ impl Runner {
         let channel = self.bus.open(run.run_id, run.thread_id, kwargs.resumable);
         let publish = |event: &str, data: Value| {
             let thread_tx = self.bus.thread_sender(run.thread_id);
-            channel.publish(event.to_owned(), &data, thread_tx.as_ref());
+            channel.publish(event.to_owned(), data.to_string(), thread_tx.as_ref());
         };
         // Runs created through this process's API already announced themselves.
         if channel.is_fresh() {
@@ -97,15 +97,16 @@ impl Runner {
         self.bus.close(run.run_id, result);
         if let Some(tx) = self.bus.thread_sender(run.thread_id) {
             let done = json!({"status": "run_done", "run_id": run.run_id});
-            let frame = crate::stream::Frame {
-                id: EventId {
-                    ms: Timestamp::now().millis(),
-                    seq: 0,
-                },
-                run_id: run.run_id,
-                event: "metadata".into(),
-                data: done.to_string().into(),
+            let id = EventId {
+                ms: Timestamp::now().millis(),
+                seq: 0,
             };
+            let frame = crate::stream::Frame::new(
+                id,
+                run.run_id,
+                "metadata".into(),
+                done.to_string().into(),
+            );
             let _ = tx.send(Arc::new(frame));
         }
     }
@@ -264,7 +265,7 @@ impl Runner {
         let detail = json!({"error": kind, "message": message});
         channel.publish(
             "error".into(),
-            &detail,
+            detail.to_string(),
             self.bus.thread_sender(run.thread_id).as_ref(),
         );
         let values = self.head_values(run).await?;

@@ -6,9 +6,10 @@
 //! across the seams are dropped by comparing ids.
 
 use crate::store::{EventId, StoredEvent};
+use bytes::Bytes;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
@@ -17,16 +18,57 @@ use uuid::Uuid;
 const CHANNEL_CAPACITY: usize = 1024;
 
 /// One SSE event as it goes on the wire.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Frame {
     pub id: EventId,
     pub run_id: Uuid,
     pub event: String,
     /// Compact one-line JSON.
     pub data: Arc<str>,
+    /// The SSE bytes, without and with the `id:` line, made once for all subscribers.
+    wire: [OnceLock<Bytes>; 2],
+}
+
+impl PartialEq for Frame {
+    fn eq(&self, other: &Self) -> bool {
+        (self.id, self.run_id, &self.event, &self.data)
+            == (other.id, other.run_id, &other.event, &other.data)
+    }
 }
 
 impl Frame {
+    pub fn new(id: EventId, run_id: Uuid, event: String, data: Arc<str>) -> Self {
+        Self {
+            id,
+            run_id,
+            event,
+            data,
+            wire: Default::default(),
+        }
+    }
+
+    /// The frame exactly as the reference server writes it: `event`, `data`, optional `id`,
+    /// CRLF line ends.
+    pub fn wire(&self, with_id: bool) -> Bytes {
+        self.wire[usize::from(with_id)]
+            .get_or_init(|| {
+                let mut out = String::with_capacity(self.event.len() + self.data.len() + 48);
+                out.push_str("event: ");
+                out.push_str(&self.event);
+                out.push_str("\r\ndata: ");
+                out.push_str(&self.data);
+                out.push_str("\r\n");
+                if with_id {
+                    out.push_str("id: ");
+                    out.push_str(&self.id.to_string());
+                    out.push_str("\r\n");
+                }
+                out.push_str("\r\n");
+                Bytes::from(out)
+            })
+            .clone()
+    }
+
     pub fn to_stored(&self, thread_id: Uuid) -> StoredEvent {
         StoredEvent {
             run_id: self.run_id,
@@ -40,12 +82,7 @@ impl Frame {
 
 impl From<StoredEvent> for Frame {
     fn from(e: StoredEvent) -> Self {
-        Self {
-            id: e.id,
-            run_id: e.run_id,
-            event: e.event,
-            data: e.data.into(),
-        }
+        Self::new(e.id, e.run_id, e.event, e.data.into())
     }
 }
 
@@ -80,18 +117,13 @@ impl RunChannel {
     pub fn publish(
         &self,
         event: String,
-        data: &Value,
+        data: String,
         thread_tx: Option<&ThreadSender>,
     ) -> Arc<Frame> {
         let mut state = self.lock();
         let id = next_id(state.last_id);
         state.last_id = id;
-        let frame = Arc::new(Frame {
-            id,
-            run_id: self.run_id,
-            event,
-            data: data.to_string().into(),
-        });
+        let frame = Arc::new(Frame::new(id, self.run_id, event, data.into()));
         if self.resumable {
             state.unflushed.push(frame.clone());
         }
@@ -253,7 +285,7 @@ mod tests {
         let bus = Bus::new();
         let ch = bus.open(Uuid::nil(), Uuid::nil(), true);
         let ids: Vec<EventId> = (0..500)
-            .map(|_| ch.publish("values".into(), &json!({}), None).id)
+            .map(|_| ch.publish("values".into(), "{}".into(), None).id)
             .collect();
         assert!(ids.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(ch.unflushed().len(), 500);
@@ -266,7 +298,7 @@ mod tests {
         let bus = Bus::new();
         let ch = bus.open(Uuid::nil(), Uuid::nil(), false);
         let mut sub = ch.subscribe();
-        ch.publish("values".into(), &json!({"a": 1}), None);
+        ch.publish("values".into(), json!({"a": 1}).to_string(), None);
         bus.close(Uuid::nil(), Some(json!({"a": 1})));
         let live = sub.live.as_mut().unwrap();
         assert_eq!(live.recv().await.unwrap().event, "values");

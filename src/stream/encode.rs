@@ -47,9 +47,19 @@ impl Encoder {
         }
     }
 
-    /// The `(event name, data)` frames for one graph event, possibly none. Takes the event by
-    /// value: a `values` event carries the whole state, and moving it saves a copy.
-    pub fn encode(&mut self, event: GraphEvent) -> Vec<(String, Value)> {
+    /// The `(event name, JSON data)` frames for one graph event, possibly none. Takes the event
+    /// by value: a `values` event carries the whole state, and moving it saves a copy.
+    pub fn encode(&mut self, event: GraphEvent) -> Vec<(String, String)> {
+        self.encode_values(event)
+            .into_iter()
+            .map(|(name, data)| match data {
+                Data::Value(v) => (name, v.to_string()),
+                Data::Json(text) => (name, text),
+            })
+            .collect()
+    }
+
+    fn encode_values(&mut self, event: GraphEvent) -> Vec<(String, Data)> {
         let ns = event.ns().to_owned();
         if !ns.is_empty() && !self.subgraphs {
             return Vec::new();
@@ -61,24 +71,24 @@ impl Encoder {
                 format!("{mode}|{ns}")
             }
         };
-        let mut out = Vec::new();
+        let mut out: Vec<(String, Data)> = Vec::new();
         let on = |m| self.modes.contains(m);
         match event {
             GraphEvent::Values { values, .. } if on(StreamMode::Values) => {
-                out.push((name("values"), values));
+                out.push((name("values"), values.into()));
             }
             GraphEvent::Updates { node, update, .. } if on(StreamMode::Updates) => {
-                out.push((name("updates"), json!({ node.as_str(): update })));
+                out.push((name("updates"), json!({ node.as_str(): update }).into()));
             }
             GraphEvent::Message { message, meta, .. } => {
                 let (tuple, legacy) = (on(StreamMode::MessagesTuple), on(StreamMode::Messages));
                 let mut legacy_frames = Vec::new();
                 if legacy {
-                    self.legacy_metadata(&message, &meta, &mut legacy_frames);
-                    legacy_frames.push(("messages/complete".into(), json!([&message])));
+                    self.legacy_metadata(&message, &meta.value, &mut legacy_frames);
+                    legacy_frames.push(("messages/complete".into(), json!([&message]).into()));
                 }
                 if tuple {
-                    out.push((name("messages"), json!([message, meta])));
+                    out.push((name("messages"), tuple_json(&message, &meta.json)));
                 }
                 out.extend(legacy_frames);
             }
@@ -86,22 +96,22 @@ impl Encoder {
                 let (tuple, legacy) = (on(StreamMode::MessagesTuple), on(StreamMode::Messages));
                 let mut legacy_frames = Vec::new();
                 if legacy {
-                    self.legacy_metadata(&chunk, &meta, &mut legacy_frames);
+                    self.legacy_metadata(&chunk, &meta.value, &mut legacy_frames);
                     let partial = self.accumulate(&chunk);
-                    legacy_frames.push(("messages/partial".into(), json!([partial])));
+                    legacy_frames.push(("messages/partial".into(), json!([partial]).into()));
                 }
                 if tuple {
-                    out.push((name("messages"), json!([chunk, meta])));
+                    out.push((name("messages"), tuple_json(&chunk, &meta.json)));
                 }
                 out.extend(legacy_frames);
             }
             GraphEvent::Custom { data, .. } if on(StreamMode::Custom) => {
-                out.push((name("custom"), data));
+                out.push((name("custom"), data.into()));
             }
             GraphEvent::TaskStart { task, step, .. }
             | GraphEvent::TaskResult { task, step, .. } => {
                 if on(StreamMode::Tasks) {
-                    out.push((name("tasks"), task.clone()));
+                    out.push((name("tasks"), task.clone().into()));
                 }
                 if on(StreamMode::Debug) {
                     let kind = if task.get("result").is_some() || task.get("error").is_some() {
@@ -109,17 +119,17 @@ impl Encoder {
                     } else {
                         "task"
                     };
-                    out.push((name("debug"), debug(step, kind, task.clone())));
+                    out.push((name("debug"), debug(step, kind, task.clone()).into()));
                 }
             }
             GraphEvent::Checkpoint { payload, step, .. } => {
                 if on(StreamMode::Checkpoints) && !self.stateless {
-                    out.push((name("checkpoints"), payload.clone()));
+                    out.push((name("checkpoints"), payload.clone().into()));
                 }
                 if on(StreamMode::Debug) {
                     out.push((
                         name("debug"),
-                        debug(step, "checkpoint", debug_checkpoint(&payload)),
+                        debug(step, "checkpoint", debug_checkpoint(&payload)).into(),
                     ));
                 }
             }
@@ -128,14 +138,14 @@ impl Encoder {
         out
     }
 
-    fn legacy_metadata(&mut self, message: &Value, meta: &Value, out: &mut Vec<(String, Value)>) {
+    fn legacy_metadata(&mut self, message: &Value, meta: &Value, out: &mut Vec<(String, Data)>) {
         let Some(id) = message.get("id").and_then(Value::as_str) else {
             return;
         };
         if self.legacy_meta_sent.insert(id.to_owned()) {
             out.push((
                 "messages/metadata".into(),
-                json!({ id: { "metadata": meta } }),
+                json!({ id: { "metadata": meta } }).into(),
             ));
         }
     }
@@ -174,6 +184,30 @@ impl Encoder {
     }
 }
 
+/// A frame's data before it is text: most are values, token frames are put together as text.
+enum Data {
+    Value(Value),
+    Json(String),
+}
+
+impl From<Value> for Data {
+    fn from(value: Value) -> Self {
+        Self::Value(value)
+    }
+}
+
+/// `[message, metadata]` with the metadata's JSON made once per node, not once per token.
+fn tuple_json(message: &Value, meta_json: &str) -> Data {
+    let message = message.to_string();
+    let mut out = String::with_capacity(message.len() + meta_json.len() + 3);
+    out.push('[');
+    out.push_str(&message);
+    out.push(',');
+    out.push_str(meta_json);
+    out.push(']');
+    Data::Json(out)
+}
+
 fn debug(step: i64, kind: &str, payload: Value) -> Value {
     json!({"step": step, "timestamp": Timestamp::now(), "type": kind, "payload": payload})
 }
@@ -200,6 +234,7 @@ fn debug_checkpoint(payload: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::MessageMeta;
 
     fn enc(modes: Value, subgraphs: bool) -> Encoder {
         Encoder::new(
@@ -222,20 +257,43 @@ mod tests {
         );
     }
 
+    fn parsed(frame: &(String, String)) -> Value {
+        serde_json::from_str(&frame.1).unwrap()
+    }
+
     #[test]
     fn legacy_messages_send_metadata_once_and_accumulate() {
         let mut e = enc(json!("messages"), false);
         let chunk = |t: &str| GraphEvent::MessageChunk {
             ns: String::new(),
             chunk: json!({"id": "m1", "type": "AIMessageChunk", "content": t}),
-            meta: json!({"langgraph_node": "agent"}),
+            meta: MessageMeta::new(json!({"langgraph_node": "agent"})),
         };
         let first = e.encode(chunk("Hel"));
         assert_eq!(first[0].0, "messages/metadata");
-        assert_eq!(first[1].1[0]["content"], "Hel");
-        assert_eq!(first[1].1[0]["type"], "ai");
+        assert_eq!(
+            parsed(&first[0]),
+            json!({"m1": {"metadata": {"langgraph_node": "agent"}}})
+        );
+        assert_eq!(parsed(&first[1])[0]["content"], "Hel");
+        assert_eq!(parsed(&first[1])[0]["type"], "ai");
         let second = e.encode(chunk("lo"));
         assert_eq!(second.len(), 1);
-        assert_eq!(second[0].1[0]["content"], "Hello");
+        assert_eq!(parsed(&second[0])[0]["content"], "Hello");
+    }
+
+    #[test]
+    fn tuple_frames_put_together_as_text_are_the_same_json() {
+        let chunk = json!({"id": "m1", "type": "AIMessageChunk", "content": "a \"quoted\"\n word"});
+        let meta = json!({"langgraph_node": "agent", "langgraph_path": ["__pregel_pull", "agent"]});
+        let mut e = enc(json!(["messages-tuple", "messages"]), false);
+        let frames = e.encode(GraphEvent::MessageChunk {
+            ns: String::new(),
+            chunk: chunk.clone(),
+            meta: MessageMeta::new(meta.clone()),
+        });
+        assert_eq!(frames[0].0, "messages", "the tuple frame comes first");
+        assert_eq!(frames[0].1, json!([chunk, meta]).to_string());
+        assert_eq!(frames[1].0, "messages/metadata");
     }
 }

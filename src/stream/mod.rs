@@ -22,21 +22,9 @@ use uuid::Uuid;
 /// The comment line sent when nothing else was sent for a while.
 const HEARTBEAT: &[u8] = b": heartbeat\r\n\r\n";
 
-/// Frames one SSE frame exactly as the reference does: `event`, `data`, optional `id`, CRLF.
+/// One SSE frame exactly as the reference writes it (see `Frame::wire`).
 pub fn frame_bytes(frame: &Frame, with_id: bool) -> Bytes {
-    let mut out = String::with_capacity(frame.event.len() + frame.data.len() + 40);
-    out.push_str("event: ");
-    out.push_str(&frame.event);
-    out.push_str("\r\ndata: ");
-    out.push_str(&frame.data);
-    out.push_str("\r\n");
-    if with_id {
-        out.push_str("id: ");
-        out.push_str(&frame.id.to_string());
-        out.push_str("\r\n");
-    }
-    out.push_str("\r\n");
-    Bytes::from(out)
+    frame.wire(with_id)
 }
 
 /// What an SSE response carries.
@@ -183,12 +171,12 @@ mod tests {
 
     #[test]
     fn frames_are_crlf_with_event_data_id_order() {
-        let frame = Frame {
-            id: EventId { ms: 17, seq: 2 },
-            run_id: Uuid::nil(),
-            event: "values".into(),
-            data: "{\"a\":1}".into(),
-        };
+        let frame = Frame::new(
+            EventId { ms: 17, seq: 2 },
+            Uuid::nil(),
+            "values".into(),
+            "{\"a\":1}".into(),
+        );
         assert_eq!(
             &frame_bytes(&frame, true)[..],
             b"event: values\r\ndata: {\"a\":1}\r\nid: 17-2\r\n\r\n"
