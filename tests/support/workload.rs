@@ -155,10 +155,11 @@ impl Script {
 pub fn scripted(script: Script) -> impl Fn(&Value) -> FakeReply + Send + Sync + 'static {
     move |req: &Value| match role(req) {
         Role::Clarify => clarify(req),
-        Role::Brief => FakeReply::Json(
-            json!({"research_brief": "I want to know everything about the topic, with sources."}),
-        ),
-        Role::Summary => summary(script.summary_bytes),
+        Role::Brief => FakeReply::Json(json!({"research_brief": format!(
+            "I want to know everything about the topic ({:x}), with sources.",
+            digest(&all_text(req))
+        )})),
+        Role::Summary => summary(req, script.summary_bytes),
         Role::Supervisor if script.supervisor_prose => {
             FakeReply::Text("I think the answer is obvious.".into())
         }
@@ -171,18 +172,104 @@ pub fn scripted(script: Script) -> impl Fn(&Value) -> FakeReply + Send + Sync + 
     }
 }
 
-const SENTENCES: [&str; 6] = [
-    "Recent work on {} reports consistent results across independent studies.",
-    "Costs for {} have fallen steadily while reliability improved.",
-    "Experts disagree on how quickly {} will reach wide adoption.",
-    "Several datasets on {} cover different regions and years.",
-    "The main open question about {} is long-term performance.",
-    "Field measurements of {} broadly match laboratory figures.",
+const WORDS: [&str; 64] = [
+    "recent",
+    "studies",
+    "report",
+    "costs",
+    "have",
+    "fallen",
+    "while",
+    "reliability",
+    "improved",
+    "experts",
+    "disagree",
+    "on",
+    "how",
+    "quickly",
+    "adoption",
+    "will",
+    "grow",
+    "several",
+    "datasets",
+    "cover",
+    "regions",
+    "and",
+    "years",
+    "the",
+    "main",
+    "open",
+    "question",
+    "is",
+    "long-term",
+    "performance",
+    "field",
+    "measurements",
+    "broadly",
+    "match",
+    "laboratory",
+    "figures",
+    "of",
+    "in",
+    "with",
+    "new",
+    "data",
+    "from",
+    "surveys",
+    "suggests",
+    "that",
+    "demand",
+    "rose",
+    "sharply",
+    "after",
+    "policy",
+    "changes",
+    "although",
+    "prices",
+    "vary",
+    "across",
+    "markets",
+    "analysts",
+    "expect",
+    "further",
+    "gains",
+    "but",
+    "warn",
+    "about",
+    "supply",
 ];
 
-/// The `i`-th filler sentence about `subject`.
+/// FNV-1a of `text`: a seed that differs for every request the fakes answer.
+pub fn digest(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The `i`-th filler sentence about `subject`: words drawn by a generator seeded with both, so
+/// no two sentences or subjects share text. (Repeating a few fixed sentences, as the first
+/// version did, let the content-addressed checkpoint store find repeats that real model output
+/// does not have.)
 fn sentence(subject: &str, i: usize) -> String {
-    SENTENCES[i % SENTENCES.len()].replace("{}", subject)
+    let mut x = digest(subject) ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let count = 9 + (next() % 8) as usize;
+    let mut words: Vec<&str> = (0..count)
+        .map(|_| WORDS[(next() % WORDS.len() as u64) as usize])
+        .collect();
+    let at = (next() % count as u64) as usize;
+    words.insert(at, subject);
+    let mut text = words.join(" ");
+    if let Some(first) = text.get(..1) {
+        text.replace_range(..1, &first.to_uppercase());
+    }
+    text.push('.');
+    text
 }
 
 /// Deterministic English-like filler of exactly `len` bytes (ASCII), for payload sizes.
@@ -200,7 +287,7 @@ pub fn prose(subject: &str, len: usize) -> String {
     out
 }
 
-fn summary(bytes: usize) -> FakeReply {
+fn summary(req: &Value, bytes: usize) -> FakeReply {
     if bytes == 0 {
         return FakeReply::Json(json!({"summary": "The page explains the topic in detail.",
                                       "key_excerpts": "\"a key quote\""}));
@@ -208,9 +295,10 @@ fn summary(bytes: usize) -> FakeReply {
     // `{"summary":"…","key_excerpts":"…"}` is 35 bytes of framing; three quarters summary.
     let body = bytes.saturating_sub(35);
     let excerpts = body / 4;
+    let page = digest(&all_text(req));
     FakeReply::Json(json!({
-        "summary": prose("the page's subject", body - excerpts),
-        "key_excerpts": prose("the quoted source", excerpts),
+        "summary": prose(&format!("page {page:x}"), body - excerpts),
+        "key_excerpts": prose(&format!("quote {page:x}"), excerpts),
     }))
 }
 
@@ -238,7 +326,10 @@ fn supervisor(req: &Value, topics: usize) -> FakeReply {
                 .map(|i| {
                     (
                         "ConductResearch".into(),
-                        json!({"research_topic": format!("subtopic number {i} in full detail")}),
+                        json!({"research_topic": format!(
+                            "subtopic number {i} in full detail ({:x})",
+                            digest(&all_text(req)) >> 40
+                        )}),
                     )
                 })
                 .collect(),
@@ -288,7 +379,7 @@ fn compress(req: &Value, bytes: usize) -> FakeReply {
     let room = bytes.saturating_sub(head.len() + tail.len());
     FakeReply::Text(format!(
         "{head}{}{tail}",
-        cited_paragraphs("the findings", room, urls.len())
+        cited_paragraphs(&format!("findings on {}", topic(req)), room, urls.len())
     ))
 }
 
@@ -354,7 +445,7 @@ fn long_report(req: &Value, bytes: usize) -> FakeReply {
         let heading = format!("\n## {name}\n\n");
         text.push_str(&heading);
         text.push_str(&cited_paragraphs(
-            "the research topic",
+            &format!("{name} {:x}", digest(&all_text(req)) >> 40),
             per_section.saturating_sub(heading.len()),
             urls.len(),
         ));
