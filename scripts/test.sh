@@ -33,6 +33,19 @@ apt_install() {
 }
 
 # ---------------------------------------------------------------------------
+section "C toolchain (bundled SQLite and jemalloc are built from source)"
+missing=""
+for tool in gcc make; do
+    command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+done
+if [ -n "$missing" ]; then
+    # shellcheck disable=SC2086 # one word per package
+    apt_install $missing
+else
+    echo "gcc and make present"
+fi
+
+# ---------------------------------------------------------------------------
 section "Python venv for the compat suite (.venv-compat)"
 VENV=$ROOT/.venv-compat
 REQ=$ROOT/tests/compat/requirements.txt

@@ -38,15 +38,7 @@ fn last_values(frames: &[support::SseFrame]) -> Value {
 }
 
 async fn thread(ra: &ResearchApp, tid: &str) -> Value {
-    ra.app
-        .client
-        .get(ra.app.url(&format!("/threads/{tid}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    ra.app.get_json(&format!("/threads/{tid}")).await
 }
 
 /// Every URL in `text` that looks like a link.
@@ -762,16 +754,7 @@ async fn cancelling_a_research_run_stops_all_provider_calls() {
         "no provider call after the run stopped"
     );
     assert_eq!(ra.llm.in_flight(), 0);
-    let status: Value = ra
-        .app
-        .client
-        .get(ra.app.url(&format!("/threads/{tid}/runs/{rid}")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = ra.app.get_json(&format!("/threads/{tid}/runs/{rid}")).await;
     assert_eq!(status["status"], "interrupted");
 }
 
@@ -847,16 +830,7 @@ async fn checkpoints_store_each_finding_once_and_grow_linearly() {
         let frames = stream(&ra, &tid, turn, json!({})).await;
         assert!(!last_values(&frames)["final_report"].is_null());
         stored.push(ra.app.store.checkpoint_bytes(thread_id).await.unwrap() as f64);
-        let state: Value = ra
-            .app
-            .client
-            .get(ra.app.url(&format!("/threads/{tid}/state")))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let state = ra.app.get_json(&format!("/threads/{tid}/state")).await;
         state_size = state["values"].to_string().len();
         if stored.len() == 1 {
             let ratio = stored[0] / state_size as f64;

@@ -43,6 +43,18 @@ impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.address, path)
     }
+
+    /// `GET path` and its JSON body (panics on transport or decode errors: tests only).
+    pub async fn get_json(&self, path: &str) -> serde_json::Value {
+        self.client
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
 }
 
 /// The admin URL of the test Postgres server, if configured. With `DR_REQUIRE_POSTGRES=1`
