@@ -650,7 +650,15 @@ async fn a_search_service_that_always_fails_ends_with_a_clear_error() {
         .filter(|f| f.event == "custom" && f.data["type"] == "search_error")
         .count();
     assert_eq!(search_errors, 2, "both searches failed and were reported");
-    assert_eq!(ra.tavily.calls(), 9, "3 queries × 3 attempts each");
+    // Every query is tried three times, except that once one query of a tool call has failed
+    // for good the call has failed, and its sibling's remaining attempts are dropped: 3 + (1 to
+    // 3) for the two-query call, 3 for the one-query call; without retries it would be 3.
+    // (Exactly 9 held on an idle machine and failed once on a loaded one.)
+    let calls = ra.tavily.calls();
+    assert!(
+        (7..=9).contains(&calls),
+        "{calls} search attempts for 3 failing queries"
+    );
     let error = frames
         .iter()
         .find(|f| f.event == "error")
