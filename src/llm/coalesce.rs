@@ -10,6 +10,10 @@ use super::{Delta, OnDelta};
 use futures::{FutureExt, Stream, StreamExt};
 use serde_json::Value;
 
+/// Text held back at most: a provider that answers faster than it can be read (a local model,
+/// a replay) still shows progress in steps of this size rather than all at the end.
+const MAX_PENDING_BYTES: usize = 16 * 1024;
+
 /// Pending deltas of one streaming call.
 pub struct Coalescer<'a> {
     on_delta: OnDelta<'a>,
@@ -24,11 +28,17 @@ impl<'a> Coalescer<'a> {
         }
     }
 
-    /// Adds a delta to the pending one.
+    /// Adds a delta to the pending one (handing it on once it is large).
     pub fn push(&mut self, delta: Delta) {
-        match &mut self.pending {
-            Some(pending) => absorb(pending, delta),
-            None => self.pending = Some(delta),
+        let pending = match &mut self.pending {
+            Some(pending) => {
+                absorb(pending, delta);
+                pending
+            }
+            None => self.pending.insert(delta),
+        };
+        if pending.content.len() >= MAX_PENDING_BYTES {
+            self.flush();
         }
     }
 
@@ -135,6 +145,26 @@ mod tests {
         let seen = seen.into_inner().unwrap();
         assert_eq!(seen.len(), 2);
         assert_eq!(seen[1].content, " world");
+    }
+
+    #[test]
+    fn a_long_burst_goes_out_in_bounded_pieces() {
+        let seen = Mutex::new(Vec::new());
+        let on_delta = |d: Delta| seen.lock().unwrap().push(d.content.len());
+        let mut batch = Coalescer::new(&on_delta);
+        let piece = "x".repeat(1000);
+        for _ in 0..40 {
+            batch.push(delta(&piece, vec![]));
+        }
+        batch.flush();
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.iter().sum::<usize>(), 40_000);
+        // A piece ends with the delta that reached the bound.
+        assert!(
+            seen.iter().all(|&n| n < MAX_PENDING_BYTES + 1000),
+            "{seen:?}"
+        );
+        assert_eq!(seen.len(), 3);
     }
 
     #[test]
