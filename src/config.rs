@@ -19,7 +19,8 @@ pub struct Settings {
     pub run_lease: Duration,
     /// Interval of SSE `: heartbeat` comments and `/wait` keep-alive newlines.
     pub heartbeat: Duration,
-    /// How often idle workers look for runs when nothing woke them (delayed runs, other replicas).
+    /// How often one idle worker looks for runs nothing woke it for (delayed runs, runs created
+    /// by other replicas).
     pub poll_interval: Duration,
     /// When set, every route but `/ok`, `/info`, `/docs` and preflights needs `x-api-key`.
     pub api_key: Option<String>,

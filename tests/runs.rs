@@ -46,17 +46,6 @@ async fn post(app: &TestApp, path: impl AsRef<str>, body: Value) -> reqwest::Res
         .unwrap()
 }
 
-async fn get_json(app: &TestApp, path: &str) -> Value {
-    app.client
-        .get(app.url(path))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 async fn slow_run(app: &TestApp, tid: &str, secs: f64, strategy: &str) -> reqwest::Response {
     post(
         app,
@@ -104,7 +93,7 @@ async fn wait_for_status(app: &TestApp, tid: &str, rid: &str, want: &str) {
 /// Waits until the run's input reached the thread state (the node is then running).
 async fn wait_for_input_applied(app: &TestApp, tid: &str) {
     for _ in 0..200 {
-        let state = get_json(app, &format!("/threads/{tid}/state")).await;
+        let state = app.get_json(&format!("/threads/{tid}/state")).await;
         if state["values"]["messages"][0]["id"] == "h1" {
             return;
         }
@@ -114,7 +103,8 @@ async fn wait_for_input_applied(app: &TestApp, tid: &str) {
 }
 
 async fn join(app: &TestApp, tid: &str, rid: &str) -> Value {
-    get_json(app, &format!("/threads/{tid}/runs/{rid}/join")).await
+    app.get_json(&format!("/threads/{tid}/runs/{rid}/join"))
+        .await
 }
 
 fn id(v: &Value, key: &str) -> String {
@@ -137,13 +127,13 @@ async fn reject_answers_409_while_busy(app: &TestApp) {
             .unwrap()
             .starts_with("Thread is already running a task")
     );
-    let runs: Value = get_json(app, &format!("/threads/{tid}/runs")).await;
+    let runs: Value = app.get_json(&format!("/threads/{tid}/runs")).await;
     assert_eq!(
         runs.as_array().unwrap().len(),
         1,
         "the rejected run was not stored"
     );
-    let thread = get_json(app, &format!("/threads/{tid}")).await;
+    let thread = app.get_json(&format!("/threads/{tid}")).await;
     assert_eq!(thread["status"], "busy");
 }
 
@@ -156,7 +146,7 @@ async fn enqueue_runs_one_after_another(app: &TestApp) {
     join(app, &tid, &rb).await;
     assert_eq!(run_status(app, &tid, &ra).await.1["status"], "success");
     assert_eq!(run_status(app, &tid, &rb).await.1["status"], "success");
-    let state = get_json(app, &format!("/threads/{tid}/state")).await;
+    let state = app.get_json(&format!("/threads/{tid}/state")).await;
     assert_eq!(
         state["values"]["messages"].as_array().unwrap().len(),
         3,
@@ -227,7 +217,7 @@ async fn cancel_with_wait_returns_after_the_run_stopped(app: &TestApp) {
         "cancel stops the node promptly"
     );
     assert_eq!(run_status(app, &tid, &ra).await.1["status"], "interrupted");
-    let thread = get_json(app, &format!("/threads/{tid}")).await;
+    let thread = app.get_json(&format!("/threads/{tid}")).await;
     assert_eq!(
         thread["status"], "interrupted",
         "the cancelled run left its node pending"
@@ -339,7 +329,7 @@ async fn forking_an_old_checkpoint_makes_a_branch(app: &TestApp) {
         .filter(|h| h["parent_checkpoint"]["checkpoint_id"] == json!(cid))
         .count();
     assert_eq!(children, 2, "the input checkpoint now has two branches");
-    let head = get_json(app, &format!("/threads/{tid}/state")).await;
+    let head = app.get_json(&format!("/threads/{tid}/state")).await;
     assert_eq!(head["checkpoint"], items[0]["checkpoint"]);
 }
 
@@ -403,13 +393,16 @@ async fn history_chains_checkpoints_newest_first(app: &TestApp) {
     .await
     .unwrap();
     assert_eq!(filtered.as_array().unwrap().len(), 1);
-    let sub: Value = get_json(app, &format!("/threads/{tid}/history?limit=5")).await;
+    let sub: Value = app
+        .get_json(&format!("/threads/{tid}/history?limit=5"))
+        .await;
     assert_eq!(sub.as_array().unwrap().len(), 4);
-    let at = get_json(
-        app,
-        &format!("/threads/{tid}/state/{}", id(&items[1], "checkpoint_id")),
-    )
-    .await;
+    let at = app
+        .get_json(&format!(
+            "/threads/{tid}/state/{}",
+            id(&items[1], "checkpoint_id")
+        ))
+        .await;
     assert_eq!(
         at["values"]["messages"].as_array().unwrap().len(),
         2,
@@ -540,7 +533,7 @@ async fn follow_up_runs_continue_the_conversation(app: &TestApp) {
             support::graphs::REPLY
         ]
     );
-    let thread = get_json(app, &format!("/threads/{tid}")).await;
+    let thread = app.get_json(&format!("/threads/{tid}")).await;
     assert_eq!(thread["metadata"]["graph_id"], "agent");
     assert_eq!(
         thread["metadata"]["assistant_id"],

@@ -10,7 +10,6 @@ use crate::store::{
     CancelAction, CheckpointQuery, IfExists, JsonMap, Thread, ThreadQuery, ThreadStatus,
     ThreadSummary,
 };
-use crate::stream::frame_bytes;
 use crate::time::Timestamp;
 use axum::body::Body as HttpBody;
 use axum::extract::{Path, Query, State};
@@ -591,7 +590,7 @@ pub(super) async fn stream(
         loop {
             let bytes = tokio::select! {
                 frame = rx.recv() => match frame {
-                    Ok(frame) => frame_bytes(&frame, true),
+                    Ok(frame) => frame.wire(true),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => break,
                 },

@@ -22,11 +22,6 @@ use uuid::Uuid;
 /// The comment line sent when nothing else was sent for a while.
 const HEARTBEAT: &[u8] = b": heartbeat\r\n\r\n";
 
-/// One SSE frame exactly as the reference writes it (see `Frame::wire`).
-pub fn frame_bytes(frame: &Frame, with_id: bool) -> Bytes {
-    frame.wire(with_id)
-}
-
 /// What an SSE response carries.
 pub struct SseSource {
     pub store: Arc<dyn Store>,
@@ -86,10 +81,7 @@ impl Out {
         {
             return true;
         }
-        self.tx
-            .send(Ok(frame_bytes(frame, self.with_ids)))
-            .await
-            .is_ok()
+        self.tx.send(Ok(frame.wire(self.with_ids))).await.is_ok()
     }
 
     async fn heartbeat(&self) -> bool {
@@ -178,11 +170,11 @@ mod tests {
             "{\"a\":1}".into(),
         );
         assert_eq!(
-            &frame_bytes(&frame, true)[..],
+            &frame.wire(true)[..],
             b"event: values\r\ndata: {\"a\":1}\r\nid: 17-2\r\n\r\n"
         );
         assert_eq!(
-            &frame_bytes(&frame, false)[..],
+            &frame.wire(false)[..],
             b"event: values\r\ndata: {\"a\":1}\r\n\r\n"
         );
     }
