@@ -651,8 +651,9 @@ fn sqlite_value_matches(sql: &mut Sql, alias: &str, want: &Value) {
 const BLOB_BATCH: usize = 300;
 
 impl SqlStore {
-    async fn put_blobs(&self, thread_id: Uuid, chunks: &[blobs::Blob]) -> StoreResult<()> {
-        for batch in chunks.chunks(BLOB_BATCH) {
+    async fn put_blobs(&self, thread_id: Uuid, mut chunks: Vec<blobs::Blob>) -> StoreResult<()> {
+        while !chunks.is_empty() {
+            let batch: Vec<blobs::Blob> = chunks.drain(..chunks.len().min(BLOB_BATCH)).collect();
             let rows: Vec<String> = (0..batch.len())
                 .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
                 .collect();
@@ -665,8 +666,8 @@ impl SqlStore {
             for blob in batch {
                 query = query
                     .bind(thread_id.to_string())
-                    .bind(blob.hash.clone())
-                    .bind(blob.data.clone());
+                    .bind(blob.hash)
+                    .bind(blob.data);
             }
             query.execute(&self.pool).await?;
         }
@@ -1555,7 +1556,7 @@ impl Store for SqlStore {
             blobs::externalize(&cp.writes).map_err(|e| corrupt("checkpoint writes", e))?;
         // Chunks first, without a transaction: a checkpoint is never visible before the chunks
         // it refers to, and chunks left by a failed write are just unused rows of the thread.
-        self.put_blobs(cp.thread_id, &chunks).await?;
+        self.put_blobs(cp.thread_id, chunks).await?;
         upsert_checkpoint_query(cp, writes)?
             .execute(&self.pool)
             .await?;
