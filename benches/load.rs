@@ -578,13 +578,14 @@ impl Server {
                 .await
                 .expect("query checkpoints");
                 let ev: Vec<(String, i64, i64)> = sqlx::query_as(
-                    "SELECT thread_id, count(*)::bigint, \
-                     coalesce(sum(octet_length(data) + octet_length(event)), 0)::bigint \
-                     FROM run_events GROUP BY thread_id",
+                    "SELECT thread_id, coalesce(sum(length(frames) \
+                     - length(replace(frames, chr(10), ''))), 0)::bigint, \
+                     coalesce(sum(octet_length(frames)), 0)::bigint \
+                     FROM run_event_pages GROUP BY thread_id",
                 )
                 .fetch_all(&pool)
                 .await
-                .expect("query run_events");
+                .expect("query run_event_pages");
                 let (disk,): (i64,) = sqlx::query_as(
                     "SELECT (pg_total_relation_size('checkpoints') \
                                     + pg_total_relation_size('checkpoint_blobs'))::bigint",
@@ -614,12 +615,14 @@ impl Server {
                 .await
                 .expect("query checkpoints");
                 let ev: Vec<(String, i64, i64)> = sqlx::query_as(
-                    "SELECT thread_id, count(*), coalesce(sum(length(CAST(data AS BLOB)) \
-                     + length(CAST(event AS BLOB))), 0) FROM run_events GROUP BY thread_id",
+                    "SELECT thread_id, coalesce(sum(length(frames) \
+                     - length(replace(frames, char(10), ''))), 0), \
+                     coalesce(sum(length(CAST(frames AS BLOB))), 0) \
+                     FROM run_event_pages GROUP BY thread_id",
                 )
                 .fetch_all(&pool)
                 .await
-                .expect("query run_events");
+                .expect("query run_event_pages");
                 pool.close().await;
                 Storage::new(ck, ev, None)
             }

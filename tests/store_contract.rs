@@ -285,7 +285,7 @@ fn event(run: &Run, ms: i64, seq: i64) -> StoredEvent {
         thread_id: run.thread_id,
         id: EventId { ms, seq },
         event: "values".into(),
-        data: format!("{{\"ms\":{ms},\"seq\":{seq}}}"),
+        data: format!("{{\"ms\":{ms},\"seq\":{seq}}}").into(),
     }
 }
 

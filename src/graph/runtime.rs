@@ -112,7 +112,8 @@ pub struct Invocation<'a> {
 #[derive(Clone, Debug)]
 pub struct Outcome {
     pub values: JsonMap,
-    /// The last checkpoint written or loaded (`None` only if nothing ever was).
+    /// The last checkpoint written or loaded (`None` only if nothing ever was), without its
+    /// writes (read them from the store).
     pub checkpoint: Option<Checkpoint>,
 }
 
@@ -339,7 +340,15 @@ async fn load(
     let lineage = store
         .checkpoint_lineage(scope.thread_id, &inv.ns, head.checkpoint_id)
         .await?;
-    Ok((replay(inv.graph, &lineage), Some(head)))
+    Ok((replay(inv.graph, &lineage), Some(without_writes(head))))
+}
+
+/// The head a running graph keeps: its ids, step, next nodes and tasks. Its writes are in the
+/// store and in the state already; holding them would keep a copy of each graph's last step
+/// (page summaries, findings, the report) in memory for as long as the graph runs.
+fn without_writes(mut cp: Checkpoint) -> Checkpoint {
+    cp.writes = Value::Null;
+    cp
 }
 
 /// Runs one graph invocation to its end (or error / cancellation).
@@ -685,7 +694,7 @@ impl<'a> CheckpointWriter<'a> {
         let payload = sink
             .wants(&self.ns, EventKind::Checkpoints)
             .then(|| checkpoint_payload(&cp, self.head.as_ref(), state));
-        self.head = Some(cp);
+        self.head = Some(without_writes(cp));
         // The input checkpoint still holds the previous state; clients first see values once
         // the input is applied.
         if source != "input" {
@@ -736,7 +745,7 @@ fn checkpoint_payload(cp: &Checkpoint, parent: Option<&Checkpoint>, state: &Json
 }
 
 /// Writes a checkpoint as if `as_node` had returned `values` (`POST /threads/{id}/state`).
-/// Returns the new checkpoint.
+/// Returns the new checkpoint, without its writes.
 pub async fn update_state(
     scope: &Arc<RunScope>,
     graph: &Graph,

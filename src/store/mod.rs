@@ -3,6 +3,7 @@
 
 mod blobs;
 mod model;
+mod pages;
 mod sql;
 
 pub use model::*;

@@ -296,8 +296,8 @@ pub struct StoredEvent {
     pub id: EventId,
     /// The SSE event name, e.g. `values` or `updates|researcher:<id>`.
     pub event: String,
-    /// Compact JSON on one line.
-    pub data: String,
+    /// Compact JSON on one line, shared with the frame it was published as.
+    pub data: std::sync::Arc<str>,
 }
 
 /// A page of search results plus the total number of matches.

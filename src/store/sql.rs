@@ -9,12 +9,12 @@
 //! uses `FOR UPDATE SKIP LOCKED` plus a partial unique index (one running run per thread). On
 //! SQLite every write transaction starts with `BEGIN IMMEDIATE`, which serializes writers.
 
-use super::blobs;
 use super::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery, EventId,
     IfExists, JsonMap, Lease, LeaseState, Page, Run, RunEnd, RunInsert, RunStatus, SortOrder,
     Store, StoreError, StoreResult, StoredEvent, Thread, ThreadQuery, ThreadStatus, ThreadSummary,
 };
+use super::{blobs, pages};
 use crate::time::Timestamp;
 use async_trait::async_trait;
 use serde::Serialize;
@@ -41,9 +41,6 @@ const RUN_COLS: &str = "run_id, thread_id, assistant_id, created_at, updated_at,
     metadata, multitask_strategy, kwargs";
 const CHECKPOINT_COLS: &str = "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, \
     run_id, step, source, metadata, writes, next_nodes, tasks, created_at";
-const EVENT_COLS: &str = "run_id, thread_id, ms, seq, event, data";
-/// Rows per event INSERT (6 parameters each; well under both databases' parameter limits).
-const EVENT_BATCH: usize = 200;
 const INFLIGHT: &str = "status IN ('pending', 'running')";
 
 /// The SQL flavours this store speaks.
@@ -418,17 +415,12 @@ fn checkpoint_row(row: &AnyRow) -> StoreResult<Checkpoint> {
     })
 }
 
-fn event_row(row: &AnyRow) -> StoreResult<StoredEvent> {
-    Ok(StoredEvent {
-        run_id: uuid(row, "run_id")?,
-        thread_id: uuid(row, "thread_id")?,
-        id: EventId {
-            ms: int(row, "ms")?,
-            seq: int(row, "seq")?,
-        },
-        event: text(row, "event")?,
-        data: text(row, "data")?,
-    })
+fn event_page_row(row: &AnyRow) -> StoreResult<Vec<StoredEvent>> {
+    pages::unpack(
+        uuid(row, "run_id")?,
+        uuid(row, "thread_id")?,
+        &text(row, "frames")?,
+    )
 }
 
 fn thread_id_row(row: &AnyRow) -> StoreResult<Uuid> {
@@ -1015,7 +1007,7 @@ async fn delete_run_rows(conn: &mut AnyConnection, thread: Uuid, run: Uuid) -> S
         .bind(run.to_string())
         .execute(&mut *conn)
         .await?;
-    sqlx::query("DELETE FROM run_events WHERE run_id = $1")
+    sqlx::query("DELETE FROM run_event_pages WHERE run_id = $1")
         .bind(run.to_string())
         .execute(&mut *conn)
         .await?;
@@ -1224,7 +1216,7 @@ impl Store for SqlStore {
         // Explicit deletes rather than relying on ON DELETE CASCADE alone, so the outcome does
         // not depend on SQLite's foreign_keys pragma.
         let mut tx = self.write_tx().await?;
-        for table in ["run_events", "checkpoint_blobs", "checkpoints", "runs"] {
+        for table in ["run_event_pages", "checkpoint_blobs", "checkpoints", "runs"] {
             q(format!("DELETE FROM {table} WHERE thread_id = $1"))
                 .bind(id.to_string())
                 .execute(&mut *tx)
@@ -1411,7 +1403,7 @@ impl Store for SqlStore {
 
     async fn delete_run(&self, run_id: Uuid) -> StoreResult<bool> {
         let mut tx = self.write_tx().await?;
-        sqlx::query("DELETE FROM run_events WHERE run_id = $1")
+        sqlx::query("DELETE FROM run_event_pages WHERE run_id = $1")
             .bind(run_id.to_string())
             .execute(&mut *tx)
             .await?;
@@ -1676,42 +1668,25 @@ impl Store for SqlStore {
     // ---- run events ----
 
     async fn append_events(&self, events: &[StoredEvent]) -> StoreResult<()> {
-        if events.is_empty() {
+        let pages = pages::pack(events);
+        if pages.is_empty() {
             return Ok(());
         }
         let mut tx = self.write_tx().await?;
-        // One multi-row statement per batch: a run's frames arrive in bursts of hundreds.
-        for batch in events.chunks(EVENT_BATCH) {
-            let rows: Vec<String> = (0..batch.len())
-                .map(|i| {
-                    let p = i * 6;
-                    format!(
-                        "(${}, ${}, ${}, ${}, ${}, ${})",
-                        p + 1,
-                        p + 2,
-                        p + 3,
-                        p + 4,
-                        p + 5,
-                        p + 6
-                    )
-                })
-                .collect();
-            // Idempotent: a flush interrupted after its commit may be retried with the same frames.
-            let sql = format!(
-                "INSERT INTO run_events ({EVENT_COLS}) VALUES {} ON CONFLICT (run_id, ms, seq) DO NOTHING",
-                rows.join(", ")
-            );
-            let mut query = q(sql);
-            for e in batch {
-                query = query
-                    .bind(e.run_id.to_string())
-                    .bind(e.thread_id.to_string())
-                    .bind(e.id.ms)
-                    .bind(e.id.seq)
-                    .bind(e.event.clone())
-                    .bind(e.data.clone());
-            }
-            query.execute(&mut *tx).await?;
+        for page in pages {
+            // Idempotent: a flush interrupted after its commit is retried with the same frames
+            // (then this page exists) or with more (then the reader drops the repeated ones).
+            sqlx::query(
+                "INSERT INTO run_event_pages (run_id, thread_id, last_ms, last_seq, frames) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, last_ms, last_seq) DO NOTHING",
+            )
+            .bind(page.run_id.to_string())
+            .bind(page.thread_id.to_string())
+            .bind(page.last.ms)
+            .bind(page.last.seq)
+            .bind(page.frames)
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -1722,16 +1697,18 @@ impl Store for SqlStore {
         run_id: Uuid,
         after: Option<EventId>,
     ) -> StoreResult<Vec<StoredEvent>> {
-        let mut sql = Sql::new(&format!(
-            "SELECT {EVENT_COLS} FROM run_events WHERE run_id = $1"
-        ));
+        let mut sql =
+            Sql::new("SELECT run_id, thread_id, frames FROM run_event_pages WHERE run_id = $1");
         sql.arg(run_id);
         if let Some(after) = after {
             let ms = sql.arg(after.ms);
             let seq = sql.arg(after.seq);
-            sql.push(&format!(" AND (ms > {ms} OR (ms = {ms} AND seq > {seq}))"));
+            sql.push(&format!(
+                " AND (last_ms > {ms} OR (last_ms = {ms} AND last_seq > {seq}))"
+            ));
         }
-        sql.push(" ORDER BY ms, seq");
-        all(&self.pool, sql.query(), event_row).await
+        sql.push(" ORDER BY last_ms, last_seq");
+        let pages = all(&self.pool, sql.query(), event_page_row).await?;
+        Ok(pages::merge(pages, after))
     }
 }

@@ -75,14 +75,14 @@ impl Frame {
             thread_id,
             id: self.id,
             event: self.event.clone(),
-            data: self.data.to_string(),
+            data: self.data.clone(),
         }
     }
 }
 
 impl From<StoredEvent> for Frame {
     fn from(e: StoredEvent) -> Self {
-        Self::new(e.id, e.run_id, e.event, e.data.into())
+        Self::new(e.id, e.run_id, e.event, e.data)
     }
 }
 
