@@ -26,8 +26,14 @@ impl Application {
     /// Binds `settings.host:port` (port 0 picks a free one), opens the store and starts workers.
     pub async fn build(settings: Settings, registry: Registry) -> anyhow::Result<Self> {
         let listener = TcpListener::bind((settings.host.as_str(), settings.port)).await?;
-        let store: Arc<dyn Store> =
-            Arc::new(store::connect(&settings.store_url(), settings.db_max_connections).await?);
+        let store: Arc<dyn Store> = Arc::new(
+            store::connect(
+                &settings.store_url(),
+                settings.db_max_connections,
+                settings.sqlite_sync,
+            )
+            .await?,
+        );
         Self::with_store(listener, store, settings, registry).await
     }
 

@@ -13,6 +13,8 @@ pub struct Settings {
     pub sqlite_path: String,
     /// Database connections in the pool.
     pub db_max_connections: u32,
+    /// How long a SQLite commit waits for the disk.
+    pub sqlite_sync: crate::store::SqliteSync,
     /// Process-wide bound on concurrently executing runs (the worker count).
     pub max_concurrent_runs: usize,
     /// How long a claimed run stays ours without a renewal.
@@ -36,6 +38,7 @@ impl Default for Settings {
             database_url: None,
             sqlite_path: "deep-research.db".into(),
             db_max_connections: 10,
+            sqlite_sync: crate::store::SqliteSync::Normal,
             max_concurrent_runs: 64,
             run_lease: Duration::from_secs(30),
             heartbeat: Duration::from_secs(5),

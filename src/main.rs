@@ -7,6 +7,7 @@ use deep_research::config::Settings;
 use deep_research::config::file::FileConfig;
 use deep_research::graph::Registry;
 use deep_research::research::ResearchDeps;
+use deep_research::store::SqliteSync;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing_subscriber::EnvFilter;
@@ -56,6 +57,10 @@ struct ServeArgs {
     /// The SQLite file used when no DATABASE_URL is set.
     #[arg(long, env = "DR_SQLITE_PATH", default_value = "deep-research.db")]
     sqlite_path: String,
+    /// SQLite commits: `normal` returns once a commit is in the write-ahead log (a power cut
+    /// may lose the last ones), `full` waits for fsync on every commit.
+    #[arg(long, env = "DR_SQLITE_SYNC", default_value = "normal", value_parser = ["normal", "full"])]
+    sqlite_sync: String,
     /// Runs executing at once in this process.
     #[arg(long, env = "DR_MAX_CONCURRENT_RUNS", default_value_t = 64)]
     max_concurrent_runs: usize,
@@ -98,6 +103,11 @@ impl ServeArgs {
             port: self.port,
             database_url: self.database_url.clone().filter(|u| !u.trim().is_empty()),
             sqlite_path: self.sqlite_path.clone(),
+            sqlite_sync: if self.sqlite_sync == "full" {
+                SqliteSync::Full
+            } else {
+                SqliteSync::Normal
+            },
             db_max_connections: self.db_max_connections,
             max_concurrent_runs: self.max_concurrent_runs,
             api_key: self.api_key.clone().filter(|k| !k.is_empty()),

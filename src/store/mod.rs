@@ -7,7 +7,7 @@ mod pages;
 mod sql;
 
 pub use model::*;
-pub use sql::SqlStore;
+pub use sql::{SqlStore, SqliteSync};
 
 use crate::time::Timestamp;
 use async_trait::async_trait;
@@ -200,6 +200,6 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Opens the store `url` names (`postgres://…` or `sqlite://…`) and runs its migrations.
-pub async fn connect(url: &str, max_connections: u32) -> StoreResult<SqlStore> {
-    SqlStore::connect(url, max_connections).await
+pub async fn connect(url: &str, max_connections: u32, sync: SqliteSync) -> StoreResult<SqlStore> {
+    SqlStore::connect_with(url, max_connections, sync).await
 }

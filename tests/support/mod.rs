@@ -115,7 +115,11 @@ pub async fn spawn_with(
         }
         Backend::Postgres => (fresh_postgres_url(&postgres_admin_url()?).await, None),
     };
-    let store: Arc<dyn Store> = Arc::new(store::connect(&url, 5).await.expect("open store"));
+    let store: Arc<dyn Store> = Arc::new(
+        store::connect(&url, 5, store::SqliteSync::default())
+            .await
+            .expect("open store"),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
