@@ -526,17 +526,18 @@ fn insert_run_query(r: &Run) -> StoreResult<AnyQuery> {
 }
 
 /// `writes` is the checkpoint's writes as stored JSON (large strings replaced by references).
-fn upsert_checkpoint_query(c: &Checkpoint, writes: String) -> StoreResult<AnyQuery> {
-    let sql = format!(
-        "INSERT INTO checkpoints ({CHECKPOINT_COLS}) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-         ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET \
-         parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, \
-         step = excluded.step, source = excluded.source, metadata = excluded.metadata, \
-         writes = excluded.writes, next_nodes = excluded.next_nodes, tasks = excluded.tasks, \
-         created_at = excluded.created_at"
-    );
-    Ok(q(sql)
+/// Writes a checkpoint row, replacing one with the same key ($1–$12, see `bind_checkpoint`).
+const UPSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (thread_id, checkpoint_ns, \
+    checkpoint_id, parent_checkpoint_id, run_id, step, source, metadata, writes, next_nodes, \
+    tasks, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET \
+    parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, \
+    step = excluded.step, source = excluded.source, metadata = excluded.metadata, \
+    writes = excluded.writes, next_nodes = excluded.next_nodes, tasks = excluded.tasks, \
+    created_at = excluded.created_at";
+
+fn bind_checkpoint(query: AnyQuery, c: &Checkpoint, writes: String) -> StoreResult<AnyQuery> {
+    Ok(query
         .bind(c.thread_id.to_string())
         .bind(c.checkpoint_ns.clone())
         .bind(c.checkpoint_id.to_string())
@@ -1578,10 +1579,25 @@ impl Store for SqlStore {
     async fn put_checkpoint(&self, cp: &Checkpoint) -> StoreResult<()> {
         let (writes, chunks) =
             blobs::externalize(&cp.writes).map_err(|e| corrupt("checkpoint writes", e))?;
+        if self.dialect == Dialect::Postgres {
+            // One statement, one round trip, one shape for any number of chunks (a VALUES list
+            // per chunk count made Postgres prepare a new statement for most checkpoints).
+            let pairs: Vec<[&str; 2]> = chunks.iter().map(|b| [&*b.hash, &*b.data]).collect();
+            let sql = format!(
+                "WITH chunks AS (INSERT INTO checkpoint_blobs (thread_id, hash, data) \
+                 SELECT $1, c->>0, c->>1 FROM json_array_elements($13::json) AS c \
+                 ON CONFLICT (thread_id, hash) DO NOTHING) {UPSERT_CHECKPOINT}"
+            );
+            bind_checkpoint(q(sql), cp, writes)?
+                .bind(to_json(&pairs)?)
+                .execute(&self.pool)
+                .await?;
+            return Ok(());
+        }
         // Chunks first, without a transaction: a checkpoint is never visible before the chunks
         // it refers to, and chunks left by a failed write are just unused rows of the thread.
         self.put_blobs(cp.thread_id, chunks).await?;
-        upsert_checkpoint_query(cp, writes)?
+        bind_checkpoint(q(UPSERT_CHECKPOINT.to_owned()), cp, writes)?
             .execute(&self.pool)
             .await?;
         Ok(())
