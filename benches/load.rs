@@ -953,7 +953,7 @@ impl Outcome {
         format!(
             "    details: server CPU {:.2} s total; driver+fakes CPU {:.2} s ({:.1} ms/run); \
              model calls/run {:.1}; searches/run {:.1}; SSE events/run {:.0}; stored events/run \
-             {:.0} rows, {:.1} KB; checkpoints on disk/run {}; delivery lag max {} ms; \
+             {:.0} frames, {:.1} KB of pages; checkpoints on disk/run {}; delivery lag max {} ms; \
              first event was metadata in {}/{} runs{}",
             self.server_cpu_s,
             self.driver_cpu_s,
