@@ -1716,14 +1716,10 @@ impl Store for SqlStore {
     // ---- run events ----
 
     async fn append_events(&self, events: &[StoredEvent]) -> StoreResult<()> {
-        let pages = pages::pack(events);
-        if pages.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.write_tx().await?;
-        for page in pages {
-            // Idempotent: a flush interrupted after its commit is retried with the same frames
-            // (then this page exists) or with more (then the reader drops the repeated ones).
+        // No transaction: each page stands alone and writing it twice is harmless. A flush
+        // interrupted after a page was stored is retried with the same frames (the page exists)
+        // or with more (the reader drops the repeated ones).
+        for page in pages::pack(events) {
             sqlx::query(
                 "INSERT INTO run_event_pages (run_id, thread_id, last_ms, last_seq, frames) \
                  VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, last_ms, last_seq) DO NOTHING",
@@ -1733,10 +1729,9 @@ impl Store for SqlStore {
             .bind(page.last.ms)
             .bind(page.last.seq)
             .bind(page.frames)
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 
