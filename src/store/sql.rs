@@ -734,6 +734,36 @@ impl SqlStore {
 // Transaction steps shared by several methods.
 
 impl SqlStore {
+    /// `insert_run` inside its transaction.
+    async fn insert_run_in(
+        &self,
+        conn: &mut AnyConnection,
+        ins: &RunInsert,
+    ) -> StoreResult<Vec<Run>> {
+        let run = &ins.run;
+        let now = Timestamp::now();
+        if ins.create_thread {
+            self.ensure_thread(conn, ins, now).await?;
+        }
+        // The thread lock serializes run insertion per thread, so two `reject` runs cannot
+        // both see an idle thread.
+        let Some(mut metadata) = self.lock_thread(conn, run.thread_id).await? else {
+            return Err(StoreError::NotFound("thread"));
+        };
+        let affected = self.apply_strategy(conn, run, now).await?;
+        insert_run_query(run)?.execute(&mut *conn).await?;
+        merge(&mut metadata, &ins.thread_metadata);
+        sqlx::query(
+            "UPDATE threads SET status = 'busy', metadata = $2, updated_at = $3 WHERE thread_id = $1",
+        )
+        .bind(run.thread_id.to_string())
+        .bind(to_json(&metadata)?)
+        .bind(now.to_string())
+        .execute(conn)
+        .await?;
+        Ok(affected)
+    }
+
     /// Locks the thread row (Postgres) and returns its metadata; `None` when it does not exist.
     async fn lock_thread(
         &self,
@@ -1374,30 +1404,20 @@ impl Store for SqlStore {
     // ---- runs ----
 
     async fn insert_run(&self, ins: &RunInsert) -> StoreResult<Vec<Run>> {
-        let run = &ins.run;
-        let now = Timestamp::now();
         let mut tx = self.write_tx().await?;
-        if ins.create_thread {
-            self.ensure_thread(&mut tx, ins, now).await?;
+        match self.insert_run_in(&mut tx, ins).await {
+            Ok(affected) => {
+                tx.commit().await?;
+                Ok(affected)
+            }
+            Err(error) => {
+                // Roll back now rather than when the dropped transaction's connection goes back
+                // to the pool: until then it holds the thread's row lock, and a worker claiming
+                // the thread's pending run would skip it (a rejected run hid the running one).
+                let _ = tx.rollback().await;
+                Err(error)
+            }
         }
-        // The thread lock serializes run insertion per thread, so two `reject` runs cannot
-        // both see an idle thread.
-        let Some(mut metadata) = self.lock_thread(&mut tx, run.thread_id).await? else {
-            return Err(StoreError::NotFound("thread"));
-        };
-        let affected = self.apply_strategy(&mut tx, run, now).await?;
-        insert_run_query(run)?.execute(&mut *tx).await?;
-        merge(&mut metadata, &ins.thread_metadata);
-        sqlx::query(
-            "UPDATE threads SET status = 'busy', metadata = $2, updated_at = $3 WHERE thread_id = $1",
-        )
-        .bind(run.thread_id.to_string())
-        .bind(to_json(&metadata)?)
-        .bind(now.to_string())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(affected)
     }
 
     async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<Run>> {
