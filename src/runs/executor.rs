@@ -155,7 +155,7 @@ impl Runner {
             result = invoke(&scope, inv) => result,
             () = self.shutdown.cancelled() => Err(RunError::Cancelled),
         };
-        flusher.abort();
+        flusher.stop().await;
         match result {
             Ok(outcome) => Ending::Done(outcome.values),
             Err(RunError::Cancelled) => Ending::Cancelled(None),
@@ -168,18 +168,24 @@ impl Runner {
     }
 
     /// Writes resumable runs' frames to the store in batches while the run goes on.
-    fn flush_periodically(&self, channel: Arc<RunChannel>) -> tokio::task::JoinHandle<()> {
+    fn flush_periodically(&self, channel: Arc<RunChannel>) -> Flusher {
         let store = self.store.clone();
-        tokio::spawn(async move {
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
             if !channel.resumable {
                 return;
             }
             let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = stopped.cancelled() => return,
+                }
                 flush(&*store, &channel).await;
             }
-        })
+        });
+        Flusher { stop, task }
     }
 
     /// Renews the lease until the run ends; cancels the run when asked to or when the lease
@@ -360,6 +366,21 @@ fn summary(status: ThreadStatus, values: Value, error: Option<Value>) -> ThreadS
         values: Some(values).filter(|v| !v.is_null()),
         error,
         interrupts: json!({}),
+    }
+}
+
+/// The periodic flush of one run. Stopping it lets a flush in progress finish: aborted midway,
+/// its page could be stored without the frames being marked as flushed, and the run's last
+/// flush would store them a second time (seen as 97 stored frames for 89 sent).
+struct Flusher {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Flusher {
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
     }
 }
 
