@@ -371,7 +371,8 @@ fn summary(status: ThreadStatus, values: Value, error: Option<Value>) -> ThreadS
 
 /// The periodic flush of one run. Stopping it lets a flush in progress finish: aborted midway,
 /// its page could be stored without the frames being marked as flushed, and the run's last
-/// flush would store them a second time (seen as 97 stored frames for 89 sent).
+/// flush would store them a second time (the likely cause of 97 stored frames for 89 sent
+/// in one benchmark scenario).
 struct Flusher {
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
