@@ -28,6 +28,7 @@ both_backends!(
     rollback_deletes_the_cancelled_run_and_its_checkpoints,
     cancel_with_wait_returns_after_the_run_stopped,
     a_second_client_joins_a_running_stream,
+    a_client_of_another_replica_follows_a_running_stream,
     forking_an_old_checkpoint_makes_a_branch,
     history_chains_checkpoints_newest_first,
     on_disconnect_cancel_stops_the_run,
@@ -272,6 +273,38 @@ async fn a_second_client_joins_a_running_stream(app: &TestApp) {
         original.last(),
         "a live joiner gets the final values"
     );
+    assert!(live.len() < original.len());
+}
+
+async fn a_client_of_another_replica_follows_a_running_stream(app: &TestApp) {
+    let replica = support::spawn_replica(app, support::graphs::registry()).await;
+    let tid = new_thread(app).await;
+    let resp = post(
+        app,
+        &format!("/threads/{tid}/runs/stream"),
+        json!({"assistant_id": "slow", "input": hello(), "stream_resumable": true,
+               "config": {"configurable": {"sleep_secs": 0.6}}}),
+    )
+    .await;
+    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The run is live only in `app`; the replica has nothing of it but the store.
+    let join = |last_event_id: Option<&'static str>| {
+        let mut request = replica.client.get(replica.url(&location));
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        request.send()
+    };
+    let (from_start, live_only) = tokio::join!(join(Some("-1")), join(None));
+    let original = parse_sse(&resp.text().await.unwrap());
+    let followed = parse_sse(&from_start.unwrap().text().await.unwrap());
+    assert_eq!(
+        followed, original,
+        "a joiner on another replica sees every frame once, to the end"
+    );
+    let live = parse_sse(&live_only.unwrap().text().await.unwrap());
+    assert_eq!(live.last(), original.last(), "a live joiner gets the end");
     assert!(live.len() < original.len());
 }
 

@@ -22,6 +22,9 @@ use uuid::Uuid;
 /// The comment line sent when nothing else was sent for a while.
 const HEARTBEAT: &[u8] = b": heartbeat\r\n\r\n";
 
+/// How often a stream reads the store for a run that is live in another process.
+const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+
 /// What an SSE response carries.
 pub struct SseSource {
     pub store: Arc<dyn Store>,
@@ -100,10 +103,13 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
         Some(sub) => Some(sub),
         None => channel.as_ref().map(|c| c.subscribe()),
     };
-    if out.cursor.is_some() && !replay(src, out, sub.as_ref().map(|s| &s.unflushed[..])).await {
+    let Some(sub) = sub else {
+        return follow_stored(src, out).await;
+    };
+    if out.cursor.is_some() && !replay(src, out, Some(&sub.unflushed)).await {
         return false;
     }
-    let Some(mut live) = sub.and_then(|s| s.live) else {
+    let Some(mut live) = sub.live else {
         return true;
     };
     let mut tick =
@@ -125,6 +131,53 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
                 Err(broadcast::error::RecvError::Closed) => return true,
             },
             _ = tick.tick() => {
+                if !out.heartbeat().await {
+                    return false;
+                }
+            }
+            () = src.shutdown.cancelled() => return true,
+            () = out.tx.closed() => return false,
+        }
+    }
+}
+
+/// Follows a run that is not live in this process — another replica runs it, it waits to be
+/// claimed, or it has ended — through the frames stored for it, until it ends. A live join
+/// (no `Last-Event-ID`) starts after what is stored when it connects. Frames of runs that are
+/// not resumable are not stored: such a stream only ends when the run does.
+async fn follow_stored(src: &SseSource, out: &mut Out) -> bool {
+    if out.cursor.is_none() {
+        let stored = match src.store.run_events_after(src.run_id, None).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                tracing::warn!(%error, run_id = %src.run_id, "could not read stored events");
+                Vec::new()
+            }
+        };
+        out.cursor = Some(stored.last().map_or(EventId { ms: -1, seq: -1 }, |e| e.id));
+    }
+    let mut poll = tokio::time::interval(FOLLOW_INTERVAL);
+    let mut beat =
+        tokio::time::interval_at(tokio::time::Instant::now() + src.heartbeat, src.heartbeat);
+    loop {
+        tokio::select! {
+            _ = poll.tick() => {
+                // The status first: a run's frames are all stored before it is marked ended.
+                let ended = match src.store.get_run(src.run_id).await {
+                    Ok(run) => run.is_none_or(|r| !r.status.is_inflight()),
+                    Err(error) => {
+                        tracing::warn!(%error, run_id = %src.run_id, "could not read the run");
+                        false
+                    }
+                };
+                if !replay(src, out, None).await {
+                    return false;
+                }
+                if ended {
+                    return true;
+                }
+            }
+            _ = beat.tick() => {
                 if !out.heartbeat().await {
                     return false;
                 }

@@ -138,6 +138,31 @@ pub async fn spawn_with(
     })
 }
 
+/// A second replica of `app`: the same store, its own event bus and workers. Its poller does
+/// not look for work, so runs created on `app` stay with `app`'s workers.
+pub async fn spawn_replica(app: &TestApp, registry: deep_research::graph::Registry) -> TestApp {
+    let settings = Settings {
+        poll_interval: std::time::Duration::from_secs(3600),
+        ..test_settings()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let replica = Application::with_store(listener, app.store.clone(), settings, registry)
+        .await
+        .expect("build replica");
+    let address = format!("http://{}", replica.local_addr().expect("addr"));
+    let shutdown = replica.shutdown_token();
+    tokio::spawn(replica.run_until_stopped());
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        store: app.store.clone(),
+        shutdown,
+        _dir: None,
+    }
+}
+
 /// Test settings: short heartbeats so tests can see them.
 pub fn test_settings() -> Settings {
     Settings {
