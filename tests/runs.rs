@@ -29,6 +29,7 @@ both_backends!(
     cancel_with_wait_returns_after_the_run_stopped,
     a_second_client_joins_a_running_stream,
     a_client_of_another_replica_follows_a_running_stream,
+    a_stream_whose_run_another_replica_claimed_still_ends_with_it,
     forking_an_old_checkpoint_makes_a_branch,
     history_chains_checkpoints_newest_first,
     on_disconnect_cancel_stops_the_run,
@@ -277,7 +278,7 @@ async fn a_second_client_joins_a_running_stream(app: &TestApp) {
 }
 
 async fn a_client_of_another_replica_follows_a_running_stream(app: &TestApp) {
-    let replica = support::spawn_replica(app, support::graphs::registry()).await;
+    let replica = support::spawn_replica(app, 8, support::graphs::registry()).await;
     let tid = new_thread(app).await;
     let resp = post(
         app,
@@ -306,6 +307,46 @@ async fn a_client_of_another_replica_follows_a_running_stream(app: &TestApp) {
     let live = parse_sse(&live_only.unwrap().text().await.unwrap());
     assert_eq!(live.last(), original.last(), "a live joiner gets the end");
     assert!(live.len() < original.len());
+}
+
+async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &TestApp) {
+    // The replica's one worker is busy, so `app`'s poller claims the run created through it.
+    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
+    let busy_thread = new_thread(&replica).await;
+    start_slow(&replica, &busy_thread, 2.0, "reject").await;
+    let tid = new_thread(&replica).await;
+    let resp = post(
+        &replica,
+        &format!("/threads/{tid}/runs/stream"),
+        json!({"assistant_id": "slow", "input": hello(), "stream_resumable": true,
+               "config": {"configurable": {"sleep_secs": 0.3}}}),
+    )
+    .await;
+    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    let body = tokio::time::timeout(Duration::from_secs(20), resp.text())
+        .await
+        .expect("the stream ends when the run does, not never")
+        .unwrap();
+    let announced = parse_sse(&body);
+    // Where it ran, the whole stream is stored; the replica's own announcement was not.
+    let stored = app
+        .client
+        .get(app.url(&location))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let stored = parse_sse(&stored);
+    assert_eq!(announced[0].event, "metadata");
+    assert_eq!(
+        &announced[1..],
+        &stored[..],
+        "every frame of the run, to its end"
+    );
+    assert_eq!(stored.last().map(|f| f.event.as_str()), Some("values"));
 }
 
 async fn forking_an_old_checkpoint_makes_a_branch(app: &TestApp) {

@@ -9,6 +9,7 @@ use crate::store::{EventId, StoredEvent};
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
@@ -101,6 +102,9 @@ pub struct RunChannel {
     pub run_id: Uuid,
     pub thread_id: Uuid,
     pub resumable: bool,
+    /// Set once a worker of this process executes the run. A channel opened by the API for a
+    /// run that another replica then claims never gets frames here.
+    executing_here: AtomicBool,
     state: Mutex<RunState>,
     done: watch::Sender<Option<RunResult>>,
 }
@@ -135,6 +139,16 @@ impl RunChannel {
             let _ = tx.send(frame.clone());
         }
         frame
+    }
+
+    /// Marks the run as executed by this process.
+    pub fn mark_executing_here(&self) {
+        self.executing_here.store(true, Ordering::Release);
+    }
+
+    /// Whether a worker of this process executes (or executed) the run.
+    pub fn is_executing_here(&self) -> bool {
+        self.executing_here.load(Ordering::Acquire)
     }
 
     /// Whether nothing was published on this channel yet.
@@ -225,6 +239,7 @@ impl Bus {
                     run_id,
                     thread_id,
                     resumable,
+                    executing_here: AtomicBool::new(false),
                     state: Mutex::new(RunState {
                         tx: Some(tx),
                         unflushed: Vec::new(),

@@ -9,7 +9,7 @@ pub use bus::{Bus, Frame, RunChannel};
 pub use encode::Encoder;
 pub use modes::{StreamMode, StreamModes};
 
-use crate::store::{EventId, Store};
+use crate::store::{EventId, RunStatus, Store};
 use axum::body::Body;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -114,6 +114,7 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
     };
     let mut tick =
         tokio::time::interval_at(tokio::time::Instant::now() + src.heartbeat, src.heartbeat);
+    let mut sightings = 0;
     loop {
         tokio::select! {
             received = live.recv() => match received {
@@ -134,9 +135,30 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
                 if !out.heartbeat().await {
                     return false;
                 }
+                if channel.as_ref().is_some_and(|c| !c.is_executing_here()) {
+                    sightings = if runs_elsewhere(src).await { sightings + 1 } else { 0 };
+                    // Twice in a row: a worker here that has just claimed the run marks the
+                    // channel moments later, so one sighting may fall into that gap.
+                    if sightings >= 2 {
+                        return follow_stored(src, out).await;
+                    }
+                }
             }
             () = src.shutdown.cancelled() => return true,
             () = out.tx.closed() => return false,
+        }
+    }
+}
+
+/// Whether a run announced by this process was claimed by another replica (or has ended
+/// without running here): its frames then only reach this process through the store.
+async fn runs_elsewhere(src: &SseSource) -> bool {
+    match src.store.get_run(src.run_id).await {
+        Ok(Some(run)) => run.status != RunStatus::Pending,
+        Ok(None) => true,
+        Err(error) => {
+            tracing::warn!(%error, run_id = %src.run_id, "could not read the run");
+            false
         }
     }
 }

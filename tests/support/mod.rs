@@ -138,11 +138,16 @@ pub async fn spawn_with(
     })
 }
 
-/// A second replica of `app`: the same store, its own event bus and workers. Its poller does
-/// not look for work, so runs created on `app` stay with `app`'s workers.
-pub async fn spawn_replica(app: &TestApp, registry: deep_research::graph::Registry) -> TestApp {
+/// A second replica of `app`: the same store, its own event bus and `workers` workers. Its
+/// poller does not look for work, so it only runs what is created through it.
+pub async fn spawn_replica(
+    app: &TestApp,
+    workers: usize,
+    registry: deep_research::graph::Registry,
+) -> TestApp {
     let settings = Settings {
         poll_interval: std::time::Duration::from_secs(3600),
+        max_concurrent_runs: workers,
         ..test_settings()
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
