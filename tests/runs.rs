@@ -30,6 +30,7 @@ both_backends!(
     a_second_client_joins_a_running_stream,
     a_client_of_another_replica_follows_a_running_stream,
     a_stream_whose_run_another_replica_claimed_still_ends_with_it,
+    waits_and_joins_end_with_a_run_of_another_replica,
     forking_an_old_checkpoint_makes_a_branch,
     history_chains_checkpoints_newest_first,
     on_disconnect_cancel_stops_the_run,
@@ -347,6 +348,45 @@ async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &Tes
         "every frame of the run, to its end"
     );
     assert_eq!(stored.last().map(|f| f.event.as_str()), Some("values"));
+}
+
+async fn waits_and_joins_end_with_a_run_of_another_replica(app: &TestApp) {
+    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
+    let busy_thread = new_thread(&replica).await;
+    start_slow(&replica, &busy_thread, 2.0, "reject").await;
+    // Created through the replica, run by `app`: the replica waits on the store.
+    let tid = new_thread(&replica).await;
+    let path = format!("/threads/{tid}/runs/wait");
+    let body = json!({"assistant_id": "slow", "input": hello(),
+                      "config": {"configurable": {"sleep_secs": 0.3}}});
+    let waited = tokio::time::timeout(Duration::from_secs(20), async {
+        post(&replica, &path, body).await.text().await.unwrap()
+    })
+    .await
+    .expect("the wait ends when the run does");
+    let waited: Value = serde_json::from_str(waited.trim()).unwrap();
+    let state = app.get_json(&format!("/threads/{tid}/state")).await;
+    assert_eq!(waited, state["values"], "the run's final values");
+    assert!(waited["messages"].as_array().is_some_and(|m| m.len() >= 2));
+    // Run by `app`, joined through the replica while it runs.
+    let other = new_thread(app).await;
+    let rid = start_slow(app, &other, 0.5, "reject").await;
+    let joined = replica
+        .client
+        .get(replica.url(&format!("/threads/{other}/runs/{rid}/join")))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap();
+    let (_, run) = run_status(app, &other, &rid).await;
+    assert_eq!(
+        run["status"], "success",
+        "join returned after the run ended"
+    );
+    let state = app.get_json(&format!("/threads/{other}/state")).await;
+    assert_eq!(joined, state["values"]);
 }
 
 async fn forking_an_old_checkpoint_makes_a_branch(app: &TestApp) {

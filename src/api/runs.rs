@@ -10,7 +10,7 @@ use crate::runs::RunKwargs;
 use crate::store::{
     CancelAction, EventId, JsonMap, MultitaskStrategy, Run, RunInsert, RunStatus, StoreError,
 };
-use crate::stream::{SseSource, StreamModes, bus::Subscription, sse_body};
+use crate::stream::{RunChannel, SseSource, StreamModes, bus::Subscription, sse_body};
 use crate::time::Timestamp;
 use axum::body::Body as HttpBody;
 use axum::extract::{Path, RawQuery, State};
@@ -21,6 +21,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
@@ -433,29 +434,82 @@ fn stream_started(state: &AppState, started: Started) -> Response {
     sse_response(sse_body(source), Some((format!("{path}/stream"), path)))
 }
 
-/// Final values for `/wait`, `/join` and `cancel?wait=1`, with newline keep-alives while the
-/// run goes on (JSON parsers skip leading whitespace).
-fn wait_body(state: &AppState, mut result: watch::Receiver<Option<Option<Value>>>) -> HttpBody {
+/// A body that resolves with the run's final values once it has ended. While a worker of this
+/// process runs it, that is the run's own result; otherwise — another replica claimed it, or it
+/// was never live here — the store is read every 250 ms until the run is over. Newlines keep
+/// the connection alive meanwhile.
+fn wait_body(
+    state: &AppState,
+    run_id: Uuid,
+    channel: Option<Arc<RunChannel>>,
+    mut result: Option<watch::Receiver<Option<Option<Value>>>>,
+) -> HttpBody {
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    let heartbeat = state.settings.heartbeat;
-    let shutdown = state.shutdown.clone();
+    let state = state.clone();
     tokio::spawn(async move {
+        let heartbeat = state.settings.heartbeat;
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+        let mut poll = tokio::time::interval(STORE_POLL);
         let value = loop {
-            if let Some(done) = result.borrow_and_update().clone() {
-                break done.unwrap_or_else(|| {
-                    json!({"__error__": {"error": "InternalError", "message": "An internal error occurred"}})
-                });
+            if let Some(done) = local_result(&mut result) {
+                break done;
             }
+            let here = channel.as_ref().is_some_and(|c| c.is_executing_here());
             tokio::select! {
-                changed = result.changed() => if changed.is_err() { break json!({}) },
+                biased;
+                open = changed(&mut result) => if !open { result = None },
+                _ = poll.tick(), if !here => {
+                    if let Some(ended) = ended_result(&state, run_id).await {
+                        // A result that arrived meanwhile is the run's own: prefer it.
+                        break local_result(&mut result).unwrap_or(ended);
+                    }
+                }
                 _ = tick.tick() => if tx.send(Ok(Bytes::from_static(b"\n"))).await.is_err() { return },
-                () = shutdown.cancelled() => break json!({}),
+                () = state.shutdown.cancelled() => break json!({}),
             }
         };
         let _ = tx.send(Ok(Bytes::from(value.to_string()))).await;
     });
     HttpBody::from_stream(ReceiverStream::new(rx))
+}
+
+/// How often a waiter reads the store for a run that no worker of this process runs.
+const STORE_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The run's result if this process's worker has handed it over.
+fn local_result(result: &mut Option<watch::Receiver<Option<Option<Value>>>>) -> Option<Value> {
+    let done = result.as_mut()?.borrow_and_update().clone()?;
+    Some(done.unwrap_or_else(|| {
+        json!({"__error__": {"error": "InternalError", "message": "An internal error occurred"}})
+    }))
+}
+
+/// Resolves when the local result changes: false once its sender is gone. Never without one.
+async fn changed(result: &mut Option<watch::Receiver<Option<Option<Value>>>>) -> bool {
+    match result.as_mut() {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The final values of a run the store says has ended; `None` while it is in flight.
+async fn ended_result(state: &AppState, run_id: Uuid) -> Option<Value> {
+    match state.store.get_run(run_id).await {
+        Ok(Some(run)) if run.status.is_inflight() => None,
+        Ok(Some(run)) => match finished_result(state, &run).await {
+            Ok(values) => Some(values),
+            Err(error) => {
+                tracing::warn!(?error, %run_id, "could not read the finished run's values");
+                None
+            }
+        },
+        // Deleted once it ended (stateless runs).
+        Ok(None) => Some(json!({})),
+        Err(error) => {
+            tracing::warn!(%error, %run_id, "could not read the run");
+            None
+        }
+    }
 }
 
 fn json_response(body: HttpBody, paths: Option<(String, String)>) -> Response {
@@ -523,7 +577,12 @@ pub(super) async fn wait(
 fn wait_started(state: &AppState, started: Started) -> Response {
     let path = run_path(&started.run, started.stateless);
     json_response(
-        wait_body(state, started.result),
+        wait_body(
+            state,
+            started.run.run_id,
+            state.bus.get(started.run.run_id),
+            Some(started.result),
+        ),
         Some((format!("{path}/join"), path)),
     )
 }
@@ -710,18 +769,10 @@ async fn finished_result(state: &AppState, run: &Run) -> ApiResult<Value> {
 }
 
 /// A body that resolves when the run ends (or at once when it already has).
-async fn result_body(state: &AppState, run: &Run) -> ApiResult<HttpBody> {
-    if let Some(channel) = state.bus.get(run.run_id) {
-        return Ok(wait_body(state, channel.result()));
-    }
-    let fresh = state
-        .store
-        .get_run(run.run_id)
-        .await?
-        .unwrap_or_else(|| run.clone());
-    Ok(HttpBody::from(
-        finished_result(state, &fresh).await?.to_string(),
-    ))
+fn result_body(state: &AppState, run: &Run) -> HttpBody {
+    let channel = state.bus.get(run.run_id);
+    let result = channel.as_ref().map(|c| c.result());
+    wait_body(state, run.run_id, channel, result)
 }
 
 /// Waits for a run to end and returns its final values.
@@ -732,7 +783,7 @@ pub(super) async fn join(
     Path((tid, rid)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let run = load_run(&state, &tid, &rid).await?;
-    Ok(json_response(result_body(&state, &run).await?, None))
+    Ok(json_response(result_body(&state, &run), None))
 }
 
 /// Cancels a run; with `wait=1` answers with its final values once it stopped.
@@ -757,10 +808,8 @@ pub(super) async fn cancel(
     if !wait {
         return Ok(StatusCode::ACCEPTED.into_response());
     }
-    let body = match channel {
-        Some(channel) => wait_body(&state, channel.result()),
-        None => result_body(&state, &run).await?,
-    };
+    let result = channel.as_ref().map(|c| c.result());
+    let body = wait_body(&state, run.run_id, channel, result);
     let path = run_path(&run, false);
     Ok(json_response(body, Some((format!("{path}/join"), path))))
 }
