@@ -59,6 +59,19 @@ async fn slow_run(app: &TestApp, tid: &str, secs: f64, strategy: &str) -> reqwes
     .await
 }
 
+/// Starts a resumable `slow` run with a stream; returns the response and the run's path.
+async fn slow_stream(app: &TestApp, tid: &str, secs: f64) -> (reqwest::Response, String) {
+    let resp = post(
+        app,
+        &format!("/threads/{tid}/runs/stream"),
+        json!({"assistant_id": "slow", "input": hello(), "stream_resumable": true,
+               "config": {"configurable": {"sleep_secs": secs}}}),
+    )
+    .await;
+    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    (resp, location)
+}
+
 /// Starts a `slow` run in the background and returns its id.
 async fn start_slow(app: &TestApp, tid: &str, secs: f64, strategy: &str) -> String {
     let run: Value = slow_run(app, tid, secs, strategy)
@@ -245,14 +258,7 @@ async fn cancel_with_wait_returns_after_the_run_stopped(app: &TestApp) {
 
 async fn a_second_client_joins_a_running_stream(app: &TestApp) {
     let tid = new_thread(app).await;
-    let resp = post(
-        app,
-        &format!("/threads/{tid}/runs/stream"),
-        json!({"assistant_id": "slow", "input": hello(), "stream_resumable": true,
-               "config": {"configurable": {"sleep_secs": 0.6}}}),
-    )
-    .await;
-    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    let (resp, location) = slow_stream(app, &tid, 0.6).await;
     // Give the run time to publish its first frames, then join from the start and live.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let joined = app
@@ -281,14 +287,7 @@ async fn a_second_client_joins_a_running_stream(app: &TestApp) {
 async fn a_client_of_another_replica_follows_a_running_stream(app: &TestApp) {
     let replica = support::spawn_replica(app, 8, support::graphs::registry()).await;
     let tid = new_thread(app).await;
-    let resp = post(
-        app,
-        &format!("/threads/{tid}/runs/stream"),
-        json!({"assistant_id": "slow", "input": hello(), "stream_resumable": true,
-               "config": {"configurable": {"sleep_secs": 0.6}}}),
-    )
-    .await;
-    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    let (resp, location) = slow_stream(app, &tid, 0.6).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The run is live only in `app`; the replica has nothing of it but the store.
     let join = |last_event_id: Option<&'static str>| {
@@ -316,14 +315,7 @@ async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &Tes
     let busy_thread = new_thread(&replica).await;
     start_slow(&replica, &busy_thread, 2.0, "reject").await;
     let tid = new_thread(&replica).await;
-    let resp = post(
-        &replica,
-        &format!("/threads/{tid}/runs/stream"),
-        json!({"assistant_id": "slow", "input": hello(), "stream_resumable": true,
-               "config": {"configurable": {"sleep_secs": 0.3}}}),
-    )
-    .await;
-    let location = resp.headers()["location"].to_str().unwrap().to_owned();
+    let (resp, location) = slow_stream(&replica, &tid, 0.3).await;
     let body = tokio::time::timeout(Duration::from_secs(20), resp.text())
         .await
         .expect("the stream ends when the run does, not never")
