@@ -10,7 +10,7 @@ use crate::runs::RunKwargs;
 use crate::store::{
     CancelAction, EventId, JsonMap, MultitaskStrategy, Run, RunInsert, RunStatus, StoreError,
 };
-use crate::stream::{RunChannel, SseSource, StreamModes, bus::Subscription, sse_body};
+use crate::stream::{RunChannel, STORE_POLL, SseSource, StreamModes, bus::Subscription, sse_body};
 use crate::time::Timestamp;
 use axum::body::Body as HttpBody;
 use axum::extract::{Path, RawQuery, State};
@@ -472,9 +472,6 @@ fn wait_body(
     });
     HttpBody::from_stream(ReceiverStream::new(rx))
 }
-
-/// How often a waiter reads the store for a run that no worker of this process runs.
-const STORE_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The run's result if this process's worker has handed it over.
 fn local_result(result: &mut Option<watch::Receiver<Option<Option<Value>>>>) -> Option<Value> {

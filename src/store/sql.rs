@@ -525,7 +525,6 @@ fn insert_run_query(r: &Run) -> StoreResult<AnyQuery> {
         .bind(to_json(&r.kwargs)?))
 }
 
-/// `writes` is the checkpoint's writes as stored JSON (large strings replaced by references).
 /// Writes a checkpoint row, replacing one with the same key ($1–$12, see `bind_checkpoint`).
 const UPSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (thread_id, checkpoint_ns, \
     checkpoint_id, parent_checkpoint_id, run_id, step, source, metadata, writes, next_nodes, \
@@ -536,6 +535,8 @@ const UPSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (thread_id, checkpoint_
     writes = excluded.writes, next_nodes = excluded.next_nodes, tasks = excluded.tasks, \
     created_at = excluded.created_at";
 
+/// Binds $1–$12 of `UPSERT_CHECKPOINT`; `writes` is the checkpoint's writes as stored JSON
+/// (large strings replaced by chunk references).
 fn bind_checkpoint(query: AnyQuery, c: &Checkpoint, writes: String) -> StoreResult<AnyQuery> {
     Ok(query
         .bind(c.thread_id.to_string())

@@ -22,8 +22,9 @@ use uuid::Uuid;
 /// The comment line sent when nothing else was sent for a while.
 const HEARTBEAT: &[u8] = b": heartbeat\r\n\r\n";
 
-/// How often a stream reads the store for a run that is live in another process.
-const FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+/// How often a stream or a waiter reads the store for a run that no worker of this process
+/// executes (another replica runs it, or it is not running anywhere yet).
+pub const STORE_POLL: Duration = Duration::from_millis(250);
 
 /// What an SSE response carries.
 pub struct SseSource {
@@ -178,7 +179,7 @@ async fn follow_stored(src: &SseSource, out: &mut Out) -> bool {
         };
         out.cursor = Some(stored.last().map_or(EventId { ms: -1, seq: -1 }, |e| e.id));
     }
-    let mut poll = tokio::time::interval(FOLLOW_INTERVAL);
+    let mut poll = tokio::time::interval(STORE_POLL);
     let mut beat =
         tokio::time::interval_at(tokio::time::Instant::now() + src.heartbeat, src.heartbeat);
     loop {
