@@ -408,7 +408,7 @@ async fn structured_output_parses_into_the_type() {
     let fake = FakeLlm::start(always(FakeReply::Json(good_plan()))).await;
     let (plan, answer) = structured::<Plan>(
         openai(&fake).as_ref(),
-        &plan_request(),
+        plan_request(),
         3,
         fast(1),
         &CancellationToken::new(),
@@ -440,7 +440,7 @@ async fn structured_output_tolerates_fences_and_prose() {
     let fake = FakeLlm::start(always(FakeReply::Text(text))).await;
     let (plan, _) = structured::<Plan>(
         openai(&fake).as_ref(),
-        &plan_request(),
+        plan_request(),
         1,
         fast(1),
         &CancellationToken::new(),
@@ -460,7 +460,7 @@ async fn structured_output_recovers_after_a_mismatch() {
     .await;
     let (plan, _) = structured::<Plan>(
         openai(&fake).as_ref(),
-        &plan_request(),
+        plan_request(),
         3,
         fast(1),
         &CancellationToken::new(),
@@ -492,7 +492,7 @@ async fn structured_output_gives_up_after_the_last_attempt() {
     let fake = FakeLlm::start(always(FakeReply::Json(json!({"title": 5})))).await;
     let error = structured::<Plan>(
         openai(&fake).as_ref(),
-        &plan_request(),
+        plan_request(),
         3,
         fast(1),
         &CancellationToken::new(),
@@ -512,7 +512,7 @@ async fn structured_output_stops_at_once_on_errors_retries_cannot_fix() {
     let fake = FakeLlm::start(always(FakeReply::unauthorized())).await;
     let error = structured::<Plan>(
         openai(&fake).as_ref(),
-        &plan_request(),
+        plan_request(),
         3,
         fast(3),
         &CancellationToken::new(),
@@ -526,7 +526,7 @@ async fn structured_output_stops_at_once_on_errors_retries_cannot_fix() {
     no_schema.response_schema = None;
     let error = structured::<Plan>(
         openai(&fake).as_ref(),
-        &no_schema,
+        no_schema,
         3,
         fast(1),
         &CancellationToken::new(),
@@ -935,7 +935,7 @@ async fn anthropic_structured_output_uses_a_forced_tool() {
     let fake = FakeAnthropic::start(always(FakeReply::Json(good_plan()))).await;
     let (plan, answer) = structured::<Plan>(
         anthropic(&fake).as_ref(),
-        &plan_request(),
+        plan_request(),
         2,
         fast(1),
         &CancellationToken::new(),

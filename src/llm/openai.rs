@@ -2,16 +2,18 @@
 
 use super::coalesce::Coalescer;
 use super::providers::{
-    AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_text, identifier, role,
-    runaway_limit,
+    AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_str, content_text,
+    identifier, role, runaway_limit,
 };
 use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
-    ToolChoice, Usage,
+    ToolChoice, ToolSpec, Usage,
 };
 use crate::sse::SseStream;
 use async_trait::async_trait;
-use serde::Deserialize;
+use bytes::Bytes;
+use reqwest::header::CONTENT_TYPE;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -33,7 +35,7 @@ impl ChatModel for OpenAiModel {
         let on_delta = on_delta.filter(|_| req.stream);
         let body = self.body(req, on_delta.is_some())?;
         let key = self.endpoint.api_key(req.api_key.as_deref());
-        let call = self.call(&body, key, on_delta, req.max_tokens);
+        let call = self.call(body, key, on_delta, req.max_tokens);
         self.endpoint.attempt(req.timeout, call).await
     }
 }
@@ -48,13 +50,17 @@ impl OpenAiModel {
 
     async fn call(
         &self,
-        body: &Value,
+        body: Bytes,
         key: Option<&str>,
         on_delta: Option<OnDelta<'_>>,
         max_tokens: u32,
     ) -> Result<ChatResponse, LlmError> {
         let url = format!("{}/chat/completions", self.endpoint.base_url());
-        let mut request = self.endpoint.post(&url).json(body);
+        let mut request = self
+            .endpoint
+            .post(&url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
         // Local servers (Ollama, LM Studio) take no key; sending an empty bearer can upset them.
         if let Some(key) = key {
             request = request.bearer_auth(key);
@@ -79,7 +85,10 @@ impl OpenAiModel {
         }
     }
 
-    fn body(&self, req: &ChatRequest, stream: bool) -> Result<Value, LlmError> {
+    /// The request body as JSON bytes, written straight from the request: no `Value` tree, and
+    /// message text is borrowed, not copied (a burst of page summaries holds thousands of
+    /// these at once).
+    fn body(&self, req: &ChatRequest, stream: bool) -> Result<Bytes, LlmError> {
         if req
             .native_tools
             .iter()
@@ -95,34 +104,36 @@ impl OpenAiModel {
             provider: self.endpoint.name.clone(),
             message,
         })?;
-        let mut body = json!({"model": self.model, "messages": messages});
-        body[self.max_tokens_field()] = json!(req.max_tokens);
-        if !req.tools.is_empty() {
-            body["tools"] = req
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters,
-                    }})
-                })
-                .collect();
-            body["tool_choice"] = tool_choice(&req.tool_choice);
-            body["parallel_tool_calls"] = json!(req.parallel_tool_calls);
-        }
-        if let Some(schema) = &req.response_schema {
-            body["response_format"] = json!({"type": "json_schema", "json_schema": {
-                "name": identifier(&schema.name),
-                "description": schema.description,
-                "schema": schema.schema,
-                "strict": false,
-            }});
-        }
-        if stream {
-            body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
-        }
-        Ok(body)
+        let completion_field = self.max_tokens_field() == "max_completion_tokens";
+        let with_tools = !req.tools.is_empty();
+        let body = Body {
+            model: &self.model,
+            messages,
+            max_tokens: (!completion_field).then_some(req.max_tokens),
+            max_completion_tokens: completion_field.then_some(req.max_tokens),
+            tools: req.tools.iter().map(FunctionTool::new).collect(),
+            tool_choice: with_tools.then(|| tool_choice(&req.tool_choice)),
+            parallel_tool_calls: with_tools.then_some(req.parallel_tool_calls),
+            response_format: req.response_schema.as_ref().map(|schema| ResponseFormat {
+                kind: "json_schema",
+                json_schema: JsonSchemaFormat {
+                    name: identifier(&schema.name),
+                    description: &schema.description,
+                    schema: &schema.schema,
+                    strict: false,
+                },
+            }),
+            stream: stream.then_some(true),
+            stream_options: stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
+        };
+        serde_json::to_vec(&body)
+            .map(Bytes::from)
+            .map_err(|e| LlmError::BadRequest {
+                provider: self.endpoint.name.clone(),
+                message: format!("cannot encode the request: {e}"),
+            })
     }
 
     /// OpenAI itself rejects `max_tokens` for its reasoning models and accepts
@@ -302,50 +313,162 @@ fn whole_delta(answer: &ChatResponse) -> Delta {
     }
 }
 
+/// A chat-completions request body; fields in the order OpenAI documents them, absent ones left
+/// out.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<OutMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<FunctionTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<ResponseFormat<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct FunctionTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionSpec<'a>,
+}
+
+#[derive(Serialize)]
+struct FunctionSpec<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> FunctionTool<'a> {
+    fn new(tool: &'a ToolSpec) -> Self {
+        Self {
+            kind: "function",
+            function: FunctionSpec {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ResponseFormat<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    json_schema: JsonSchemaFormat<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSchemaFormat<'a> {
+    name: String,
+    description: &'a str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// One OpenAI chat message. `content` is `null` only on an assistant turn that calls tools and
+/// says nothing.
+#[derive(Serialize)]
+struct OutMessage<'a> {
+    role: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    content: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<OutCall<'a>>,
+}
+
+#[derive(Serialize)]
+struct OutCall<'a> {
+    id: &'a Value,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: OutFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct OutFunction<'a> {
+    name: &'a Value,
+    arguments: Cow<'a, str>,
+}
+
 /// LangChain message dicts → OpenAI chat messages.
-fn convert_messages(messages: &[Value]) -> Result<Vec<Value>, String> {
+fn convert_messages(messages: &[Value]) -> Result<Vec<OutMessage<'_>>, String> {
     messages.iter().map(convert_message).collect()
 }
 
-fn convert_message(message: &Value) -> Result<Value, String> {
-    let text = content_text(&message["content"]);
+fn convert_message(message: &Value) -> Result<OutMessage<'_>, String> {
+    let text = content_str(&message["content"]);
+    let plain = |role| OutMessage {
+        role,
+        tool_call_id: None,
+        content: Some(text.clone()),
+        tool_calls: Vec::new(),
+    };
     Ok(match role(message)? {
-        Role::System => json!({"role": "system", "content": text}),
-        Role::Human => json!({"role": "user", "content": text}),
+        Role::System => plain("system"),
+        Role::Human => plain("user"),
         Role::Ai => assistant_message(message, text),
-        Role::Tool => json!({
-            "role": "tool",
-            "tool_call_id": message["tool_call_id"].as_str().unwrap_or_default(),
-            "content": text,
-        }),
+        Role::Tool => OutMessage {
+            tool_call_id: Some(message["tool_call_id"].as_str().unwrap_or_default()),
+            ..plain("tool")
+        },
     })
 }
 
-fn assistant_message(message: &Value, text: String) -> Value {
-    let as_list = |key: &str| message[key].as_array().cloned().unwrap_or_default();
+fn assistant_message<'a>(message: &'a Value, text: Cow<'a, str>) -> OutMessage<'a> {
+    let as_list = |key: &str| {
+        message[key]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    };
     // Invalid calls go back too: a tool message may answer them, and its id must match a call.
-    let calls: Vec<Value> = as_list("tool_calls")
+    let tool_calls: Vec<OutCall<'a>> = as_list("tool_calls")
         .iter()
-        .chain(as_list("invalid_tool_calls").iter())
-        .map(|call| {
-            let args = match &call["args"] {
-                Value::String(raw) => raw.clone(),
-                Value::Null => "{}".to_owned(),
-                args => args.to_string(),
-            };
-            json!({"id": call["id"], "type": "function",
-                   "function": {"name": call["name"], "arguments": args}})
+        .chain(as_list("invalid_tool_calls"))
+        .map(|call| OutCall {
+            id: &call["id"],
+            kind: "function",
+            function: OutFunction {
+                name: &call["name"],
+                arguments: match &call["args"] {
+                    Value::String(raw) => Cow::Borrowed(raw.as_str()),
+                    Value::Null => Cow::Borrowed("{}"),
+                    args => Cow::Owned(args.to_string()),
+                },
+            },
         })
         .collect();
-    if calls.is_empty() {
-        return json!({"role": "assistant", "content": text});
-    }
-    let content = if text.is_empty() {
-        Value::Null
+    let content = if !tool_calls.is_empty() && text.is_empty() {
+        None
     } else {
-        json!(text)
+        Some(text)
     };
-    json!({"role": "assistant", "content": content, "tool_calls": calls})
+    OutMessage {
+        role: "assistant",
+        tool_call_id: None,
+        content,
+        tool_calls,
+    }
 }
 
 fn tool_choice(choice: &ToolChoice) -> Value {
@@ -538,7 +661,7 @@ mod tests {
             json!({"type": "tool", "content": "found", "tool_call_id": "c1"}),
             json!({"role": "assistant", "content": "done"}),
         ];
-        let out = convert_messages(&messages).unwrap();
+        let out = serde_json::to_value(convert_messages(&messages).unwrap()).unwrap();
         assert_eq!(out[0], json!({"role": "system", "content": "be brief"}));
         assert_eq!(out[1], json!({"role": "user", "content": "hi there"}));
         assert_eq!(out[2]["content"], Value::Null);

@@ -8,6 +8,7 @@ use super::openai::OpenAiModel;
 use super::{ChatModel, ChatResponse, FinishReason, LlmError, ModelName, Usage};
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -411,18 +412,26 @@ pub(super) fn role(message: &Value) -> Result<Role, String> {
 /// The text of a message `content`: a string, or the `text` of a list of blocks (other
 /// blocks, e.g. images, are dropped), or `null`.
 pub(super) fn content_text(content: &Value) -> String {
+    content_str(content).into_owned()
+}
+
+/// `content_text` without a copy when the content is one string (the common case: request
+/// bodies borrow every message's text instead of copying it).
+pub(super) fn content_str(content: &Value) -> Cow<'_, str> {
     match content {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| match b {
-                Value::String(s) => Some(s.as_str()),
-                Value::Object(_) if b["type"] == "text" => b["text"].as_str(),
-                _ => None,
-            })
-            .collect(),
-        Value::Null => String::new(),
-        other => other.to_string(),
+        Value::String(s) => Cow::Borrowed(s),
+        Value::Array(blocks) => Cow::Owned(
+            blocks
+                .iter()
+                .filter_map(|b| match b {
+                    Value::String(s) => Some(s.as_str()),
+                    Value::Object(_) if b["type"] == "text" => b["text"].as_str(),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Value::Null => Cow::Borrowed(""),
+        other => Cow::Owned(other.to_string()),
     }
 }
 

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 /// With `req.stream` and `on_delta`, the raw JSON streams as it is written.
 pub async fn structured<T: DeserializeOwned>(
     model: &dyn ChatModel,
-    req: &ChatRequest,
+    mut req: ChatRequest,
     attempts: u32,
     policy: RetryPolicy,
     cancel: &CancellationToken,
@@ -27,7 +27,6 @@ pub async fn structured<T: DeserializeOwned>(
         ));
     };
     let attempts = attempts.max(1);
-    let mut req = req.clone();
     let mut last_error = String::new();
     for _ in 0..attempts {
         let answer = match chat_with_retry(model, &req, on_delta, policy, cancel).await {

@@ -1,23 +1,31 @@
 //! Building and reading the LangChain-style message dicts the research graphs keep in state.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-fn with_defaults(kind: &str, content: &str) -> Value {
-    json!({"content": content, "additional_kwargs": {}, "response_metadata": {}, "type": kind,
-           "name": null, "id": Uuid::new_v4().to_string()})
+/// Takes the content by value so a large prompt moves into the message instead of being copied.
+/// (`json!` would copy it.)
+fn with_defaults(kind: &str, content: impl Into<String>) -> Value {
+    let mut msg = Map::new();
+    msg.insert("content".into(), Value::String(content.into()));
+    msg.insert("additional_kwargs".into(), json!({}));
+    msg.insert("response_metadata".into(), json!({}));
+    msg.insert("type".into(), json!(kind));
+    msg.insert("name".into(), Value::Null);
+    msg.insert("id".into(), json!(Uuid::new_v4().to_string()));
+    Value::Object(msg)
 }
 
-pub fn system(content: &str) -> Value {
+pub fn system(content: impl Into<String>) -> Value {
     with_defaults("system", content)
 }
 
-pub fn human(content: &str) -> Value {
+pub fn human(content: impl Into<String>) -> Value {
     with_defaults("human", content)
 }
 
 /// A tool result answering the call `call_id`.
-pub fn tool(content: &str, name: &str, call_id: &str) -> Value {
+pub fn tool(content: impl Into<String>, name: &str, call_id: &str) -> Value {
     let mut msg = with_defaults("tool", content);
     if let Some(map) = msg.as_object_mut() {
         map.insert("name".into(), json!(name));

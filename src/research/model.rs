@@ -125,9 +125,10 @@ impl<'a> Caller<'a> {
             }
         };
         let on_delta: Option<&(dyn Fn(Delta) + Send + Sync)> = fields.map(|_| &push as _);
+        let model_name = req.model.to_string();
         let out = structured::<T>(
             &*model,
-            &req,
+            req,
             attempts,
             policy,
             self.ctx.cancelled(),
@@ -136,7 +137,7 @@ impl<'a> Caller<'a> {
         .await;
         match out {
             Ok((value, resp)) => {
-                self.record(&req.model.to_string(), Some(&resp));
+                self.record(&model_name, Some(&resp));
                 Ok(value)
             }
             Err(e) => Err(node_error(e)),

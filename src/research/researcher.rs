@@ -128,12 +128,12 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
         .unwrap_or_default();
     for (call, outcome) in calls.iter().zip(outcomes) {
         let (content, found) = outcome?;
-        messages.push(tool(&content, &call.name, &call.id));
+        messages.push(tool(content, &call.name, &call.id));
         sources.extend(found);
     }
     for call in &invalid {
         messages.push(tool(
-            &format!(
+            format!(
                 "Error executing tool: the arguments were not valid JSON ({})",
                 call.args["error"]
             ),
@@ -258,7 +258,7 @@ impl PageSummarizer for ModelSummarizer<'_> {
         );
         let req = self
             .caller
-            .request(Role::Summarization, vec![human(&prompt)])
+            .request(Role::Summarization, vec![human(prompt)])
             .map_err(|e| e.to_string())?;
         let schema = ResponseSchema {
             name: "Summary".into(),

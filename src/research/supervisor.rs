@@ -139,7 +139,7 @@ async fn tools(
         match call.name.as_str() {
             "think_tool" => {
                 let reflection = call.args["reflection"].as_str().unwrap_or_default();
-                round.messages.push(tool(&format!("Reflection recorded: {reflection}"), "think_tool", &call.id));
+                round.messages.push(tool(format!("Reflection recorded: {reflection}"), "think_tool", &call.id));
             }
             "ConductResearch" => {}
             other => round.messages.push(error_tool(&format!(
