@@ -84,7 +84,7 @@ async fn clarify(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Co
         return Ok(Command::update(update(&ctx, vec![])).goto("write_research_brief"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let history = msg::buffer_string(&msg::list(&state, "messages"));
+    let history = msg::buffer_string(msg::slice(&state, "messages"));
     let date = msg::today();
     let prompt = deps.prompts.render(
         "clarify_with_user",
@@ -120,7 +120,7 @@ struct ResearchQuestion {
 async fn brief(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let history = msg::buffer_string(&msg::list(&state, "messages"));
+    let history = msg::buffer_string(msg::slice(&state, "messages"));
     let date = msg::today();
     let prompt = deps
         .prompts
@@ -239,7 +239,7 @@ fn cut(text: &str, chars: usize) -> &str {
 
 async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
-    let sources = msg::list(&state, "sources");
+    let sources = msg::slice(&state, "sources");
     if sources.is_empty() && cfg.search_api != SearchApi::None {
         return Err(NodeError::new(
             "NoSourcesError",

@@ -107,6 +107,15 @@ pub fn invalid_tool_calls(msg: &Value) -> Vec<ToolCall> {
 }
 
 /// The messages of a state list (a missing key is an empty list).
+/// A list field of the state, borrowed (empty when absent): most readers need one message or
+/// a scan, not a copy of a history that holds every search result.
+pub fn slice<'a>(state: &'a crate::store::JsonMap, key: &str) -> &'a [Value] {
+    state
+        .get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
 pub fn list(state: &crate::store::JsonMap, key: &str) -> Vec<Value> {
     state
         .get(key)

@@ -12,7 +12,7 @@ use crate::llm::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The model roles of ODR's configuration.
 #[derive(Clone, Copy, Debug)]
@@ -180,14 +180,28 @@ fn chunk(d: &Delta) -> Value {
            "chunk_position": null})
 }
 
+/// The run's research settings, worked out once per run: every node call needs them and the
+/// run's config never changes while it runs.
+#[derive(Default)]
+struct RunSettings(OnceLock<Result<Arc<ResearchConfig>, String>>);
+
 /// The run's research settings (validated when the run was created).
-pub fn run_config(deps: &ResearchDeps, ctx: &NodeContext) -> Result<ResearchConfig, NodeError> {
-    let configurable = ctx.config()["configurable"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    deps.defaults
-        .with_overrides(&configurable, &deps.locked)
+pub fn run_config(
+    deps: &ResearchDeps,
+    ctx: &NodeContext,
+) -> Result<Arc<ResearchConfig>, NodeError> {
+    let settings = ctx.scope.local::<RunSettings>();
+    let parsed = settings.0.get_or_init(|| {
+        let configurable = ctx.config()["configurable"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        deps.defaults
+            .with_overrides(&configurable, &deps.locked)
+            .map(Arc::new)
+    });
+    parsed
+        .clone()
         .map_err(|e| NodeError::new("ConfigurationError", e))
 }
 

@@ -111,8 +111,10 @@ fn used_native_search(message: &Value) -> bool {
 
 async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
-    let history = msg::list(&state, "researcher_messages");
-    let last = history.last().cloned().unwrap_or(Value::Null);
+    let last = msg::slice(&state, "researcher_messages")
+        .last()
+        .cloned()
+        .unwrap_or(Value::Null);
     let calls = msg::tool_calls(&last);
     let invalid = msg::invalid_tool_calls(&last);
     if calls.is_empty() && invalid.is_empty() && !used_native_search(&last) {

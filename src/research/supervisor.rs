@@ -104,7 +104,7 @@ async fn tools(
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
-    let history = msg::list(&state, "supervisor_messages");
+    let history = msg::slice(&state, "supervisor_messages");
     let last = history.last().cloned().unwrap_or(Value::Null);
     let calls = msg::tool_calls(&last);
     let invalid = msg::invalid_tool_calls(&last);
@@ -117,7 +117,7 @@ async fn tools(
         || (calls.is_empty() && invalid.is_empty())
         || calls.iter().any(|c| c.name == "ResearchComplete")
     {
-        return Ok(finish(&history));
+        return Ok(finish(history));
     }
     let cap = cfg.max_concurrent_research_units as usize;
     let research: Vec<&ToolCall> = calls
@@ -186,14 +186,15 @@ impl Round {
                     .unwrap_or_default();
                 self.messages
                     .push(tool(compressed, "ConductResearch", &call.id));
-                let raw: Vec<String> = msg::list(&out, "raw_notes")
+                let raw: Vec<String> = msg::slice(&out, "raw_notes")
                     .iter()
                     .filter_map(|v| v.as_str().map(str::to_owned))
                     .collect();
                 if !raw.is_empty() {
                     self.raw_notes.push(json!(raw.join("\n")));
                 }
-                self.sources.extend(msg::list(&out, "sources"));
+                self.sources
+                    .extend(msg::slice(&out, "sources").iter().cloned());
             }
             Err(e) => {
                 let text = format!(
