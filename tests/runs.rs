@@ -31,6 +31,7 @@ both_backends!(
     a_client_of_another_replica_follows_a_running_stream,
     a_stream_whose_run_another_replica_claimed_still_ends_with_it,
     waits_and_joins_end_with_a_run_of_another_replica,
+    a_replica_lets_go_of_runs_another_replica_executes,
     forking_an_old_checkpoint_makes_a_branch,
     history_chains_checkpoints_newest_first,
     on_disconnect_cancel_stops_the_run,
@@ -340,6 +341,44 @@ async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &Tes
         "every frame of the run, to its end"
     );
     assert_eq!(stored.last().map(|f| f.event.as_str()), Some("values"));
+}
+
+async fn a_replica_lets_go_of_runs_another_replica_executes(app: &TestApp) {
+    // The replica's one worker is busy, so `app` claims the runs created through the replica.
+    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
+    let busy_thread = new_thread(&replica).await;
+    let busy = start_slow(&replica, &busy_thread, 3.0, "reject").await;
+    let tid = new_thread(&replica).await;
+    let background = start_slow(&replica, &tid, 0.2, "reject").await;
+    let other = new_thread(&replica).await;
+    let (resp, _) = slow_stream(&replica, &other, 0.2).await;
+    let body = tokio::time::timeout(Duration::from_secs(20), resp.text())
+        .await
+        .expect("the stream ends with its run")
+        .unwrap();
+    let streamed = parse_sse(&body);
+    wait_for_status(app, &tid, &background, "success").await;
+    // Nobody here executes or waits for them: the replica keeps no channel for either.
+    let mut kept = Vec::new();
+    for _ in 0..100 {
+        kept = [&background, &id(&streamed[0].data, "run_id")]
+            .into_iter()
+            .filter(|rid| replica.bus.get(rid.parse().unwrap()).is_some())
+            .cloned()
+            .collect();
+        if kept.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        kept.is_empty(),
+        "channels kept for runs run elsewhere: {kept:?}"
+    );
+    assert!(
+        replica.bus.get(busy.parse().unwrap()).is_some(),
+        "the run executing on the replica keeps its channel"
+    );
 }
 
 async fn waits_and_joins_end_with_a_run_of_another_replica(app: &TestApp) {

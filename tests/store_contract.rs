@@ -126,6 +126,7 @@ contract_tests!(
     insert_run_rollback,
     insert_run_enqueue,
     runs_listing_and_delete,
+    run_statuses_in_one_call,
     claim_order_and_one_running_per_thread,
     claim_skips_future_runs,
     renew_lease_ownership,
@@ -815,6 +816,27 @@ mod contract {
         );
         let inflight = s.inflight_runs(tid).await.unwrap();
         assert_eq!(inflight, vec![r1, r2]);
+    }
+
+    pub async fn run_statuses_in_one_call(s: Arc<dyn Store>) {
+        assert!(s.run_statuses(&[]).await.unwrap().is_empty());
+        let (t1, t2) = (new_thread(&s).await, new_thread(&s).await);
+        let pending = add_run(&s, t1, -5.0).await;
+        let running = add_run(&s, t2, -10.0).await;
+        assert_eq!(claim(&s, "w").await.run_id, running.run_id);
+        let missing = Uuid::new_v4();
+        let mut got = s
+            .run_statuses(&[pending.run_id, missing, running.run_id, pending.run_id])
+            .await
+            .unwrap();
+        got.sort_by_key(|(id, _)| *id != pending.run_id);
+        assert_eq!(
+            got,
+            vec![
+                (pending.run_id, RunStatus::Pending),
+                (running.run_id, RunStatus::Running)
+            ]
+        );
     }
 
     pub async fn runs_listing_and_delete(s: Arc<dyn Store>) {

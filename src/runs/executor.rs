@@ -51,8 +51,9 @@ impl Runner {
     pub(super) async fn execute(self: Arc<Self>, lease: Lease) {
         let run = lease.run;
         let kwargs: RunKwargs = serde_json::from_value(run.kwargs.clone()).unwrap_or_default();
-        let channel = self.bus.open(run.run_id, run.thread_id, kwargs.resumable);
-        channel.mark_executing_here();
+        let channel = self
+            .bus
+            .open_for_execution(run.run_id, run.thread_id, kwargs.resumable);
         let publish = |event: &str, data: Value| {
             let thread_tx = self.bus.thread_sender(run.thread_id);
             channel.publish(event.to_owned(), data.to_string(), thread_tx.as_ref());

@@ -10,7 +10,7 @@ use crate::stream::Bus;
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -116,6 +116,7 @@ impl Runner {
             })
             .collect();
         tasks.push(tokio::spawn(self.clone().sweep_expired_leases()));
+        tasks.push(tokio::spawn(self.clone().release_foreign_channels()));
         tasks.push(tokio::spawn(self.clone().poll_for_work()));
         tasks
     }
@@ -154,6 +155,39 @@ impl Runner {
                     }
                 }
                 Err(error) => tracing::warn!(%error, "sweeping expired leases failed"),
+            }
+        }
+    }
+
+    /// The API opens a run's channel when it creates the run, before any worker has it. When a
+    /// worker of another replica claims the run — or it is cancelled or deleted there before it
+    /// starts — nothing here would ever close that channel: once a heartbeat, ask the store
+    /// about all such runs in one statement and let go of those no longer pending. Their
+    /// streams and waiters carry on through the store.
+    async fn release_foreign_channels(self: Arc<Self>) {
+        // Younger channels may belong to runs whose creation has not committed yet.
+        let min_age = self.settings.heartbeat;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(self.settings.heartbeat) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            let ids = self.bus.foreign_runs(min_age);
+            if ids.is_empty() {
+                continue;
+            }
+            match self.store.run_statuses(&ids).await {
+                Ok(statuses) => {
+                    let pending: HashSet<Uuid> = statuses
+                        .into_iter()
+                        .filter(|(_, status)| *status == RunStatus::Pending)
+                        .map(|(id, _)| id)
+                        .collect();
+                    let gone: Vec<Uuid> =
+                        ids.into_iter().filter(|id| !pending.contains(id)).collect();
+                    self.bus.release_foreign(&gone);
+                }
+                Err(error) => tracing::warn!(%error, "checking runs announced here failed"),
             }
         }
     }

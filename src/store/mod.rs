@@ -120,6 +120,9 @@ pub trait Store: Send + Sync + 'static {
     /// unless `create_thread`.
     async fn insert_run(&self, ins: &RunInsert) -> StoreResult<Vec<Run>>;
     async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<Run>>;
+    /// The status of each of these runs that exists, in one statement (for sweeps over many
+    /// runs at once). Missing runs are left out; the order is unspecified.
+    async fn run_statuses(&self, run_ids: &[Uuid]) -> StoreResult<Vec<(Uuid, RunStatus)>>;
     /// A thread's runs, newest first.
     async fn list_runs(
         &self,

@@ -1426,6 +1426,28 @@ impl Store for SqlStore {
         one(&self.pool, q(sql).bind(run_id.to_string()), run_row).await
     }
 
+    async fn run_statuses(&self, run_ids: &[Uuid]) -> StoreResult<Vec<(Uuid, RunStatus)>> {
+        if run_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The ids travel as one JSON array, so every call is the same statement.
+        let ids: Vec<String> = run_ids.iter().map(Uuid::to_string).collect();
+        let ids = serde_json::Value::from(ids).to_string();
+        let sql = match self.dialect {
+            Dialect::Postgres => {
+                "SELECT run_id, status FROM runs \
+                 WHERE run_id IN (SELECT json_array_elements_text($1::json))"
+            }
+            Dialect::Sqlite => {
+                "SELECT run_id, status FROM runs WHERE run_id IN (SELECT value FROM json_each($1))"
+            }
+        };
+        all(&self.pool, q(sql.to_owned()).bind(ids), |row| {
+            Ok((uuid(row, "run_id")?, enum_col(row, "status")?))
+        })
+        .await
+    }
+
     async fn list_runs(
         &self,
         thread_id: Uuid,

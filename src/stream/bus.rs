@@ -11,6 +11,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
 use uuid::Uuid;
 
@@ -105,6 +106,7 @@ pub struct RunChannel {
     /// Set once a worker of this process executes the run. A channel opened by the API for a
     /// run that another replica then claims never gets frames here.
     executing_here: AtomicBool,
+    opened: Instant,
     state: Mutex<RunState>,
     done: watch::Sender<Option<RunResult>>,
 }
@@ -141,11 +143,6 @@ impl RunChannel {
         frame
     }
 
-    /// Marks the run as executed by this process.
-    pub fn mark_executing_here(&self) {
-        self.executing_here.store(true, Ordering::Release);
-    }
-
     /// Whether a worker of this process executes (or executed) the run.
     pub fn is_executing_here(&self) -> bool {
         self.executing_here.load(Ordering::Acquire)
@@ -172,15 +169,24 @@ impl RunChannel {
         self.done.send_replace(Some(result));
     }
 
+    /// Ends live delivery without a result: the run goes on (or ended) in another process, and
+    /// subscribers and waiters follow it through the store.
+    fn detach(&self) {
+        let mut state = self.lock();
+        state.tx = None;
+        state.unflushed.clear();
+    }
+
     /// A receiver of the run's result.
     pub fn result(&self) -> watch::Receiver<Option<RunResult>> {
         self.done.subscribe()
     }
 
     /// Subscribes to live frames and snapshots the unflushed ones, atomically.
-    pub fn subscribe(&self) -> Subscription {
+    pub fn subscribe(self: &Arc<Self>) -> Subscription {
         let state = self.lock();
         Subscription {
+            channel: self.clone(),
             live: state.tx.as_ref().map(broadcast::Sender::subscribe),
             unflushed: state.unflushed.clone(),
         }
@@ -189,6 +195,8 @@ impl RunChannel {
 
 /// A snapshot plus a live feed; see `stream::follow`.
 pub struct Subscription {
+    /// The channel subscribed to: whether it ran here tells a closed feed's meaning.
+    pub channel: Arc<RunChannel>,
     /// `None` when the run has already closed.
     pub live: Option<broadcast::Receiver<Arc<Frame>>>,
     pub unflushed: Vec<Arc<Frame>>,
@@ -231,8 +239,31 @@ impl Bus {
     /// The run's channel, created on first use (by the request that creates the run, so it can
     /// subscribe before the first frame exists).
     pub fn open(&self, run_id: Uuid, thread_id: Uuid, resumable: bool) -> Arc<RunChannel> {
-        lock(&self.runs)
-            .entry(run_id)
+        self.open_in(&mut lock(&self.runs), run_id, thread_id, resumable)
+    }
+
+    /// `open` for the worker about to execute the run; marked under the bus lock, so
+    /// `release_foreign` never takes the channel from a run that starts here.
+    pub fn open_for_execution(
+        &self,
+        run_id: Uuid,
+        thread_id: Uuid,
+        resumable: bool,
+    ) -> Arc<RunChannel> {
+        let mut runs = lock(&self.runs);
+        let channel = self.open_in(&mut runs, run_id, thread_id, resumable);
+        channel.executing_here.store(true, Ordering::Release);
+        channel
+    }
+
+    fn open_in(
+        &self,
+        runs: &mut HashMap<Uuid, Arc<RunChannel>>,
+        run_id: Uuid,
+        thread_id: Uuid,
+        resumable: bool,
+    ) -> Arc<RunChannel> {
+        runs.entry(run_id)
             .or_insert_with(|| {
                 let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
                 Arc::new(RunChannel {
@@ -240,6 +271,7 @@ impl Bus {
                     thread_id,
                     resumable,
                     executing_here: AtomicBool::new(false),
+                    opened: Instant::now(),
                     state: Mutex::new(RunState {
                         tx: Some(tx),
                         unflushed: Vec::new(),
@@ -249,6 +281,29 @@ impl Bus {
                 })
             })
             .clone()
+    }
+
+    /// Runs announced here (their channel was opened by the API) that no worker of this
+    /// process executes, opened at least `min_age` ago.
+    pub fn foreign_runs(&self, min_age: Duration) -> Vec<Uuid> {
+        lock(&self.runs)
+            .values()
+            .filter(|c| !c.is_executing_here() && c.opened.elapsed() >= min_age)
+            .map(|c| c.run_id)
+            .collect()
+    }
+
+    /// Drops the channels of these runs unless a worker here has started one meanwhile. Their
+    /// subscribers and waiters go on through the store; nothing is left in this process.
+    pub fn release_foreign(&self, run_ids: &[Uuid]) {
+        let mut runs = lock(&self.runs);
+        for run_id in run_ids {
+            if runs.get(run_id).is_some_and(|c| !c.is_executing_here())
+                && let Some(channel) = runs.remove(run_id)
+            {
+                channel.detach();
+            }
+        }
     }
 
     /// The run's channel if the run is live in this process.

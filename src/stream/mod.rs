@@ -9,7 +9,7 @@ pub use bus::{Bus, Frame, RunChannel};
 pub use encode::Encoder;
 pub use modes::{StreamMode, StreamModes};
 
-use crate::store::{EventId, RunStatus, Store};
+use crate::store::{EventId, Store};
 use axum::body::Body;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -99,23 +99,22 @@ impl Out {
 /// Sends stored, then unflushed, then live frames. Returns true when the run's stream ended
 /// (or the server is shutting down), false when the client went away.
 async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
-    let channel = src.bus.get(src.run_id);
     let sub = match src.subscription.take() {
-        Some(sub) => Some(sub),
-        None => channel.as_ref().map(|c| c.subscribe()),
-    };
-    let Some(sub) = sub else {
-        return follow_stored(src, out).await;
+        Some(sub) => sub,
+        None => match src.bus.get(src.run_id) {
+            Some(channel) => channel.subscribe(),
+            None => return follow_stored(src, out).await,
+        },
     };
     if out.cursor.is_some() && !replay(src, out, Some(&sub.unflushed)).await {
         return false;
     }
+    let channel = sub.channel;
     let Some(mut live) = sub.live else {
-        return true;
+        return channel.is_executing_here() || follow_stored(src, out).await;
     };
     let mut tick =
         tokio::time::interval_at(tokio::time::Instant::now() + src.heartbeat, src.heartbeat);
-    let mut sightings = 0;
     loop {
         tokio::select! {
             received = live.recv() => match received {
@@ -125,41 +124,24 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let unflushed = channel.as_ref().map(|c| c.unflushed()).unwrap_or_default();
-                    if !replay(src, out, Some(&unflushed)).await {
+                    if !replay(src, out, Some(&channel.unflushed())).await {
                         return false;
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => return true,
+                // A run executed here ended. A channel that only announced the run was let go
+                // (`runs::Runner::release_foreign_channels`): the run is another replica's, or
+                // ended without starting; the store has the rest.
+                Err(broadcast::error::RecvError::Closed) => {
+                    return channel.is_executing_here() || follow_stored(src, out).await;
+                }
             },
             _ = tick.tick() => {
                 if !out.heartbeat().await {
                     return false;
                 }
-                if channel.as_ref().is_some_and(|c| !c.is_executing_here()) {
-                    sightings = if runs_elsewhere(src).await { sightings + 1 } else { 0 };
-                    // Twice in a row: a worker here that has just claimed the run marks the
-                    // channel moments later, so one sighting may fall into that gap.
-                    if sightings >= 2 {
-                        return follow_stored(src, out).await;
-                    }
-                }
             }
             () = src.shutdown.cancelled() => return true,
             () = out.tx.closed() => return false,
-        }
-    }
-}
-
-/// Whether a run announced by this process was claimed by another replica (or has ended
-/// without running here): its frames then only reach this process through the store.
-async fn runs_elsewhere(src: &SseSource) -> bool {
-    match src.store.get_run(src.run_id).await {
-        Ok(Some(run)) => run.status != RunStatus::Pending,
-        Ok(None) => true,
-        Err(error) => {
-            tracing::warn!(%error, run_id = %src.run_id, "could not read the run");
-            false
         }
     }
 }

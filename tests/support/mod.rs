@@ -29,6 +29,8 @@ pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
     pub store: Arc<dyn Store>,
+    /// The process's live-run channels (to check what it keeps in memory).
+    pub bus: deep_research::stream::Bus,
     shutdown: CancellationToken,
     _dir: Option<TempDir>,
 }
@@ -128,11 +130,13 @@ pub async fn spawn_with(
         .expect("build app");
     let address = format!("http://{}", app.local_addr().expect("addr"));
     let shutdown = app.shutdown_token();
+    let bus = app.state().bus.clone();
     tokio::spawn(app.run_until_stopped());
     Some(TestApp {
         address,
         client: reqwest::Client::new(),
         store,
+        bus,
         shutdown,
         _dir: dir,
     })
@@ -158,11 +162,13 @@ pub async fn spawn_replica(
         .expect("build replica");
     let address = format!("http://{}", replica.local_addr().expect("addr"));
     let shutdown = replica.shutdown_token();
+    let bus = replica.state().bus.clone();
     tokio::spawn(replica.run_until_stopped());
     TestApp {
         address,
         client: reqwest::Client::new(),
         store: app.store.clone(),
+        bus,
         shutdown,
         _dir: None,
     }
