@@ -104,7 +104,7 @@ impl OpenAiModel {
             provider: self.endpoint.name.clone(),
             message,
         })?;
-        let completion_field = self.max_tokens_field() == "max_completion_tokens";
+        let completion_field = self.uses_max_completion_tokens();
         let with_tools = !req.tools.is_empty();
         let body = Body {
             model: &self.model,
@@ -138,12 +138,8 @@ impl OpenAiModel {
 
     /// OpenAI itself rejects `max_tokens` for its reasoning models and accepts
     /// `max_completion_tokens` for all; compatible servers mostly know only `max_tokens`.
-    fn max_tokens_field(&self) -> &'static str {
-        if self.endpoint.base_url().contains("://api.openai.com") {
-            "max_completion_tokens"
-        } else {
-            "max_tokens"
-        }
+    fn uses_max_completion_tokens(&self) -> bool {
+        self.endpoint.base_url().contains("://api.openai.com")
     }
 
     fn parse(&self, body: &Value, cx: &ErrorContext<'_>) -> Result<ChatResponse, LlmError> {
