@@ -55,6 +55,7 @@ pub fn sse_body(source: SseSource) -> Body {
             filter: source.filter.take(),
             with_ids: source.with_ids,
             cursor: source.after,
+            sent_metadata: false,
         };
         let finished = pump(&mut source, &mut out).await;
         if !finished && let Some(cb) = source.on_disconnect.take() {
@@ -69,6 +70,7 @@ struct Out {
     filter: Option<StreamModes>,
     with_ids: bool,
     cursor: Option<EventId>,
+    sent_metadata: bool,
 }
 
 impl Out {
@@ -84,6 +86,15 @@ impl Out {
             .is_some_and(|f| !f.matches_event(&frame.event))
         {
             return true;
+        }
+        // A run's stream opens with one `metadata` event. A run created here and executed by
+        // another replica is announced by both; a stream that switched to the store would
+        // otherwise repeat it.
+        if frame.event == "metadata" {
+            if self.sent_metadata {
+                return true;
+            }
+            self.sent_metadata = true;
         }
         self.tx.send(Ok(frame.wire(self.with_ids))).await.is_ok()
     }
