@@ -1440,6 +1440,7 @@ mod contract {
         let tid = new_thread(&s).await;
         let r = run(tid, at(0.0), MultitaskStrategy::Enqueue);
         let other = run(tid, at(0.0), MultitaskStrategy::Enqueue);
+        assert_eq!(s.last_event_id(r.run_id).await.unwrap(), None);
         s.append_events(&[]).await.unwrap();
         s.append_events(&[event(&r, 5, 0), event(&r, 3, 1), event(&other, 4, 0)])
             .await
@@ -1457,6 +1458,17 @@ mod contract {
         };
         let all = vec![(3, 0), (3, 1), (5, 0), (5, 2), (10, 0)];
         assert_eq!(after(None).await, all, "ordered numerically by (ms, seq)");
+        let newest = |run: Uuid| {
+            let s = s.clone();
+            async move {
+                s.last_event_id(run)
+                    .await
+                    .unwrap()
+                    .map(|id| (id.ms, id.seq))
+            }
+        };
+        assert_eq!(newest(r.run_id).await, Some((10, 0)));
+        assert_eq!(newest(other.run_id).await, Some((4, 0)));
         assert_eq!(
             after(Some((3, 0))).await,
             all[1..].to_vec(),
@@ -1477,6 +1489,7 @@ mod contract {
         s.append_events(&[again, event(&r, 11, 0)]).await.unwrap();
         let stored = s.run_events_after(r.run_id, None).await.unwrap();
         assert_eq!(stored.len(), all.len() + 1);
+        assert_eq!(newest(r.run_id).await, Some((11, 0)));
         assert_eq!(stored[0], event(&r, 3, 0), "the first write wins");
         // A burst larger than one INSERT batch keeps every frame, in order.
         let burst: Vec<StoredEvent> = (0..450).map(|i| event(&other, 100, i)).collect();

@@ -194,6 +194,9 @@ pub trait Store: Send + Sync + 'static {
     // ---- run events ----
 
     async fn append_events(&self, events: &[StoredEvent]) -> StoreResult<()>;
+    /// The id of a run's newest stored event, if any (where a live join on a replica that does
+    /// not execute the run starts, without reading the log).
+    async fn last_event_id(&self, run_id: Uuid) -> StoreResult<Option<EventId>>;
     /// A run's stored events with id greater than `after` (all when `None`), in id order.
     async fn run_events_after(
         &self,

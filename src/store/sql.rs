@@ -1778,6 +1778,23 @@ impl Store for SqlStore {
         Ok(())
     }
 
+    async fn last_event_id(&self, run_id: Uuid) -> StoreResult<Option<EventId>> {
+        // A page is keyed by its largest frame id, so the largest key is the newest frame.
+        let sql = "SELECT last_ms, last_seq FROM run_event_pages WHERE run_id = $1 \
+                   ORDER BY last_ms DESC, last_seq DESC LIMIT 1";
+        one(
+            &self.pool,
+            q(sql.to_owned()).bind(run_id.to_string()),
+            |row| {
+                Ok(EventId {
+                    ms: int(row, "last_ms")?,
+                    seq: int(row, "last_seq")?,
+                })
+            },
+        )
+        .await
+    }
+
     async fn run_events_after(
         &self,
         run_id: Uuid,

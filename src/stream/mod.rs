@@ -163,14 +163,14 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
 /// not resumable are not stored: such a stream only ends when the run does.
 async fn follow_stored(src: &SseSource, out: &mut Out) -> bool {
     if out.cursor.is_none() {
-        let stored = match src.store.run_events_after(src.run_id, None).await {
-            Ok(stored) => stored,
+        let newest = match src.store.last_event_id(src.run_id).await {
+            Ok(newest) => newest,
             Err(error) => {
                 tracing::warn!(%error, run_id = %src.run_id, "could not read stored events");
-                Vec::new()
+                None
             }
         };
-        out.cursor = Some(stored.last().map_or(EventId { ms: -1, seq: -1 }, |e| e.id));
+        out.cursor = Some(newest.unwrap_or(EventId { ms: -1, seq: -1 }));
     }
     let mut poll = tokio::time::interval(STORE_POLL);
     let mut beat =
