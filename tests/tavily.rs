@@ -93,11 +93,11 @@ impl FakeSummarizer {
 
 #[async_trait]
 impl PageSummarizer for FakeSummarizer {
-    async fn summarize(&self, content: &str) -> Result<PageSummary, String> {
+    async fn summarize(&self, content: String) -> Result<PageSummary, String> {
         self.received
             .lock()
             .expect("received")
-            .push(content.to_owned());
+            .push(content.clone());
         let now = self.current.fetch_add(1, Ordering::SeqCst) + 1;
         self.max.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;

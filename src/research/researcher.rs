@@ -252,12 +252,14 @@ struct Summary {
 
 #[async_trait]
 impl PageSummarizer for ModelSummarizer<'_> {
-    async fn summarize(&self, content: &str) -> Result<PageSummary, String> {
+    async fn summarize(&self, content: String) -> Result<PageSummary, String> {
         let deps = self.caller.deps;
         let prompt = deps.prompts.render(
             "summarize_webpage",
-            &[("webpage_content", content), ("date", &msg::today())],
+            &[("webpage_content", &content), ("date", &msg::today())],
         );
+        // The prompt holds the page now; the model call may take a while.
+        drop(content);
         let req = self
             .caller
             .request(Role::Summarization, vec![human(prompt)])

@@ -316,7 +316,9 @@ impl PageSummary {
 /// independent of it. Errors are plain text because the tool only logs them.
 #[async_trait]
 pub trait PageSummarizer: Send + Sync {
-    async fn summarize(&self, content: &str) -> Result<PageSummary, String>;
+    /// Takes the page text by value: a burst of summaries holds thousands of pages, and each
+    /// can be let go once its prompt is written.
+    async fn summarize(&self, content: String) -> Result<PageSummary, String>;
 }
 
 /// Per-call knobs of `tavily_search`.
@@ -398,16 +400,19 @@ async fn run_search(
     opts: &SearchOptions,
 ) -> Result<SearchOutput, SearchError> {
     let responses = try_join_all(queries.iter().map(|q| tavily.search(q))).await?;
-    let hits = dedupe(responses);
+    let mut hits = dedupe(responses);
     if hits.is_empty() {
         return Ok(SearchOutput {
             text: NO_RESULTS.to_owned(),
             sources: Vec::new(),
         });
     }
+    // The output shows summaries, not raw pages: each page goes to its summary and no further.
+    let pages: Vec<Option<String>> = hits.iter_mut().map(|h| h.raw_content.take()).collect();
     let contents = join_all(
         hits.iter()
-            .map(|hit| display_content(hit, summarizer, opts)),
+            .zip(pages)
+            .map(|(hit, page)| display_content(hit, page, summarizer, opts)),
     )
     .await;
     Ok(format_output(&hits, &contents))
@@ -425,10 +430,11 @@ fn dedupe(responses: Vec<Vec<SearchHit>>) -> Vec<SearchHit> {
 
 async fn display_content(
     hit: &SearchHit,
+    raw: Option<String>,
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
 ) -> String {
-    let raw = hit.raw_content.as_deref().filter(|raw| !raw.is_empty());
+    let raw = raw.filter(|raw| !raw.is_empty());
     let (Some(summarizer), Some(raw)) = (summarizer, raw) else {
         return hit.content.clone();
     };
@@ -443,7 +449,7 @@ async fn display_content(
 
 async fn summarize_page(
     summarizer: &dyn PageSummarizer,
-    raw: &str,
+    mut page: String,
     opts: &SearchOptions,
 ) -> Result<PageSummary, String> {
     let _slot = opts
@@ -451,7 +457,8 @@ async fn summarize_page(
         .acquire()
         .await
         .map_err(|_| "summary slots closed".to_owned())?;
-    let page = truncate_chars(raw, opts.max_content_length);
+    let kept = truncate_chars(&page, opts.max_content_length).len();
+    page.truncate(kept);
     tokio::time::timeout(opts.summary_timeout, summarizer.summarize(page))
         .await
         .unwrap_or_else(|_| Err(format!("timed out after {:?}", opts.summary_timeout)))
