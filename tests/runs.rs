@@ -3,6 +3,7 @@
 
 mod support;
 
+use deep_research::store::{EventId, StoredEvent};
 use serde_json::{Value, json};
 use std::time::Duration;
 use support::{Backend, TestApp, hello, new_thread, parse_sse, spawn_app_on, test_settings};
@@ -317,12 +318,25 @@ async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &Tes
     start_slow(&replica, &busy_thread, 2.0, "reject").await;
     let tid = new_thread(&replica).await;
     let (resp, location) = slow_stream(&replica, &tid, 0.3).await;
+    // A frame stamped by a replica whose clock is 10 s behind the one that announced the run.
+    let run_id = location.split('/').nth(4).unwrap().parse().unwrap();
+    let behind = deep_research::time::Timestamp::now().millis() - 10_000;
+    app.store
+        .append_events(&[StoredEvent {
+            run_id,
+            thread_id: tid.parse().unwrap(),
+            id: EventId { ms: behind, seq: 0 },
+            event: "values".into(),
+            data: r#"{"from":"a slow clock"}"#.into(),
+        }])
+        .await
+        .unwrap();
     let body = tokio::time::timeout(Duration::from_secs(20), resp.text())
         .await
         .expect("the stream ends when the run does, not never")
         .unwrap();
     let announced = parse_sse(&body);
-    // Where it ran, the whole stream is stored, its own `metadata` first; the replica's
+    // Where it ran, the whole stream is stored, its own `metadata` included; the replica's
     // announcement of the run was not stored, and the client gets one `metadata`, not two.
     let stored = app
         .client
@@ -335,16 +349,19 @@ async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &Tes
         .await
         .unwrap();
     let stored = parse_sse(&stored);
+    let (metadata, frames): (Vec<_>, Vec<_>) =
+        stored.into_iter().partition(|f| f.event == "metadata");
     assert_eq!(
         (announced[0].event.as_str(), &announced[0].data),
-        ("metadata", &stored[0].data)
+        ("metadata", &metadata[0].data)
     );
     assert_eq!(
         &announced[1..],
-        &stored[1..],
-        "every frame of the run once, to its end"
+        &frames[..],
+        "every frame of the run once, to its end, whatever clock stamped it"
     );
-    assert_eq!(stored.last().map(|f| f.event.as_str()), Some("values"));
+    assert_eq!(frames[0].data["from"], "a slow clock");
+    assert_eq!(frames.last().map(|f| f.event.as_str()), Some("values"));
 }
 
 async fn a_replica_lets_go_of_runs_another_replica_executes(app: &TestApp) {

@@ -110,6 +110,8 @@ impl Out {
 /// Sends stored, then unflushed, then live frames. Returns true when the run's stream ended
 /// (or the server is shutting down), false when the client went away.
 async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
+    // The stream of the request that created the run: it wants every frame of the run.
+    let creating = src.subscription.is_some();
     let sub = match src.subscription.take() {
         Some(sub) => sub,
         None => match src.bus.get(src.run_id) {
@@ -122,7 +124,7 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
     }
     let channel = sub.channel;
     let Some(mut live) = sub.live else {
-        return channel.is_executing_here() || follow_stored(src, out).await;
+        return channel.is_executing_here() || switch_to_store(src, out, creating).await;
     };
     let mut tick =
         tokio::time::interval_at(tokio::time::Instant::now() + src.heartbeat, src.heartbeat);
@@ -143,7 +145,8 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
                 // (`runs::Runner::release_foreign_channels`): the run is another replica's, or
                 // ended without starting; the store has the rest.
                 Err(broadcast::error::RecvError::Closed) => {
-                    return channel.is_executing_here() || follow_stored(src, out).await;
+                    return channel.is_executing_here()
+                        || switch_to_store(src, out, creating).await;
                 }
             },
             _ = tick.tick() => {
@@ -155,6 +158,18 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
             () = out.tx.closed() => return false,
         }
     }
+}
+
+/// Goes on from the store with a run this process only announced. The announcement (`metadata`)
+/// is all this process ever published for it, so the creating request's stream replays the
+/// run's stored frames from the first: ids are stamped by the executing replica's clock, and
+/// one running behind this one's would otherwise put them before the announcement's id.
+/// (Its repeated `metadata` is dropped by `Out::frame`.)
+async fn switch_to_store(src: &SseSource, out: &mut Out, creating: bool) -> bool {
+    if creating {
+        out.cursor = Some(EventId { ms: -1, seq: -1 });
+    }
+    follow_stored(src, out).await
 }
 
 /// Follows a run that is not live in this process — another replica runs it, it waits to be
