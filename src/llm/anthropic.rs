@@ -32,10 +32,12 @@ impl ChatModel for AnthropicModel {
         on_delta: Option<OnDelta<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         let on_delta = on_delta.filter(|_| req.stream);
-        let body = self.body(req, on_delta.is_some())?;
+        // Serialized at once: the `Value` tree (a copy of every message) is not kept while the
+        // call waits on the network.
+        let body = self.body(req, on_delta.is_some())?.to_string();
         let key = self.endpoint.api_key(req.api_key.as_deref());
         let schema_tool = req.response_schema.as_ref().map(|s| identifier(&s.name));
-        let call = self.call(&body, key, on_delta, schema_tool.as_deref(), req.max_tokens);
+        let call = self.call(body, key, on_delta, schema_tool.as_deref(), req.max_tokens);
         self.endpoint.attempt(req.timeout, call).await
     }
 }
@@ -50,7 +52,7 @@ impl AnthropicModel {
 
     async fn call(
         &self,
-        body: &Value,
+        body: String,
         key: Option<&str>,
         on_delta: Option<OnDelta<'_>>,
         schema_tool: Option<&str>,
@@ -62,7 +64,8 @@ impl AnthropicModel {
             .endpoint
             .post(&format!("{base}/v1/messages"))
             .header("anthropic-version", API_VERSION)
-            .json(body);
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
         if let Some(key) = key {
             request = request.header("x-api-key", key);
         }
