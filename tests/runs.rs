@@ -33,6 +33,7 @@ both_backends!(
     a_stream_whose_run_another_replica_claimed_still_ends_with_it,
     waits_and_joins_end_with_a_run_of_another_replica,
     a_replica_lets_go_of_runs_another_replica_executes,
+    a_live_join_of_a_pending_run_that_runs_elsewhere_gets_every_frame,
     forking_an_old_checkpoint_makes_a_branch,
     history_chains_checkpoints_newest_first,
     on_disconnect_cancel_stops_the_run,
@@ -399,6 +400,51 @@ async fn a_replica_lets_go_of_runs_another_replica_executes(app: &TestApp) {
     assert!(
         replica.bus.get(busy.parse().unwrap()).is_some(),
         "the run executing on the replica keeps its channel"
+    );
+}
+
+async fn a_live_join_of_a_pending_run_that_runs_elsewhere_gets_every_frame(app: &TestApp) {
+    // The replica's one worker is busy, so `app` claims the run created through the replica.
+    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
+    let busy_thread = new_thread(&replica).await;
+    start_slow(&replica, &busy_thread, 3.0, "reject").await;
+    let tid = new_thread(&replica).await;
+    let run: Value = post(
+        &replica,
+        &format!("/threads/{tid}/runs"),
+        json!({"assistant_id": "slow", "input": hello(), "stream_resumable": true,
+               "config": {"configurable": {"sleep_secs": 1.5}}}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let stream = format!("/threads/{tid}/runs/{}/stream", id(&run, "run_id"));
+    // Joined while the run is still pending: everything it does is after the join.
+    let joined = replica
+        .client
+        .get(replica.url(&stream))
+        .send()
+        .await
+        .unwrap();
+    let body = tokio::time::timeout(Duration::from_secs(20), joined.text())
+        .await
+        .expect("the join ends with the run")
+        .unwrap();
+    let stored = app
+        .client
+        .get(app.url(&stream))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        parse_sse(&body),
+        parse_sse(&stored),
+        "every frame, from the first"
     );
 }
 

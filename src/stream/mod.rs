@@ -123,6 +123,11 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
         return false;
     }
     let channel = sub.channel;
+    if !creating && out.cursor.is_none() && !channel.is_executing_here() {
+        // A live join of a run only announced here so far: should the run go to another
+        // replica, this stream goes on from the store, starting after what is stored now.
+        out.cursor = Some(newest_stored(src).await);
+    }
     let Some(mut live) = sub.live else {
         return channel.is_executing_here() || switch_to_store(src, out, creating).await;
     };
@@ -160,6 +165,17 @@ async fn pump(src: &mut SseSource, out: &mut Out) -> bool {
     }
 }
 
+/// The id of the run's newest stored frame (`-1` when none): where a live join starts.
+async fn newest_stored(src: &SseSource) -> EventId {
+    match src.store.last_event_id(src.run_id).await {
+        Ok(newest) => newest.unwrap_or(EventId { ms: -1, seq: -1 }),
+        Err(error) => {
+            tracing::warn!(%error, run_id = %src.run_id, "could not read stored events");
+            EventId { ms: -1, seq: -1 }
+        }
+    }
+}
+
 /// Goes on from the store with a run this process only announced. The announcement (`metadata`)
 /// is all this process ever published for it, so the creating request's stream replays the
 /// run's stored frames from the first: ids are stamped by the executing replica's clock, and
@@ -178,14 +194,7 @@ async fn switch_to_store(src: &SseSource, out: &mut Out, creating: bool) -> bool
 /// not resumable are not stored: such a stream only ends when the run does.
 async fn follow_stored(src: &SseSource, out: &mut Out) -> bool {
     if out.cursor.is_none() {
-        let newest = match src.store.last_event_id(src.run_id).await {
-            Ok(newest) => newest,
-            Err(error) => {
-                tracing::warn!(%error, run_id = %src.run_id, "could not read stored events");
-                None
-            }
-        };
-        out.cursor = Some(newest.unwrap_or(EventId { ms: -1, seq: -1 }));
+        out.cursor = Some(newest_stored(src).await);
     }
     let mut poll = tokio::time::interval(STORE_POLL);
     let mut beat =
