@@ -287,6 +287,30 @@ async fn a_second_client_joins_a_running_stream(app: &TestApp) {
     assert!(live.len() < original.len());
 }
 
+/// A second replica whose one worker is busy for `secs` with a run (its id is returned), so
+/// `app` claims the runs created through the replica meanwhile.
+async fn busy_replica(app: &TestApp, secs: f64) -> (TestApp, String) {
+    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
+    let busy_thread = new_thread(&replica).await;
+    let busy = start_slow(&replica, &busy_thread, secs, "reject").await;
+    (replica, busy)
+}
+
+/// Every stored frame of a run's stream, replayed through `app`.
+async fn stored_frames(app: &TestApp, stream: &str) -> Vec<support::SseFrame> {
+    let body = app
+        .client
+        .get(app.url(stream))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    parse_sse(&body)
+}
+
 async fn a_client_of_another_replica_follows_a_running_stream(app: &TestApp) {
     let replica = support::spawn_replica(app, 8, support::graphs::registry()).await;
     let tid = new_thread(app).await;
@@ -313,10 +337,7 @@ async fn a_client_of_another_replica_follows_a_running_stream(app: &TestApp) {
 }
 
 async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &TestApp) {
-    // The replica's one worker is busy, so `app`'s poller claims the run created through it.
-    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
-    let busy_thread = new_thread(&replica).await;
-    start_slow(&replica, &busy_thread, 2.0, "reject").await;
+    let (replica, _) = busy_replica(app, 2.0).await;
     let tid = new_thread(&replica).await;
     let (resp, location) = slow_stream(&replica, &tid, 0.3).await;
     // A frame stamped by a replica whose clock is 10 s behind the one that announced the run.
@@ -339,19 +360,10 @@ async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &Tes
     let announced = parse_sse(&body);
     // Where it ran, the whole stream is stored, its own `metadata` included; the replica's
     // announcement of the run was not stored, and the client gets one `metadata`, not two.
-    let stored = app
-        .client
-        .get(app.url(&location))
-        .header("last-event-id", "-1")
-        .send()
+    let (metadata, frames): (Vec<_>, Vec<_>) = stored_frames(app, &location)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let stored = parse_sse(&stored);
-    let (metadata, frames): (Vec<_>, Vec<_>) =
-        stored.into_iter().partition(|f| f.event == "metadata");
+        .into_iter()
+        .partition(|f| f.event == "metadata");
     assert_eq!(
         (announced[0].event.as_str(), &announced[0].data),
         ("metadata", &metadata[0].data)
@@ -366,10 +378,7 @@ async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &Tes
 }
 
 async fn a_replica_lets_go_of_runs_another_replica_executes(app: &TestApp) {
-    // The replica's one worker is busy, so `app` claims the runs created through the replica.
-    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
-    let busy_thread = new_thread(&replica).await;
-    let busy = start_slow(&replica, &busy_thread, 3.0, "reject").await;
+    let (replica, busy) = busy_replica(app, 3.0).await;
     let tid = new_thread(&replica).await;
     let background = start_slow(&replica, &tid, 0.2, "reject").await;
     let other = new_thread(&replica).await;
@@ -404,10 +413,7 @@ async fn a_replica_lets_go_of_runs_another_replica_executes(app: &TestApp) {
 }
 
 async fn a_live_join_of_a_pending_run_that_runs_elsewhere_gets_every_frame(app: &TestApp) {
-    // The replica's one worker is busy, so `app` claims the run created through the replica.
-    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
-    let busy_thread = new_thread(&replica).await;
-    start_slow(&replica, &busy_thread, 3.0, "reject").await;
+    let (replica, _) = busy_replica(app, 3.0).await;
     let tid = new_thread(&replica).await;
     let run: Value = post(
         &replica,
@@ -431,27 +437,15 @@ async fn a_live_join_of_a_pending_run_that_runs_elsewhere_gets_every_frame(app: 
         .await
         .expect("the join ends with the run")
         .unwrap();
-    let stored = app
-        .client
-        .get(app.url(&stream))
-        .header("last-event-id", "-1")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
     assert_eq!(
         parse_sse(&body),
-        parse_sse(&stored),
+        stored_frames(app, &stream).await,
         "every frame, from the first"
     );
 }
 
 async fn waits_and_joins_end_with_a_run_of_another_replica(app: &TestApp) {
-    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
-    let busy_thread = new_thread(&replica).await;
-    start_slow(&replica, &busy_thread, 2.0, "reject").await;
+    let (replica, _) = busy_replica(app, 2.0).await;
     // Created through the replica, run by `app`: the replica waits on the store.
     let tid = new_thread(&replica).await;
     let path = format!("/threads/{tid}/runs/wait");
