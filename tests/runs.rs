@@ -296,6 +296,15 @@ async fn busy_replica(app: &TestApp, secs: f64) -> (TestApp, String) {
     (replica, busy)
 }
 
+/// A response body, failing the test if it has not ended within 20 s (a stream that never ends
+/// is the bug these tests look for).
+async fn body_within(resp: reqwest::Response, what: &str) -> String {
+    tokio::time::timeout(Duration::from_secs(20), resp.text())
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+        .unwrap()
+}
+
 /// Every stored frame of a run's stream, replayed through `app`.
 async fn stored_frames(app: &TestApp, stream: &str) -> Vec<support::SseFrame> {
     let body = app
@@ -353,10 +362,7 @@ async fn a_stream_whose_run_another_replica_claimed_still_ends_with_it(app: &Tes
         }])
         .await
         .unwrap();
-    let body = tokio::time::timeout(Duration::from_secs(20), resp.text())
-        .await
-        .expect("the stream ends when the run does, not never")
-        .unwrap();
+    let body = body_within(resp, "the stream ends when the run does, not never").await;
     let announced = parse_sse(&body);
     // Where it ran, the whole stream is stored, its own `metadata` included; the replica's
     // announcement of the run was not stored, and the client gets one `metadata`, not two.
@@ -383,11 +389,7 @@ async fn a_replica_lets_go_of_runs_another_replica_executes(app: &TestApp) {
     let background = start_slow(&replica, &tid, 0.2, "reject").await;
     let other = new_thread(&replica).await;
     let (resp, _) = slow_stream(&replica, &other, 0.2).await;
-    let body = tokio::time::timeout(Duration::from_secs(20), resp.text())
-        .await
-        .expect("the stream ends with its run")
-        .unwrap();
-    let streamed = parse_sse(&body);
+    let streamed = parse_sse(&body_within(resp, "the stream ends with its run").await);
     wait_for_status(app, &tid, &background, "success").await;
     // Nobody here executes or waits for them: the replica keeps no channel for either.
     let mut kept = Vec::new();
@@ -433,10 +435,7 @@ async fn a_live_join_of_a_pending_run_that_runs_elsewhere_gets_every_frame(app: 
         .send()
         .await
         .unwrap();
-    let body = tokio::time::timeout(Duration::from_secs(20), joined.text())
-        .await
-        .expect("the join ends with the run")
-        .unwrap();
+    let body = body_within(joined, "the join ends with the run").await;
     assert_eq!(
         parse_sse(&body),
         stored_frames(app, &stream).await,

@@ -122,6 +122,16 @@ pub async fn spawn_with(
             .await
             .expect("open store"),
     );
+    Some(serve(store, settings, registry, dir).await)
+}
+
+/// Starts the service on `store` on a free port.
+async fn serve(
+    store: Arc<dyn Store>,
+    settings: Settings,
+    registry: deep_research::graph::Registry,
+    dir: Option<TempDir>,
+) -> TestApp {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -132,14 +142,14 @@ pub async fn spawn_with(
     let shutdown = app.shutdown_token();
     let bus = app.state().bus.clone();
     tokio::spawn(app.run_until_stopped());
-    Some(TestApp {
+    TestApp {
         address,
         client: reqwest::Client::new(),
         store,
         bus,
         shutdown,
         _dir: dir,
-    })
+    }
 }
 
 /// A second replica of `app`: the same store, its own event bus and `workers` workers. Its
@@ -154,24 +164,7 @@ pub async fn spawn_replica(
         max_concurrent_runs: workers,
         ..test_settings()
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let replica = Application::with_store(listener, app.store.clone(), settings, registry)
-        .await
-        .expect("build replica");
-    let address = format!("http://{}", replica.local_addr().expect("addr"));
-    let shutdown = replica.shutdown_token();
-    let bus = replica.state().bus.clone();
-    tokio::spawn(replica.run_until_stopped());
-    TestApp {
-        address,
-        client: reqwest::Client::new(),
-        store: app.store.clone(),
-        bus,
-        shutdown,
-        _dir: None,
-    }
+    serve(app.store.clone(), settings, registry, None).await
 }
 
 /// Test settings: short heartbeats so tests can see them.
