@@ -9,6 +9,7 @@ use crate::store::{EventId, StoredEvent};
 use bytes::Bytes;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -239,7 +240,7 @@ impl Bus {
     /// The run's channel, created on first use (by the request that creates the run, so it can
     /// subscribe before the first frame exists).
     pub fn open(&self, run_id: Uuid, thread_id: Uuid, resumable: bool) -> Arc<RunChannel> {
-        self.open_in(&mut lock(&self.runs), run_id, thread_id, resumable)
+        channel_in(&mut lock(&self.runs), run_id, thread_id, resumable)
     }
 
     /// `open` for the worker about to execute the run; marked under the bus lock, so
@@ -251,36 +252,9 @@ impl Bus {
         resumable: bool,
     ) -> Arc<RunChannel> {
         let mut runs = lock(&self.runs);
-        let channel = self.open_in(&mut runs, run_id, thread_id, resumable);
+        let channel = channel_in(&mut runs, run_id, thread_id, resumable);
         channel.executing_here.store(true, Ordering::Release);
         channel
-    }
-
-    fn open_in(
-        &self,
-        runs: &mut HashMap<Uuid, Arc<RunChannel>>,
-        run_id: Uuid,
-        thread_id: Uuid,
-        resumable: bool,
-    ) -> Arc<RunChannel> {
-        runs.entry(run_id)
-            .or_insert_with(|| {
-                let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
-                Arc::new(RunChannel {
-                    run_id,
-                    thread_id,
-                    resumable,
-                    executing_here: AtomicBool::new(false),
-                    opened: Instant::now(),
-                    state: Mutex::new(RunState {
-                        tx: Some(tx),
-                        unflushed: Vec::new(),
-                        last_id: EventId { ms: 0, seq: 0 },
-                    }),
-                    done: watch::channel(None).0,
-                })
-            })
-            .clone()
     }
 
     /// Runs announced here (their channel was opened by the API) that no worker of this
@@ -298,10 +272,10 @@ impl Bus {
     pub fn release_foreign(&self, run_ids: &[Uuid]) {
         let mut runs = lock(&self.runs);
         for run_id in run_ids {
-            if runs.get(run_id).is_some_and(|c| !c.is_executing_here())
-                && let Some(channel) = runs.remove(run_id)
+            if let Entry::Occupied(entry) = runs.entry(*run_id)
+                && !entry.get().is_executing_here()
             {
-                channel.detach();
+                entry.remove().detach();
             }
         }
     }
@@ -343,6 +317,33 @@ impl Bus {
     pub fn live_runs(&self) -> usize {
         lock(&self.runs).len()
     }
+}
+
+/// The run's channel in `runs`, created when missing.
+fn channel_in(
+    runs: &mut HashMap<Uuid, Arc<RunChannel>>,
+    run_id: Uuid,
+    thread_id: Uuid,
+    resumable: bool,
+) -> Arc<RunChannel> {
+    runs.entry(run_id)
+        .or_insert_with(|| {
+            let (tx, _) = broadcast::channel(CHANNEL_CAPACITY);
+            Arc::new(RunChannel {
+                run_id,
+                thread_id,
+                resumable,
+                executing_here: AtomicBool::new(false),
+                opened: Instant::now(),
+                state: Mutex::new(RunState {
+                    tx: Some(tx),
+                    unflushed: Vec::new(),
+                    last_id: EventId { ms: 0, seq: 0 },
+                }),
+                done: watch::channel(None).0,
+            })
+        })
+        .clone()
 }
 
 #[cfg(test)]
