@@ -462,6 +462,36 @@ fn openai_chunk(id: &str, request: &Value, delta: Value, finish: Value) -> Value
     })
 }
 
+/// The part of a stream chunk that is the same in every chunk of one answer, rendered once:
+/// the load driver streams thousands of chunks per report, and building each as a `Value`
+/// made the fake a sizeable share of the benchmark machine's CPU.
+struct ChunkEnvelope {
+    head: String,
+}
+
+impl ChunkEnvelope {
+    fn new(id: &str, request: &Value) -> Self {
+        let head = format!(
+            r#"data: {{"id":{},"object":"chat.completion.chunk","created":1700000000,"model":{},"choices":[{{"index":0,"delta":"#,
+            json_str(id),
+            request["model"]
+        );
+        Self { head }
+    }
+
+    /// One SSE frame; `delta` and `finish` are JSON text.
+    fn frame(&self, delta: &str, finish: &str) -> String {
+        format!(
+            "{}{delta},\"logprobs\":null,\"finish_reason\":{finish}}}]}}\n\n",
+            self.head
+        )
+    }
+}
+
+fn json_str(text: &str) -> String {
+    Value::from(text).to_string()
+}
+
 fn frame(data: &Value) -> String {
     format!("data: {data}\n\n")
 }
@@ -471,31 +501,31 @@ fn openai_stream(
     request: &Value,
     (text, calls): (String, Vec<(String, String)>),
 ) -> Vec<String> {
-    let chunk = |delta: Value, finish: Value| frame(&openai_chunk(id, request, delta, finish));
-    let mut frames = vec![chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    )];
+    let envelope = ChunkEnvelope::new(id, request);
+    let mut frames = vec![envelope.frame(r#"{"role":"assistant","content":""}"#, "null")];
     frames.extend(
         pieces(&text, 4)
-            .into_iter()
-            .map(|p| chunk(json!({"content": p}), Value::Null)),
+            .iter()
+            .map(|p| envelope.frame(&format!(r#"{{"content":{}}}"#, json_str(p)), "null")),
     );
     for (i, (name, args)) in calls.iter().enumerate() {
         let opening = json!({"index": i, "id": openai_call_id(id, i), "type": "function",
                              "function": {"name": name, "arguments": ""}});
-        frames.push(chunk(json!({"tool_calls": [opening]}), Value::Null));
+        frames.push(envelope.frame(&format!(r#"{{"tool_calls":[{opening}]}}"#), "null"));
         for fragment in pieces(args, 5) {
-            let more = json!({"index": i, "function": {"arguments": fragment}});
-            frames.push(chunk(json!({"tool_calls": [more]}), Value::Null));
+            let more = format!(
+                r#"{{"tool_calls":[{{"index":{i},"function":{{"arguments":{}}}}}]}}"#,
+                json_str(&fragment)
+            );
+            frames.push(envelope.frame(&more, "null"));
         }
     }
     let finish = if calls.is_empty() {
-        "stop"
+        r#""stop""#
     } else {
-        "tool_calls"
+        r#""tool_calls""#
     };
-    frames.push(chunk(json!({}), json!(finish)));
+    frames.push(envelope.frame("{}", finish));
     if request["stream_options"]["include_usage"] == true {
         let mut last = openai_chunk(id, request, json!({}), Value::Null);
         last["choices"] = json!([]);
