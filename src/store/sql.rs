@@ -511,9 +511,17 @@ fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
         .bind(to_json(&t.interrupts)?))
 }
 
-fn insert_run_query(r: &Run) -> StoreResult<AnyQuery> {
-    let sql = format!("INSERT INTO runs ({RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)");
-    Ok(q(sql)
+/// Inserts a run ($1–$9, see `bind_run`).
+const INSERT_RUN: &str = "INSERT INTO runs (run_id, thread_id, assistant_id, created_at, \
+    updated_at, status, metadata, multitask_strategy, kwargs) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+
+/// Marks a thread busy: $1 its id, $2 its merged metadata, $3 the time.
+const MARK_THREAD_BUSY: &str =
+    "UPDATE threads SET status = 'busy', metadata = $2, updated_at = $3 WHERE thread_id = $1";
+
+fn bind_run(query: AnyQuery, r: &Run) -> StoreResult<AnyQuery> {
+    Ok(query
         .bind(r.run_id.to_string())
         .bind(r.thread_id.to_string())
         .bind(r.assistant_id.to_string())
@@ -752,16 +760,31 @@ impl SqlStore {
             return Err(StoreError::NotFound("thread"));
         };
         let affected = self.apply_strategy(conn, run, now).await?;
-        insert_run_query(run)?.execute(&mut *conn).await?;
         merge(&mut metadata, &ins.thread_metadata);
-        sqlx::query(
-            "UPDATE threads SET status = 'busy', metadata = $2, updated_at = $3 WHERE thread_id = $1",
-        )
-        .bind(run.thread_id.to_string())
-        .bind(to_json(&metadata)?)
-        .bind(now.to_string())
-        .execute(conn)
-        .await?;
+        let (metadata, now) = (to_json(&metadata)?, now.to_string());
+        if self.dialect == Dialect::Postgres {
+            // One round trip for both writes: a burst of creations waits on these.
+            // `MARK_THREAD_BUSY` with its parameters after the run's ($2 is the thread id).
+            let sql = format!(
+                "WITH run AS ({INSERT_RUN}) UPDATE threads SET status = 'busy', \
+                 metadata = $10, updated_at = $11 WHERE thread_id = $2"
+            );
+            bind_run(q(sql), run)?
+                .bind(metadata)
+                .bind(now)
+                .execute(conn)
+                .await?;
+            return Ok(affected);
+        }
+        bind_run(q(INSERT_RUN.to_owned()), run)?
+            .execute(&mut *conn)
+            .await?;
+        q(MARK_THREAD_BUSY.to_owned())
+            .bind(run.thread_id.to_string())
+            .bind(metadata)
+            .bind(now)
+            .execute(conn)
+            .await?;
         Ok(affected)
     }
 
@@ -882,6 +905,11 @@ impl SqlStore {
         now: Timestamp,
     ) -> StoreResult<Vec<Run>> {
         use super::MultitaskStrategy as M;
+        // A queued run leaves the others alone: no need to read them (the thread lock already
+        // orders this insert after any other), which saves a round trip per creation.
+        if run.multitask_strategy == M::Enqueue {
+            return Ok(Vec::new());
+        }
         let inflight = self.inflight_locked(conn, run.thread_id).await?;
         let action = match run.multitask_strategy {
             M::Reject if !inflight.is_empty() => return Err(StoreError::Busy(run.thread_id)),
