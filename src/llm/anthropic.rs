@@ -3,8 +3,8 @@
 
 use super::coalesce::Coalescer;
 use super::providers::{
-    AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_text, identifier, role,
-    runaway_limit,
+    AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_text, exact_body,
+    identifier, role, runaway_limit,
 };
 use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
@@ -12,6 +12,7 @@ use super::{
 };
 use crate::sse::SseStream;
 use async_trait::async_trait;
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,7 +35,7 @@ impl ChatModel for AnthropicModel {
         let on_delta = on_delta.filter(|_| req.stream);
         // Serialized at once: the `Value` tree (a copy of every message) is not kept while the
         // call waits on the network.
-        let body = self.body(req, on_delta.is_some())?.to_string();
+        let body = exact_body(self.body(req, on_delta.is_some())?.to_string().into_bytes());
         let key = self.endpoint.api_key(req.api_key.as_deref());
         let schema_tool = req.response_schema.as_ref().map(|s| identifier(&s.name));
         let call = self.call(body, key, on_delta, schema_tool.as_deref(), req.max_tokens);
@@ -52,7 +53,7 @@ impl AnthropicModel {
 
     async fn call(
         &self,
-        body: String,
+        body: Bytes,
         key: Option<&str>,
         on_delta: Option<OnDelta<'_>>,
         schema_tool: Option<&str>,

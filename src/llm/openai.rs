@@ -3,7 +3,7 @@
 use super::coalesce::Coalescer;
 use super::providers::{
     AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_str, content_text,
-    identifier, role, runaway_limit,
+    exact_body, identifier, role, runaway_limit,
 };
 use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
@@ -129,7 +129,7 @@ impl OpenAiModel {
             }),
         };
         serde_json::to_vec(&body)
-            .map(Bytes::from)
+            .map(exact_body)
             .map_err(|e| LlmError::BadRequest {
                 provider: self.endpoint.name.clone(),
                 message: format!("cannot encode the request: {e}"),

@@ -125,6 +125,14 @@ pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
         .build()
 }
 
+/// A request body at its exact size. Serializing grows a buffer by doubling, so up to half of
+/// it can be unused, and a body lives for the whole call (reqwest keeps it for redirects):
+/// a burst of page summaries holds thousands at once.
+pub(super) fn exact_body(mut bytes: Vec<u8>) -> bytes::Bytes {
+    bytes.shrink_to_fit();
+    bytes::Bytes::from(bytes)
+}
+
 /// One provider as the clients see it: address, key, shared HTTP client and its slots.
 pub(super) struct Endpoint {
     pub name: String,

@@ -72,18 +72,66 @@ impl Prompts {
     }
 
     /// Fills `{key}` placeholders of template `name` (an unknown name renders empty).
+    /// Placeholders are found in the template only, so a value (a web page, a user's message)
+    /// that contains `{date}` stays as written. The text is allocated once at its exact size:
+    /// thousands of rendered page-summary prompts can be in flight at once.
     pub fn render(&self, name: &str, vars: &[(&str, &str)]) -> String {
-        let mut text = self.templates.get(name).cloned().unwrap_or_default();
-        for (key, value) in vars {
-            text = text.replace(&format!("{{{key}}}"), value);
-        }
+        let template = self.templates.get(name).map_or("", String::as_str);
+        let pieces = fill(template, vars);
+        let mut text = String::with_capacity(pieces.iter().map(|p| p.len()).sum());
+        pieces.iter().for_each(|p| text.push_str(p));
         text
     }
+}
+
+/// `template` cut at its placeholders, each known `{key}` replaced by its value; other braces
+/// are kept as they are.
+fn fill<'a>(template: &'a str, vars: &[(&str, &'a str)]) -> Vec<&'a str> {
+    let mut pieces = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let known = after.find('}').and_then(|close| {
+            let key = &after[..close];
+            vars.iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, value)| (close, *value))
+        });
+        match known {
+            Some((close, value)) => {
+                pieces.push(&rest[..open]);
+                pieces.push(value);
+                rest = &after[close + 1..];
+            }
+            None => {
+                pieces.push(&rest[..=open]);
+                rest = after;
+            }
+        }
+    }
+    pieces.push(rest);
+    pieces
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placeholders_come_from_the_template_only() {
+        let mut p = Prompts::built_in();
+        p.templates.insert(
+            "t".into(),
+            "{a} and {b}; {unknown} {\"json\": 1} {a}{".into(),
+        );
+        let out = p.render("t", &[("a", "page about {b}"), ("b", "B")]);
+        assert_eq!(
+            out,
+            "page about {b} and B; {unknown} {\"json\": 1} page about {b}{"
+        );
+        assert_eq!(out.capacity(), out.len());
+        assert_eq!(p.render("missing", &[("a", "x")]), "");
+    }
 
     #[test]
     fn every_template_renders_its_variables() {
