@@ -36,33 +36,56 @@ pub struct SseDecoder {
 }
 
 impl SseDecoder {
-    /// Adds bytes and hands every event they complete to `on_event`, in order.
-    pub fn push(&mut self, chunk: &[u8], on_event: &mut impl FnMut(SseEvent)) {
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.extend_from_slice(chunk);
-        let mut pos = 0;
-        if self.after_cr && !buf.is_empty() {
+    /// Adds bytes and hands every event they complete to `on_event`, in order. Complete lines
+    /// are read where they lie; only a line cut off at the end of `chunk` is copied, to be
+    /// finished by the next one (a burst can arrive as one read of hundreds of kilobytes).
+    pub fn push(&mut self, mut chunk: &[u8], on_event: &mut impl FnMut(SseEvent)) {
+        if self.after_cr && !chunk.is_empty() {
             self.after_cr = false;
-            if buf[0] == b'\n' {
-                pos = 1;
+            if chunk[0] == b'\n' {
+                chunk = &chunk[1..];
             }
         }
-        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &buf[pos..]) {
-            let end = pos + offset;
-            if let Some(event) = self.line(&buf[pos..end]) {
+        if !self.buf.is_empty() {
+            let Some(end) = memchr::memchr2(b'\n', b'\r', chunk) else {
+                self.buf.extend_from_slice(chunk);
+                return;
+            };
+            let mut line = std::mem::take(&mut self.buf);
+            line.extend_from_slice(&chunk[..end]);
+            if let Some(event) = self.line(&line) {
                 on_event(event);
             }
-            pos = end + 1;
-            if buf[end] == b'\r' {
-                match buf.get(pos) {
-                    Some(b'\n') => pos += 1,
-                    Some(_) => {}
-                    None => self.after_cr = true,
-                }
+            line.clear();
+            self.buf = line;
+            chunk = &chunk[self.line_end(chunk, end)..];
+        }
+        let mut pos = 0;
+        while let Some(offset) = memchr::memchr2(b'\n', b'\r', &chunk[pos..]) {
+            let end = pos + offset;
+            if let Some(event) = self.line(&chunk[pos..end]) {
+                on_event(event);
+            }
+            pos = self.line_end(chunk, end);
+        }
+        self.buf.extend_from_slice(&chunk[pos..]);
+    }
+
+    /// Where the next line starts after a line end at `bytes[end]`: a CR followed by an LF is
+    /// one line end, and a CR that ends `bytes` may have its LF in the next chunk.
+    fn line_end(&mut self, bytes: &[u8], end: usize) -> usize {
+        let next = end + 1;
+        if bytes[end] != b'\r' {
+            return next;
+        }
+        match bytes.get(next) {
+            Some(b'\n') => next + 1,
+            Some(_) => next,
+            None => {
+                self.after_cr = true;
+                next
             }
         }
-        buf.drain(..pos);
-        self.buf = buf;
     }
 
     /// Handles one line; returns an event when it was a blank line ending one.
@@ -202,6 +225,19 @@ mod tests {
             decoder.push(&bytes[cut..], &mut |e| out.push(e));
             assert_eq!(out, whole, "split at {cut}");
         }
+    }
+
+    #[test]
+    fn one_byte_at_a_time_gives_the_same_events() {
+        let text = "event: a\r\ndata: héllo\r\n\r\n: note\rdata: x\n\ndata: long line\r\r";
+        let whole = decode(&[text]);
+        assert_eq!(whole.len(), 3);
+        let mut decoder = SseDecoder::default();
+        let mut out = Vec::new();
+        for byte in text.as_bytes() {
+            decoder.push(std::slice::from_ref(byte), &mut |e| out.push(e));
+        }
+        assert_eq!(out, whole);
     }
 
     #[tokio::test]
