@@ -512,9 +512,9 @@ fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
 }
 
 /// Inserts a run ($1–$9, see `bind_run`).
-const INSERT_RUN: &str = "INSERT INTO runs (run_id, thread_id, assistant_id, created_at, \
-    updated_at, status, metadata, multitask_strategy, kwargs) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
+fn insert_run_sql() -> String {
+    format!("INSERT INTO runs ({RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+}
 
 /// Marks a thread busy: $1 its id, $2 its merged metadata, $3 the time.
 const MARK_THREAD_BUSY: &str =
@@ -766,8 +766,9 @@ impl SqlStore {
             // One round trip for both writes: a burst of creations waits on these.
             // `MARK_THREAD_BUSY` with its parameters after the run's ($2 is the thread id).
             let sql = format!(
-                "WITH run AS ({INSERT_RUN}) UPDATE threads SET status = 'busy', \
-                 metadata = $10, updated_at = $11 WHERE thread_id = $2"
+                "WITH run AS ({}) UPDATE threads SET status = 'busy', \
+                 metadata = $10, updated_at = $11 WHERE thread_id = $2",
+                insert_run_sql()
             );
             bind_run(q(sql), run)?
                 .bind(metadata)
@@ -776,7 +777,7 @@ impl SqlStore {
                 .await?;
             return Ok(affected);
         }
-        bind_run(q(INSERT_RUN.to_owned()), run)?
+        bind_run(q(insert_run_sql()), run)?
             .execute(&mut *conn)
             .await?;
         q(MARK_THREAD_BUSY.to_owned())
@@ -905,18 +906,22 @@ impl SqlStore {
         now: Timestamp,
     ) -> StoreResult<Vec<Run>> {
         use super::MultitaskStrategy as M;
-        // A queued run leaves the others alone: no need to read them (the thread lock already
-        // orders this insert after any other), which saves a round trip per creation.
-        if run.multitask_strategy == M::Enqueue {
-            return Ok(Vec::new());
-        }
-        let inflight = self.inflight_locked(conn, run.thread_id).await?;
         let action = match run.multitask_strategy {
-            M::Reject if !inflight.is_empty() => return Err(StoreError::Busy(run.thread_id)),
-            M::Reject | M::Enqueue => return Ok(Vec::new()),
+            // A queued run leaves the others alone: no need to read them (the thread lock
+            // already orders this insert after any other), which saves a round trip.
+            M::Enqueue => return Ok(Vec::new()),
+            M::Reject => {
+                let inflight = self.inflight_locked(conn, run.thread_id).await?;
+                return if inflight.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    Err(StoreError::Busy(run.thread_id))
+                };
+            }
             M::Interrupt => CancelAction::Interrupt,
             M::Rollback => CancelAction::Rollback,
         };
+        let inflight = self.inflight_locked(conn, run.thread_id).await?;
         for other in &inflight {
             self.cancel_one(conn, other, action, now).await?;
         }
