@@ -6,7 +6,9 @@ mod support;
 use deep_research::store::{EventId, StoredEvent};
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::{Backend, TestApp, hello, new_thread, parse_sse, spawn_app_on, test_settings};
+use support::{
+    Backend, TestApp, body_text, hello, new_thread, parse_sse, spawn_app_on, test_settings,
+};
 
 /// Defines one test per backend from an async fn taking the app.
 macro_rules! both_backends {
@@ -307,16 +309,12 @@ async fn body_within(resp: reqwest::Response, what: &str) -> String {
 
 /// Every stored frame of a run's stream, replayed through `app`.
 async fn stored_frames(app: &TestApp, stream: &str) -> Vec<support::SseFrame> {
-    let body = app
-        .client
-        .get(app.url(stream))
-        .header("last-event-id", "-1")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = body_text(
+        app.client
+            .get(app.url(stream))
+            .header("last-event-id", "-1"),
+    )
+    .await;
     parse_sse(&body)
 }
 

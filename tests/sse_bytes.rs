@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use support::{hello, new_thread, parse_sse, spawn_app};
+use support::{body_text, hello, new_thread, parse_sse, spawn_app};
 
 fn keys(v: &Value) -> BTreeSet<String> {
     v.as_object().expect("object").keys().cloned().collect()
@@ -186,16 +186,12 @@ async fn resumable_streams_carry_increasing_ids_and_replay_exactly() {
 async fn a_failing_graph_ends_with_an_error_event_and_an_error_thread() {
     let app = spawn_app().await;
     let tid = new_thread(&app).await;
-    let body = app
-        .client
-        .post(app.url(&format!("/threads/{tid}/runs/stream")))
-        .json(&json!({"assistant_id": "err", "input": {"messages": []}}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = body_text(
+        app.client
+            .post(app.url(&format!("/threads/{tid}/runs/stream")))
+            .json(&json!({"assistant_id": "err", "input": {"messages": []}})),
+    )
+    .await;
     let frames = parse_sse(&body);
     let names: Vec<&str> = frames.iter().map(|f| f.event.as_str()).collect();
     assert_eq!(names, ["metadata", "values", "error"]);
@@ -238,16 +234,10 @@ async fn a_failing_graph_ends_with_an_error_event_and_an_error_thread() {
 async fn slow_runs_send_heartbeats_between_frames() {
     let app = spawn_app().await;
     let tid = new_thread(&app).await;
-    let body = app
+    let body = body_text(app
         .client
         .post(app.url(&format!("/threads/{tid}/runs/stream")))
-        .json(&json!({"assistant_id": "slow", "input": hello(), "config": {"configurable": {"sleep_secs": 1.3}}}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .json(&json!({"assistant_id": "slow", "input": hello(), "config": {"configurable": {"sleep_secs": 1.3}}}))).await;
     // The test server beats every 500 ms; a 1.3 s node leaves room for at least two.
     assert!(body.matches(": heartbeat\r\n\r\n").count() >= 2, "{body:?}");
     let names: Vec<String> = parse_sse(&body).into_iter().map(|f| f.event).collect();
@@ -261,17 +251,11 @@ async fn subgraph_events_are_namespaced_only_when_asked() {
         let app = &app;
         async move {
             let tid = new_thread(app).await;
-            let body = app
+            let body = body_text(app
                 .client
                 .post(app.url(&format!("/threads/{tid}/runs/stream")))
                 .json(&json!({"assistant_id": "parent", "input": hello(), "stream_subgraphs": subgraphs,
-                              "stream_mode": ["values", "updates", "messages-tuple"]}))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+                              "stream_mode": ["values", "updates", "messages-tuple"]}))).await;
             parse_sse(&body)
                 .into_iter()
                 .map(|f| f.event)
@@ -302,17 +286,13 @@ async fn subgraph_events_are_namespaced_only_when_asked() {
 async fn custom_tasks_checkpoints_and_debug_modes_have_the_reference_shapes() {
     let app = spawn_app().await;
     let tid = new_thread(&app).await;
-    let body = app
-        .client
-        .post(app.url(&format!("/threads/{tid}/runs/stream")))
-        .json(&json!({"assistant_id": "agent", "input": hello(),
-                      "stream_mode": ["custom", "tasks", "checkpoints", "debug"]}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = body_text(
+        app.client
+            .post(app.url(&format!("/threads/{tid}/runs/stream")))
+            .json(&json!({"assistant_id": "agent", "input": hello(),
+                      "stream_mode": ["custom", "tasks", "checkpoints", "debug"]})),
+    )
+    .await;
     let frames = parse_sse(&body);
     let of = |name: &str| {
         frames
@@ -396,16 +376,12 @@ async fn custom_tasks_checkpoints_and_debug_modes_have_the_reference_shapes() {
 async fn legacy_messages_mode_sends_metadata_then_accumulating_partials() {
     let app = spawn_app().await;
     let tid = new_thread(&app).await;
-    let body = app
-        .client
-        .post(app.url(&format!("/threads/{tid}/runs/stream")))
-        .json(&json!({"assistant_id": "agent", "input": hello(), "stream_mode": "messages"}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = body_text(
+        app.client
+            .post(app.url(&format!("/threads/{tid}/runs/stream")))
+            .json(&json!({"assistant_id": "agent", "input": hello(), "stream_mode": "messages"})),
+    )
+    .await;
     let frames = parse_sse(&body);
     let names: Vec<&str> = frames.iter().map(|f| f.event.as_str()).collect();
     assert_eq!(

@@ -5,7 +5,7 @@ mod support;
 
 use deep_research::store::CheckpointQuery;
 use serde_json::json;
-use support::{new_thread, spawn_app};
+use support::{body_text, new_thread, spawn_app};
 
 #[tokio::test]
 async fn stored_checkpoint_bytes_grow_linearly_over_ten_turns() {
@@ -16,15 +16,12 @@ async fn stored_checkpoint_bytes_grow_linearly_over_ten_turns() {
     for turn in 0..10 {
         let input =
             json!({"messages": [{"type": "human", "content": format!("question number {turn}")}]});
-        app.client
-            .post(app.url(&format!("/threads/{tid}/runs/wait")))
-            .json(&json!({"assistant_id": "agent", "input": input}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        body_text(
+            app.client
+                .post(app.url(&format!("/threads/{tid}/runs/wait")))
+                .json(&json!({"assistant_id": "agent", "input": input})),
+        )
+        .await;
         let all = app
             .store
             .list_checkpoints(

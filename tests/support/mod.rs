@@ -59,6 +59,11 @@ impl TestApp {
     }
 }
 
+/// Sends `request` and reads its whole body as text (panics on transport errors: tests only).
+pub async fn body_text(request: reqwest::RequestBuilder) -> String {
+    request.send().await.unwrap().text().await.unwrap()
+}
+
 /// The admin URL of the test Postgres server, if configured. With `DR_REQUIRE_POSTGRES=1`
 /// a missing URL fails the test instead of skipping Postgres.
 pub fn postgres_admin_url() -> Option<String> {
