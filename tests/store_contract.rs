@@ -4,7 +4,7 @@
 use deep_research::store::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery, EventId,
     IfExists, JsonMap, LeaseState, MultitaskStrategy, Run, RunEnd, RunInsert, RunStatus, SortOrder,
-    SqlStore, Store, StoreError, StoredEvent, Thread, ThreadQuery, ThreadStatus, ThreadSummary,
+    SqlStore, Store, StoreError, StoredChunks, StoredEvent, Thread, ThreadQuery, ThreadStatus, ThreadSummary,
 };
 use deep_research::time::Timestamp;
 use serde_json::{Value, json};
@@ -136,6 +136,7 @@ contract_tests!(
     cancel_runs,
     checkpoints,
     large_strings_are_stored_once,
+    chunks_a_run_stored_are_not_sent_again,
     events,
     copy_thread,
     delete_thread_cascades,
@@ -1058,7 +1059,7 @@ mod contract {
         let tid = new_thread(&s).await;
         let r0 = add_run(&s, tid, -20.0).await;
         claim(&s, "w").await;
-        s.put_checkpoint(&checkpoint(tid, "", 1, None, Some(r0.run_id)))
+        s.put_checkpoint(&checkpoint(tid, "", 1, None, Some(r0.run_id)), None)
             .await
             .unwrap();
         s.append_events(&[event(&r0, 1, 0)]).await.unwrap();
@@ -1069,10 +1070,10 @@ mod contract {
         let r1 = add_run(&s, tid, -10.0).await;
         let r2 = add_run(&s, tid, -5.0).await;
         claim(&s, "w").await;
-        s.put_checkpoint(&checkpoint(tid, "", 2, Some(1), Some(r1.run_id)))
+        s.put_checkpoint(&checkpoint(tid, "", 2, Some(1), Some(r1.run_id)), None)
             .await
             .unwrap();
-        s.put_checkpoint(&checkpoint(tid, "researcher:1", 3, None, Some(r1.run_id)))
+        s.put_checkpoint(&checkpoint(tid, "researcher:1", 3, None, Some(r1.run_id)), None)
             .await
             .unwrap();
         s.append_events(&[event(&r1, 2, 0), event(&r1, 2, 1)])
@@ -1277,7 +1278,7 @@ mod contract {
         let s1 = checkpoint(tid, "researcher:abc", 5, None, None);
         let o1 = checkpoint(other, "", 9, None, None);
         for c in [&c3, &c1, &c4, &c2, &s1, &o1] {
-            s.put_checkpoint(c).await.unwrap();
+            s.put_checkpoint(c, None).await.unwrap();
         }
         assert_eq!(
             s.get_checkpoint(tid, "", cp_id(2)).await.unwrap(),
@@ -1382,7 +1383,7 @@ mod contract {
         let mut c3b = c3.clone();
         c3b.metadata = map(json!({"source": "update"}));
         c3b.writes = json!([["x", 1]]);
-        s.put_checkpoint(&c3b).await.unwrap();
+        s.put_checkpoint(&c3b, None).await.unwrap();
         assert_eq!(
             s.get_checkpoint(tid, "", cp_id(3)).await.unwrap(),
             Some(c3b),
@@ -1396,7 +1397,7 @@ mod contract {
         let text: String = (0..2000).map(|i| format!("finding {i}; ")).collect();
         let mut c1 = checkpoint(tid, "", 1, None, None);
         c1.writes = json!([["notes", [text]]]);
-        s.put_checkpoint(&c1).await.unwrap();
+        s.put_checkpoint(&c1, None).await.unwrap();
         let one = s.checkpoint_bytes(tid).await.unwrap() as usize;
         assert!(one > text.len() && one < text.len() * 11 / 10, "{one} B");
 
@@ -1408,8 +1409,8 @@ mod contract {
         ]);
         let mut c3 = checkpoint(tid, "researcher:1", 3, None, None);
         c3.writes = json!([["compressed", text]]);
-        s.put_checkpoint(&c2).await.unwrap();
-        s.put_checkpoint(&c3).await.unwrap();
+        s.put_checkpoint(&c2, None).await.unwrap();
+        s.put_checkpoint(&c3, None).await.unwrap();
         let all = s.checkpoint_bytes(tid).await.unwrap() as usize;
         assert!(
             all - one < text.len() / 5,
@@ -1434,6 +1435,33 @@ mod contract {
             .unwrap()
             .unwrap();
         assert_eq!(copied.writes, c3.writes);
+    }
+
+    pub async fn chunks_a_run_stored_are_not_sent_again(s: Arc<dyn Store>) {
+        let tid = new_thread(&s).await;
+        let stored = StoredChunks::new(tid);
+        let text: String = (0..2000).map(|i| format!("source {i}; ")).collect();
+        let mut c1 = checkpoint(tid, "", 1, None, None);
+        c1.writes = json!([["notes", [text]]]);
+        s.put_checkpoint(&c1, Some(&stored)).await.unwrap();
+        let one = s.checkpoint_bytes(tid).await.unwrap() as usize;
+
+        // The second write sends only the chunks around the embedding, yet reads back whole.
+        let mut c2 = checkpoint(tid, "researcher:1", 2, None, None);
+        c2.writes = json!([["raw_notes", [format!("Notes:\n{text}\nEnd.")]], ["again", text]]);
+        s.put_checkpoint(&c2, Some(&stored)).await.unwrap();
+        let read = s.latest_checkpoint(tid, "researcher:1").await.unwrap();
+        assert_eq!(read.map(|c| c.writes), Some(c2.writes.clone()));
+        let two = s.checkpoint_bytes(tid).await.unwrap() as usize;
+        assert!(two - one < text.len() / 5, "{one} B, then {two} B");
+
+        // What one thread stored says nothing about another: its chunks are all sent.
+        let other = new_thread(&s).await;
+        let mut c3 = checkpoint(other, "", 3, None, None);
+        c3.writes = c2.writes.clone();
+        s.put_checkpoint(&c3, Some(&stored)).await.unwrap();
+        let read = s.get_checkpoint(other, "", cp_id(3)).await.unwrap();
+        assert_eq!(read.map(|c| c.writes), Some(c2.writes));
     }
 
     pub async fn events(s: Arc<dyn Store>) {
@@ -1515,7 +1543,7 @@ mod contract {
             checkpoint(tid, "", 2, Some(1), Some(r.run_id)),
             checkpoint(tid, "sub:1", 3, None, Some(r.run_id)),
         ] {
-            s.put_checkpoint(&c).await.unwrap();
+            s.put_checkpoint(&c, None).await.unwrap();
         }
         let to = Uuid::new_v4();
         let now = at(0.0);
@@ -1583,10 +1611,10 @@ mod contract {
         let mut runs = Vec::new();
         for t in [tid, keep] {
             let r = add_run(&s, t, -10.0).await;
-            s.put_checkpoint(&checkpoint(t, "", 1, None, Some(r.run_id)))
+            s.put_checkpoint(&checkpoint(t, "", 1, None, Some(r.run_id)), None)
                 .await
                 .unwrap();
-            s.put_checkpoint(&checkpoint(t, "ns:1", 2, None, Some(r.run_id)))
+            s.put_checkpoint(&checkpoint(t, "ns:1", 2, None, Some(r.run_id)), None)
                 .await
                 .unwrap();
             s.append_events(&[event(&r, 1, 0)]).await.unwrap();

@@ -5,7 +5,7 @@ use super::channels::{ChannelError, writes_from_json, writes_to_json};
 use super::events::{EventKind, GraphEvent, MessageMeta, Sink};
 use super::messages::{is_message, message_id};
 use super::{Command, END, Graph, NodeError, START};
-use crate::store::{Checkpoint, JsonMap, Store, StoreError};
+use crate::store::{Checkpoint, JsonMap, Store, StoreError, StoredChunks};
 use crate::time::Timestamp;
 use futures::future::join_all;
 use serde_json::{Value, json};
@@ -29,6 +29,8 @@ pub struct RunScope {
     /// Supersteps allowed per graph invocation.
     pub recursion_limit: i64,
     seen_messages: Mutex<HashSet<String>>,
+    /// Chunks of large strings this run's checkpoints have stored, so they are sent once.
+    stored_chunks: StoredChunks,
     /// Per-run values shared by every node of every (sub)graph, one per type.
     locals: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
@@ -57,6 +59,7 @@ impl RunScope {
             cancel,
             recursion_limit,
             seen_messages: Mutex::new(HashSet::new()),
+            stored_chunks: StoredChunks::new(thread_id),
             locals: Mutex::new(HashMap::new()),
         }
     }
@@ -689,7 +692,10 @@ impl<'a> CheckpointWriter<'a> {
             tasks: Value::Array(tasks),
             created_at: Timestamp::now(),
         };
-        self.scope.store.put_checkpoint(&cp).await?;
+        self.scope
+            .store
+            .put_checkpoint(&cp, Some(&self.scope.stored_chunks))
+            .await?;
         let sink = &self.scope.sink;
         let payload = sink
             .wants(&self.ns, EventKind::Checkpoints)

@@ -17,7 +17,9 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
+use uuid::Uuid;
 
 /// Strings shorter than this stay inline.
 pub const MIN_BLOB: usize = 1024;
@@ -58,6 +60,50 @@ pub fn externalize(value: &Value) -> Result<(String, Vec<Blob>), serde_json::Err
         blobs: &blobs,
     })?;
     Ok((text, blobs.into_inner().into_values().collect()))
+}
+
+/// The chunks one writer has already stored for one thread. A run writes the same text in
+/// many checkpoints (a researcher's findings reappear in its parent's messages, notes and
+/// state); in the benchmark workload three of every four chunks a checkpoint refers to were
+/// sent before by the same run. Chunks are only ever deleted with their thread, so a chunk
+/// once stored stays there for the rest of the run; if the thread is deleted meanwhile, the
+/// checkpoint's own insert fails on its foreign key.
+#[derive(Debug)]
+pub struct StoredChunks {
+    thread_id: Uuid,
+    hashes: Mutex<HashSet<String>>,
+}
+
+impl StoredChunks {
+    pub fn new(thread_id: Uuid) -> Self {
+        Self {
+            thread_id,
+            hashes: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// `chunks` without those already stored for `thread_id` (all of them for another thread).
+    pub fn unsent(&self, thread_id: Uuid, mut chunks: Vec<Blob>) -> Vec<Blob> {
+        if thread_id == self.thread_id {
+            let stored = self.lock();
+            chunks.retain(|c| !stored.contains(&c.hash));
+        }
+        chunks
+    }
+
+    /// Notes chunks whose write to `thread_id` has succeeded.
+    pub fn record(&self, thread_id: Uuid, hashes: impl IntoIterator<Item = String>) {
+        if thread_id == self.thread_id {
+            self.lock().extend(hashes);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // Only ever inserted into: a writer that panicked left nothing half-done.
+        self.hashes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Serializes a value, encoding its strings on the way.
@@ -311,5 +357,23 @@ mod tests {
         let (stored, _) = externalize(&json!(text(2000, 3))).unwrap();
         let mut stored: Value = serde_json::from_str(&stored).unwrap();
         assert!(internalize(&mut stored, &HashMap::new()).is_err());
+    }
+
+    #[test]
+    fn stored_chunks_drop_only_what_this_thread_recorded() {
+        let thread = Uuid::new_v4();
+        let stored = StoredChunks::new(thread);
+        let (_, first) = externalize(&json!(text(2000, 4))).unwrap();
+        let (_, second) = externalize(&json!([text(2000, 4), text(2000, 5)])).unwrap();
+        assert_eq!(stored.unsent(thread, first.clone()), first, "nothing recorded yet");
+
+        stored.record(thread, first.iter().map(|b| b.hash.clone()));
+        let unsent = stored.unsent(thread, second.clone());
+        assert_eq!(unsent.len(), second.len() - first.len());
+        assert!(unsent.iter().all(|b| !first.contains(b)));
+        assert_eq!(stored.unsent(Uuid::new_v4(), second.clone()), second, "another thread");
+
+        stored.record(Uuid::new_v4(), second.iter().map(|b| b.hash.clone()));
+        assert_eq!(stored.unsent(thread, second).len(), unsent.len(), "recorded elsewhere");
     }
 }

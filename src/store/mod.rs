@@ -6,6 +6,7 @@ mod model;
 mod pages;
 mod sql;
 
+pub use blobs::StoredChunks;
 pub use model::*;
 pub use sql::{SqlStore, SqliteSync};
 
@@ -164,7 +165,13 @@ pub trait Store: Send + Sync + 'static {
 
     // ---- checkpoints ----
 
-    async fn put_checkpoint(&self, cp: &Checkpoint) -> StoreResult<()>;
+    /// Writes a checkpoint with the chunks of its large strings. With `stored`, chunks it
+    /// lists are not sent again and those written are added to it.
+    async fn put_checkpoint(
+        &self,
+        cp: &Checkpoint,
+        stored: Option<&StoredChunks>,
+    ) -> StoreResult<()>;
     async fn get_checkpoint(
         &self,
         thread_id: Uuid,

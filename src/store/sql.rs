@@ -1652,9 +1652,20 @@ impl Store for SqlStore {
 
     // ---- checkpoints ----
 
-    async fn put_checkpoint(&self, cp: &Checkpoint) -> StoreResult<()> {
-        let (writes, chunks) =
+    async fn put_checkpoint(
+        &self,
+        cp: &Checkpoint,
+        stored: Option<&blobs::StoredChunks>,
+    ) -> StoreResult<()> {
+        let (writes, mut chunks) =
             blobs::externalize(&cp.writes).map_err(|e| corrupt("checkpoint writes", e))?;
+        if let Some(stored) = stored {
+            chunks = stored.unsent(cp.thread_id, chunks);
+        }
+        let sent: Vec<String> = match stored {
+            Some(_) => chunks.iter().map(|c| c.hash.clone()).collect(),
+            None => Vec::new(),
+        };
         if self.dialect == Dialect::Postgres {
             // One statement, one round trip, one shape for any number of chunks (a VALUES list
             // per chunk count made Postgres prepare a new statement for most checkpoints).
@@ -1668,14 +1679,18 @@ impl Store for SqlStore {
                 .bind(to_json(&pairs)?)
                 .execute(&self.pool)
                 .await?;
-            return Ok(());
+        } else {
+            // Chunks first, without a transaction: a checkpoint is never visible before the
+            // chunks it refers to, and chunks left by a failed write are just unused rows of
+            // the thread.
+            self.put_blobs(cp.thread_id, chunks).await?;
+            bind_checkpoint(q(UPSERT_CHECKPOINT.to_owned()), cp, writes)?
+                .execute(&self.pool)
+                .await?;
         }
-        // Chunks first, without a transaction: a checkpoint is never visible before the chunks
-        // it refers to, and chunks left by a failed write are just unused rows of the thread.
-        self.put_blobs(cp.thread_id, chunks).await?;
-        bind_checkpoint(q(UPSERT_CHECKPOINT.to_owned()), cp, writes)?
-            .execute(&self.pool)
-            .await?;
+        if let Some(stored) = stored {
+            stored.record(cp.thread_id, sent);
+        }
         Ok(())
     }
 
