@@ -4,7 +4,8 @@
 use deep_research::store::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery, EventId,
     IfExists, JsonMap, LeaseState, MultitaskStrategy, Run, RunEnd, RunInsert, RunStatus, SortOrder,
-    SqlStore, Store, StoreError, StoredChunks, StoredEvent, Thread, ThreadQuery, ThreadStatus, ThreadSummary,
+    SqlStore, Store, StoreError, StoredChunks, StoredEvent, Thread, ThreadQuery, ThreadStatus,
+    ThreadSummary,
 };
 use deep_research::time::Timestamp;
 use serde_json::{Value, json};
@@ -1073,9 +1074,12 @@ mod contract {
         s.put_checkpoint(&checkpoint(tid, "", 2, Some(1), Some(r1.run_id)), None)
             .await
             .unwrap();
-        s.put_checkpoint(&checkpoint(tid, "researcher:1", 3, None, Some(r1.run_id)), None)
-            .await
-            .unwrap();
+        s.put_checkpoint(
+            &checkpoint(tid, "researcher:1", 3, None, Some(r1.run_id)),
+            None,
+        )
+        .await
+        .unwrap();
         s.append_events(&[event(&r1, 2, 0), event(&r1, 2, 1)])
             .await
             .unwrap();
@@ -1448,7 +1452,10 @@ mod contract {
 
         // The second write sends only the chunks around the embedding, yet reads back whole.
         let mut c2 = checkpoint(tid, "researcher:1", 2, None, None);
-        c2.writes = json!([["raw_notes", [format!("Notes:\n{text}\nEnd.")]], ["again", text]]);
+        c2.writes = json!([
+            ["raw_notes", [format!("Notes:\n{text}\nEnd.")]],
+            ["again", text]
+        ]);
         s.put_checkpoint(&c2, Some(&stored)).await.unwrap();
         let read = s.latest_checkpoint(tid, "researcher:1").await.unwrap();
         assert_eq!(read.map(|c| c.writes), Some(c2.writes.clone()));

@@ -365,15 +365,27 @@ mod tests {
         let stored = StoredChunks::new(thread);
         let (_, first) = externalize(&json!(text(2000, 4))).unwrap();
         let (_, second) = externalize(&json!([text(2000, 4), text(2000, 5)])).unwrap();
-        assert_eq!(stored.unsent(thread, first.clone()), first, "nothing recorded yet");
+        assert_eq!(
+            stored.unsent(thread, first.clone()),
+            first,
+            "nothing recorded yet"
+        );
 
         stored.record(thread, first.iter().map(|b| b.hash.clone()));
         let unsent = stored.unsent(thread, second.clone());
         assert_eq!(unsent.len(), second.len() - first.len());
         assert!(unsent.iter().all(|b| !first.contains(b)));
-        assert_eq!(stored.unsent(Uuid::new_v4(), second.clone()), second, "another thread");
+        assert_eq!(
+            stored.unsent(Uuid::new_v4(), second.clone()),
+            second,
+            "another thread"
+        );
 
         stored.record(Uuid::new_v4(), second.iter().map(|b| b.hash.clone()));
-        assert_eq!(stored.unsent(thread, second).len(), unsent.len(), "recorded elsewhere");
+        assert_eq!(
+            stored.unsent(thread, second).len(),
+            unsent.len(),
+            "recorded elsewhere"
+        );
     }
 }
