@@ -550,6 +550,32 @@ impl Server {
         }
     }
 
+    /// Statements Postgres has executed in this server's database so far, and their execution
+    /// time in ms (`pg_stat_statements`); `None` on SQLite or where the extension is not loaded.
+    async fn pg_statements(&self) -> Option<(u64, f64)> {
+        let Db::Postgres { admin, name, .. } = &self.db else {
+            return None;
+        };
+        use sqlx::Connection;
+        // Through the admin database, so this connection is not one of the scenario's
+        // backends whose CPU is counted.
+        let mut conn = sqlx::PgConnection::connect(admin).await.ok()?;
+        // Creating the extension works without the library preloaded; the query then fails.
+        let _ = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(&mut conn)
+            .await;
+        let totals: Option<(i64, f64)> = sqlx::query_as(
+            "SELECT coalesce(sum(s.calls), 0)::bigint, coalesce(sum(s.total_exec_time), 0)::float8 \
+             FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1",
+        )
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await
+        .ok();
+        let _ = conn.close().await;
+        totals.map(|(calls, ms)| (calls.max(0) as u64, ms))
+    }
+
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
@@ -910,6 +936,8 @@ struct Outcome {
     event_rows: f64,
     event_bytes: f64,
     ckpt_disk: Option<f64>,
+    /// Postgres statements per run and their execution time in ms per run.
+    pg_statements: Option<(f64, f64)>,
     model_calls: f64,
     searches: f64,
     ok: usize,
@@ -953,8 +981,8 @@ impl Outcome {
         format!(
             "    details: server CPU {:.2} s total; driver+fakes CPU {:.2} s ({:.1} ms/run); \
              model calls/run {:.1}; searches/run {:.1}; SSE events/run {:.0}; stored events/run \
-             {:.0} frames, {:.1} KB of pages; checkpoints on disk/run {}; delivery lag max {} ms; \
-             first event was metadata in {}/{} runs{}",
+             {:.0} frames, {:.1} KB of pages; checkpoints on disk/run {}; Postgres statements/run {}; \
+             delivery lag max {} ms; first event was metadata in {}/{} runs{}",
             self.server_cpu_s,
             self.driver_cpu_s,
             self.driver_cpu_s * 1000.0 / k,
@@ -965,6 +993,9 @@ impl Outcome {
             self.event_bytes / 1024.0,
             self.ckpt_disk
                 .map_or("–".into(), |b| format!("{:.1} KB", b / 1024.0)),
+            self.pg_statements.map_or("–".into(), |(n, ms)| format!(
+                "{n:.1}, executing {ms:.2} ms"
+            )),
             self.lag_max.map_or("–".into(), |v| v.to_string()),
             self.first_metadata,
             self.k,
@@ -1008,6 +1039,7 @@ async fn concurrent_runs(
     let client = http_client();
     let self_pid = std::process::id().to_string();
 
+    let statements0 = server.pg_statements().await;
     let cpu0 = server.cpu_ticks();
     let drv0 = cpu_ticks(&self_pid).unwrap_or(0);
     let pg0 = server.pg_ticks();
@@ -1038,6 +1070,10 @@ async fn concurrent_runs(
     };
     let peak = server.peak_rss_mb();
     let (llm1, tav1) = (fakes.llm.calls(), fakes.tavily.calls());
+    let statements = match (statements0, server.pg_statements().await) {
+        (Some((n0, ms0)), Some((n1, ms1))) => Some((n1.saturating_sub(n0), ms1 - ms0)),
+        _ => None,
+    };
 
     let states: Vec<usize> = futures::stream::iter(tids.iter())
         .map(|tid| state_bytes(&client, &server.base, tid))
@@ -1092,6 +1128,7 @@ async fn concurrent_runs(
         event_rows: ev_rows as f64 / kf,
         event_bytes: ev_bytes as f64 / kf,
         ckpt_disk: storage.checkpoints_on_disk.map(|b| b as f64 / kf),
+        pg_statements: statements.map(|(n, ms)| (n as f64 / kf, ms / kf)),
         model_calls: (llm1 - llm0) as f64 / kf,
         searches: (tav1 - tav0) as f64 / kf,
         ok: runs.iter().filter(|r| r.success()).count(),
