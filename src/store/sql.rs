@@ -516,9 +516,14 @@ fn insert_run_sql() -> String {
     format!("INSERT INTO runs ({RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
 }
 
-/// Marks a thread busy: $1 its id, $2 its merged metadata, $3 the time.
-const MARK_THREAD_BUSY: &str =
-    "UPDATE threads SET status = 'busy', metadata = $2, updated_at = $3 WHERE thread_id = $1";
+/// Marks a thread busy; the arguments name the parameters holding its id, its merged
+/// metadata and the time.
+fn mark_thread_busy_sql(id: &str, metadata: &str, now: &str) -> String {
+    format!(
+        "UPDATE threads SET status = 'busy', metadata = {metadata}, updated_at = {now} \
+         WHERE thread_id = {id}"
+    )
+}
 
 fn bind_run(query: AnyQuery, r: &Run) -> StoreResult<AnyQuery> {
     Ok(query
@@ -763,12 +768,12 @@ impl SqlStore {
         merge(&mut metadata, &ins.thread_metadata);
         let (metadata, now) = (to_json(&metadata)?, now.to_string());
         if self.dialect == Dialect::Postgres {
-            // One round trip for both writes: a burst of creations waits on these.
-            // `MARK_THREAD_BUSY` with its parameters after the run's ($2 is the thread id).
+            // One round trip for both writes: a burst of creations waits on these. The
+            // update's parameters follow the run's ($2 is the thread id).
             let sql = format!(
-                "WITH run AS ({}) UPDATE threads SET status = 'busy', \
-                 metadata = $10, updated_at = $11 WHERE thread_id = $2",
-                insert_run_sql()
+                "WITH run AS ({}) {}",
+                insert_run_sql(),
+                mark_thread_busy_sql("$2", "$10", "$11")
             );
             bind_run(q(sql), run)?
                 .bind(metadata)
@@ -780,7 +785,7 @@ impl SqlStore {
         bind_run(q(insert_run_sql()), run)?
             .execute(&mut *conn)
             .await?;
-        q(MARK_THREAD_BUSY.to_owned())
+        q(mark_thread_busy_sql("$1", "$2", "$3"))
             .bind(run.thread_id.to_string())
             .bind(metadata)
             .bind(now)
