@@ -97,7 +97,7 @@ mod tests {
 
 /// The layered file configuration (`config/default.toml`, an optional file, `DR__…` env).
 pub mod file {
-    use crate::llm::{ProviderConfig, ProviderKind};
+    use crate::llm::{ProviderConfig, ProviderKind, ToolCalling};
     use crate::research::config::ResearchConfig;
     use serde::Deserialize;
     use std::collections::BTreeMap;
@@ -184,6 +184,16 @@ pub mod file {
         #[serde(flatten)]
         pub endpoint: Endpoint,
         pub max_in_flight: usize,
+        /// auto | native | prompted
+        #[serde(default)]
+        pub tool_calling: ToolCalling,
+        /// A model server on the operator's own hardware (see `ProviderConfig::local`).
+        #[serde(default)]
+        pub local: bool,
+        #[serde(default)]
+        pub context_window: Option<u32>,
+        #[serde(default)]
+        pub max_output_tokens: Option<u32>,
     }
 
     #[derive(Clone, Debug, Deserialize)]
@@ -280,10 +290,12 @@ pub mod file {
                 .map(|(name, p)| {
                     let (base_url, api_key) = p.endpoint.resolve(env);
                     let cfg = ProviderConfig {
-                        kind: p.kind,
-                        base_url,
-                        api_key,
                         max_in_flight: p.max_in_flight.max(1),
+                        tool_calling: p.tool_calling,
+                        local: p.local,
+                        context_window: p.context_window,
+                        max_output_tokens: p.max_output_tokens,
+                        ..ProviderConfig::new(p.kind, &base_url, api_key)
                     };
                     (name.clone(), cfg)
                 })

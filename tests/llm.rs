@@ -27,10 +27,8 @@ fn providers_for(
     max_in_flight: usize,
 ) -> Providers {
     let config = ProviderConfig {
-        kind,
-        base_url: base_url.to_owned(),
-        api_key: key.map(str::to_owned),
         max_in_flight,
+        ..ProviderConfig::new(kind, base_url, key.map(str::to_owned))
     };
     Providers::new(BTreeMap::from([("fake".to_owned(), config)]))
 }
@@ -567,7 +565,10 @@ async fn streamed_text_arrives_in_order_and_matches_the_answer() {
 
 #[tokio::test]
 async fn tokens_that_arrive_together_are_handed_on_together() {
-    let text = "The quick brown fox jumps over the lazy dog. ".repeat(40);
+    // Numbered, so the text does not repeat itself (a repeating tail is a runaway).
+    let text: String = (0..40)
+        .map(|i| format!("Fox {i} jumps over the lazy dog. "))
+        .collect();
     let fake = FakeLlm::start(always(FakeReply::text(&text))).await;
     let (answer, deltas) = stream(&openai(&fake), ask("fox?")).await;
 

@@ -3,14 +3,18 @@
 //! Messages go in and out as LangChain-style dicts (`{"type": "human"|"ai"|"system"|"tool", …}`),
 //! the shape graph state stores, so nodes never convert. Knows nothing about graphs or research.
 
+mod adaptive;
 mod anthropic;
 mod coalesce;
+mod context;
+mod loop_guard;
 mod openai;
 mod providers;
 mod retry;
 mod structured;
+pub mod text_calls;
 
-pub use providers::{ProviderConfig, ProviderKind, Providers, http_client};
+pub use providers::{ProviderConfig, ProviderKind, Providers, ToolCalling, http_client};
 pub use retry::{RetryPolicy, chat_with_retry};
 pub use structured::structured;
 
@@ -157,6 +161,40 @@ pub struct ChatResponse {
     pub message: Value,
     pub usage: Usage,
     pub finish_reason: FinishReason,
+    /// What the client had to do to get a usable answer from this endpoint (empty for a model
+    /// that followed the API): counted per run and shown to its clients.
+    pub fallbacks: Vec<Fallback>,
+}
+
+/// A way around an endpoint that did not follow the API, used for one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fallback {
+    /// Tool calls were read from the answer's text (bare JSON, a fence, `<tool_call>` tags).
+    TextToolCalls,
+    /// The server's own tool-call parser failed (HTTP 500): the call was asked again another way.
+    ToolFormatRetry,
+    /// Tools were described in the prompt instead of the `tools` field.
+    PromptedTools,
+    /// The JSON answer was asked for in the prompt instead of with a `json_schema`.
+    JsonInText,
+    /// The JSON answer needed repair (a wrapper object, a cut-off end, trailing commas, prose).
+    JsonRepaired,
+    /// The answer started repeating itself and was stopped early; what came before is kept.
+    RunawayStopped,
+}
+
+impl Fallback {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TextToolCalls => "text_tool_calls",
+            Self::ToolFormatRetry => "tool_format_retry",
+            Self::PromptedTools => "prompted_tools",
+            Self::JsonInText => "json_in_text",
+            Self::JsonRepaired => "json_repaired",
+            Self::RunawayStopped => "runaway_stopped",
+        }
+    }
 }
 
 /// One streamed piece of a response.
@@ -192,6 +230,11 @@ pub enum LlmError {
     /// Any other 4xx: the request is wrong.
     #[error("{provider} rejected the request: {message}")]
     BadRequest { provider: String, message: String },
+    /// The model server's own tool-call (or grammar) parser could not read what the model wrote
+    /// (llama.cpp and Ollama answer HTTP 500). Sending the same request again usually fails the
+    /// same way, so it is not retried as is: the adaptive client asks again another way.
+    #[error("{provider} could not parse the model's tool call: {message}")]
+    ToolFormat { provider: String, message: String },
     /// 5xx, timeouts, dropped connections: worth retrying.
     #[error("{provider} failed transiently: {message}")]
     Transient { provider: String, message: String },
@@ -220,6 +263,7 @@ impl LlmError {
             Self::Auth { .. } => "AuthenticationError",
             Self::BadRequest { .. } => "BadRequestError",
             Self::Transient { .. } => "APIError",
+            Self::ToolFormat { .. } => "ToolCallFormatError",
             Self::InvalidResponse { .. } => "OutputParserException",
             Self::Config(_) => "ConfigurationError",
             Self::Cancelled => "CancelledError",

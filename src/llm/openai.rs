@@ -6,9 +6,10 @@ use super::providers::{
     exact_body, identifier, role, runaway_limit,
 };
 use super::{
-    ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
-    ToolChoice, ToolSpec, Usage,
+    ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError, NativeTool,
+    OnDelta, ToolChoice, ToolSpec, Usage,
 };
+use super::loop_guard;
 use crate::sse::SseStream;
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -530,6 +531,10 @@ struct StreamState {
     /// Characters received (content and tool arguments), for the runaway guard.
     received: usize,
     limit: usize,
+    /// Content length when the loop guard last looked.
+    guarded_at: usize,
+    /// The content started repeating itself and was cut.
+    looped: bool,
 }
 
 impl StreamState {
@@ -543,11 +548,25 @@ impl StreamState {
             usage: None,
             received: 0,
             limit,
+            guarded_at: 0,
+            looped: false,
         }
     }
 
     fn ran_away(&self) -> bool {
-        self.received > self.limit
+        self.received > self.limit || self.looped
+    }
+
+    /// Cuts the content after the first copy of a repeated tail (see `loop_guard`).
+    fn guard_loops(&mut self) {
+        if self.content.len() < self.guarded_at + loop_guard::CHECK_EVERY {
+            return;
+        }
+        self.guarded_at = self.content.len();
+        if let Some(cut) = loop_guard::cut_point(&self.content) {
+            self.content.truncate(cut);
+            self.looped = true;
+        }
     }
 
     /// Folds one chunk in; returns the delta to report, if it carried anything new.
@@ -576,6 +595,7 @@ impl StreamState {
         let content = delta.content.as_deref().unwrap_or_default().to_owned();
         self.received += content.chars().count();
         self.content.push_str(&content);
+        self.guard_loops();
         let tool_call_chunks: Vec<Value> = delta
             .tool_calls
             .as_ref()
@@ -626,12 +646,13 @@ impl StreamState {
                 args: c.args,
             })
             .collect();
-        let finish = if self.received > self.limit {
+        let finish = if self.received > self.limit || self.looped {
             FinishReason::Length
         } else {
             finish_reason(self.finish.as_deref(), !calls.is_empty())
         };
-        AiTurn {
+        let looped = self.looped;
+        let mut answer = AiTurn {
             id: self.id,
             model: self.model,
             content: self.content,
@@ -640,7 +661,11 @@ impl StreamState {
             usage: self.usage,
             metadata: Map::new(),
         }
-        .into_response()
+        .into_response();
+        if looped {
+            answer.fallbacks.push(Fallback::RunawayStopped);
+        }
+        answer
     }
 }
 

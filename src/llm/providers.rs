@@ -3,7 +3,9 @@
 //! HTTP attempt (slot + timeout), error classification, SSE errors, and turning a finished turn
 //! into a LangChain AI message dict.
 
+use super::adaptive::{Adaptive, ToolMemory};
 use super::anthropic::AnthropicModel;
+use super::context::ContextWindows;
 use super::openai::OpenAiModel;
 use super::{ChatModel, ChatResponse, FinishReason, LlmError, ModelName, Usage};
 use reqwest::header::HeaderMap;
@@ -24,6 +26,20 @@ pub enum ProviderKind {
     Anthropic,
 }
 
+/// How tools are offered to a provider's models.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCalling {
+    /// Native `tools` first; what a model needs instead (prompted tools after its server failed
+    /// to parse a call) is learned on the first failure and remembered per model.
+    #[default]
+    Auto,
+    /// Always the API's `tools` field (calls written as text are still recovered).
+    Native,
+    /// Tools described in the system prompt, calls read from the answer's text.
+    Prompted,
+}
+
 /// One provider's settings.
 #[derive(Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 pub struct ProviderConfig {
@@ -33,6 +49,31 @@ pub struct ProviderConfig {
     pub api_key: Option<String>,
     /// Calls to this provider in flight at once, across all runs of the process.
     pub max_in_flight: usize,
+    pub tool_calling: ToolCalling,
+    /// A model server on the operator's own hardware (Ollama, llama.cpp, vLLM, LM Studio): its
+    /// calls always stream, so a runaway answer is stopped early, and its context window is
+    /// asked of the server.
+    pub local: bool,
+    /// The context window in tokens, when the operator knows it (else asked of a local server).
+    pub context_window: Option<u32>,
+    /// A cap on output tokens for every call to this provider, whatever a role asks for.
+    pub max_output_tokens: Option<u32>,
+}
+
+impl ProviderConfig {
+    /// An endpoint with the defaults of the optional settings.
+    pub fn new(kind: ProviderKind, base_url: &str, api_key: Option<String>) -> Self {
+        Self {
+            kind,
+            base_url: base_url.to_owned(),
+            api_key,
+            max_in_flight: 16,
+            tool_calling: ToolCalling::Auto,
+            local: false,
+            context_window: None,
+            max_output_tokens: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for ProviderConfig {
@@ -42,6 +83,10 @@ impl std::fmt::Debug for ProviderConfig {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
             .field("max_in_flight", &self.max_in_flight)
+            .field("tool_calling", &self.tool_calling)
+            .field("local", &self.local)
+            .field("context_window", &self.context_window)
+            .field("max_output_tokens", &self.max_output_tokens)
             .finish()
     }
 }
@@ -50,6 +95,9 @@ impl std::fmt::Debug for ProviderConfig {
 #[derive(Clone)]
 pub struct Providers {
     endpoints: BTreeMap<String, Arc<Endpoint>>,
+    /// What each model was found to need (prompted tools, JSON in text), shared by all runs.
+    memory: Arc<ToolMemory>,
+    windows: Arc<ContextWindows>,
     /// Set when the HTTP client could not be built; every `model()` call then reports it, so
     /// construction itself stays infallible.
     client_error: Option<String>,
@@ -68,10 +116,14 @@ impl Providers {
                         (name, Arc::new(endpoint))
                     })
                     .collect(),
+                memory: Arc::default(),
+                windows: Arc::default(),
                 client_error: None,
             },
             Err(e) => Self {
                 endpoints: BTreeMap::new(),
+                memory: Arc::default(),
+                windows: Arc::default(),
                 client_error: Some(format!("cannot build the HTTP client for model calls: {e}")),
             },
         }
@@ -95,10 +147,25 @@ impl Providers {
             ))
         })?;
         let endpoint = Arc::clone(endpoint);
-        Ok(match endpoint.kind {
-            ProviderKind::Openai => Arc::new(OpenAiModel::new(endpoint, &name.model)),
-            ProviderKind::Anthropic => Arc::new(AnthropicModel::new(endpoint, &name.model)),
-        })
+        let inner: Arc<dyn ChatModel> = match endpoint.kind {
+            ProviderKind::Openai => Arc::new(OpenAiModel::new(endpoint.clone(), &name.model)),
+            ProviderKind::Anthropic => {
+                Arc::new(AnthropicModel::new(endpoint.clone(), &name.model))
+            }
+        };
+        Ok(Arc::new(Adaptive::new(
+            inner,
+            name.clone(),
+            endpoint.settings(),
+            Arc::clone(&self.memory),
+        )))
+    }
+
+    /// The context window of `name` in tokens: configured, else asked of a local server once
+    /// (llama.cpp `/props`, Ollama `/api/show`), else unknown.
+    pub async fn context_window(&self, name: &ModelName) -> Option<u32> {
+        let endpoint = self.endpoints.get(&name.provider)?;
+        self.windows.get(endpoint, &name.model).await
     }
 
     /// The configured provider names.
@@ -142,6 +209,16 @@ pub(super) struct Endpoint {
     client: reqwest::Client,
     slots: Semaphore,
     max_in_flight: usize,
+    settings: EndpointSettings,
+}
+
+/// The per-provider settings the adaptive client and the context probe read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct EndpointSettings {
+    pub tool_calling: ToolCalling,
+    pub local: bool,
+    pub context_window: Option<u32>,
+    pub max_output_tokens: Option<u32>,
 }
 
 impl Endpoint {
@@ -156,7 +233,21 @@ impl Endpoint {
             client,
             slots: Semaphore::new(max_in_flight),
             max_in_flight,
+            settings: EndpointSettings {
+                tool_calling: cfg.tool_calling,
+                local: cfg.local,
+                context_window: cfg.context_window,
+                max_output_tokens: cfg.max_output_tokens,
+            },
         }
+    }
+
+    pub fn settings(&self) -> EndpointSettings {
+        self.settings
+    }
+
+    pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
+        self.client.get(url)
     }
 
     fn in_flight(&self) -> usize {
@@ -299,6 +390,7 @@ pub(super) fn classify(
             model: format!("{provider}:{}", cx.model),
             message,
         },
+        500 if is_tool_format_failure(&text) => LlmError::ToolFormat { provider, message },
         // 408 is the server giving up on a slow request: worth another try, like a 5xx.
         408 | 500..=599 => LlmError::Transient { provider, message },
         400..=499 => LlmError::BadRequest { provider, message },
@@ -343,8 +435,11 @@ fn error_details(body: &str) -> (String, String) {
 }
 
 fn is_context_overflow(text: &str, code: &str) -> bool {
-    const SIGNS: [&str; 7] = [
+    const SIGNS: [&str; 9] = [
         "context_length_exceeded",
+        // llama.cpp: `exceed_context_size_error`, "the request exceeds the available context size"
+        "exceed_context_size",
+        "exceeds the available context size",
         "maximum context length",
         "prompt is too long",
         "too many tokens",
@@ -353,6 +448,22 @@ fn is_context_overflow(text: &str, code: &str) -> bool {
         "reduce the length of the messages",
     ];
     let haystack = format!("{code} {text}").to_lowercase();
+    SIGNS.iter().any(|sign| haystack.contains(sign))
+}
+
+/// A model server's own parser failing on what the model wrote: llama.cpp ("The model produced
+/// output that does not match the expected peg-native format", "Failed to parse tool call"),
+/// Ollama ("error parsing tool call"), vLLM's tool parsers.
+fn is_tool_format_failure(text: &str) -> bool {
+    const SIGNS: [&str; 6] = [
+        "does not match the expected",
+        "failed to parse tool call",
+        "error parsing tool call",
+        "tool call parser",
+        "failed to parse input",
+        "failed to parse grammar",
+    ];
+    let haystack = text.to_lowercase();
     SIGNS.iter().any(|sign| haystack.contains(sign))
 }
 
@@ -496,6 +607,7 @@ impl AiTurn {
             message,
             usage: self.usage.unwrap_or_default(),
             finish_reason: self.finish,
+            fallbacks: Vec::new(),
         }
     }
 }
@@ -621,6 +733,15 @@ mod tests {
         assert!(matches!(
             classify(&cx(), 529, &none, ""),
             LlmError::Transient { .. }
+        ));
+        let llama = r#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#;
+        let e = classify(&cx(), 500, &none, llama);
+        assert!(matches!(e, LlmError::ToolFormat { .. }), "{e:?}");
+        assert!(!e.is_retryable(), "the same request would fail the same way");
+        let ollama = r#"{"error":"error parsing tool call: raw='I will search'"}"#;
+        assert!(matches!(
+            classify(&cx(), 500, &none, ollama),
+            LlmError::ToolFormat { .. }
         ));
     }
 

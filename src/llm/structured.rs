@@ -3,7 +3,8 @@
 
 use super::providers::content_text;
 use super::{
-    ChatModel, ChatRequest, ChatResponse, LlmError, OnDelta, RetryPolicy, chat_with_retry,
+    ChatModel, ChatRequest, ChatResponse, Fallback, LlmError, OnDelta, RetryPolicy,
+    chat_with_retry,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -21,7 +22,7 @@ pub async fn structured<T: DeserializeOwned>(
     cancel: &CancellationToken,
     on_delta: Option<OnDelta<'_>>,
 ) -> Result<(T, ChatResponse), LlmError> {
-    let Some(schema) = &req.response_schema else {
+    let Some(schema) = req.response_schema.clone() else {
         return Err(LlmError::Config(
             "structured output needs a response_schema".into(),
         ));
@@ -39,13 +40,17 @@ pub async fn structured<T: DeserializeOwned>(
             Err(e) => return Err(e),
         };
         let text = content_text(&answer.message["content"]);
-        match parse::<T>(&text) {
+        let error = match parse::<T>(&text) {
             Ok(value) => return Ok((value, answer)),
-            Err(error) => {
-                push_feedback(&mut req.messages, text, &error);
-                last_error = error;
-            }
+            Err(error) => error,
+        };
+        if let Some(value) = repaired::<T>(&text, &schema.schema) {
+            let mut answer = answer;
+            answer.fallbacks.push(Fallback::JsonRepaired);
+            return Ok((value, answer));
         }
+        push_feedback(&mut req.messages, text, &error);
+        last_error = error;
     }
     Err(LlmError::InvalidResponse {
         provider: req.model.provider.clone(),
@@ -95,6 +100,91 @@ fn json_in(text: &str) -> Option<Value> {
         .find_map(|candidate| serde_json::from_str(candidate.trim()).ok())
 }
 
+/// What a weak model's answer may still mean when it does not parse as it stands: the object
+/// inside a wrapper (`{"ResearchQuestion": {…}}`, `{"name": …, "arguments": {…}}`), JSON cut off
+/// or with trailing commas, or, for a schema of one text field, the prose itself as that field.
+fn repaired<T: DeserializeOwned>(text: &str, schema: &Value) -> Option<T> {
+    let mut candidates: Vec<Value> = Vec::new();
+    if let Some(value) = json_in(text).or_else(|| mended(text)) {
+        if let Value::Object(map) = &value {
+            let inner = ["arguments", "parameters", "properties", "input"]
+                .iter()
+                .filter_map(|k| map.get(*k))
+                .chain(map.values().filter(|_| map.len() == 1));
+            candidates.extend(inner.filter(|v| v.is_object()).cloned());
+        }
+        candidates.push(value);
+    }
+    if let Some(field) = single_text_field(schema) {
+        let prose = text.trim();
+        if !prose.is_empty() && !prose.starts_with('{') {
+            candidates.push(json!({ field: prose }));
+        }
+    }
+    candidates
+        .into_iter()
+        .find_map(|v| serde_json::from_value(v).ok())
+}
+
+/// JSON from the first `{` with trailing commas dropped and what was left open closed (an
+/// answer cut off by the output cap).
+fn mended(text: &str) -> Option<Value> {
+    let start = text.find('{')?;
+    let mut out = String::with_capacity(text.len() - start + 8);
+    let mut open: Vec<char> = Vec::new();
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text[start..].chars() {
+        if in_string {
+            out.push(c);
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_string = true,
+            '{' => open.push('}'),
+            '[' => open.push(']'),
+            '}' | ']' => {
+                if open.pop() != Some(c) {
+                    return None;
+                }
+                let trimmed = out.trim_end().len();
+                if out[..trimmed].ends_with(',') {
+                    out.truncate(trimmed - 1);
+                }
+            }
+            _ => {}
+        }
+        out.push(c);
+        if open.is_empty() {
+            break;
+        }
+    }
+    if in_string {
+        out.push('"');
+    }
+    let trimmed = out.trim_end().trim_end_matches(',').len();
+    out.truncate(trimmed);
+    while let Some(close) = open.pop() {
+        out.push(close);
+    }
+    serde_json::from_str(&out).ok()
+}
+
+/// The field of a schema whose only required property is a string.
+fn single_text_field(schema: &Value) -> Option<&str> {
+    let required = schema["required"].as_array()?;
+    let [field] = required.as_slice() else {
+        return None;
+    };
+    let field = field.as_str()?;
+    (schema["properties"][field]["type"] == "string").then_some(field)
+}
+
 fn fenced_block(text: &str) -> Option<&str> {
     let start = text.find("```")? + 3;
     let rest = &text[start..];
@@ -137,5 +227,44 @@ mod tests {
         );
         assert_eq!(parse::<Answer>("   ").unwrap_err(), "the answer was empty");
         assert_eq!(parse::<Vec<u32>>("[1, 2]"), Ok(vec![1, 2]));
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Brief {
+        research_brief: String,
+    }
+
+    #[test]
+    fn weak_answers_are_repaired() {
+        let schema = json!({"type": "object", "properties": {"research_brief": {"type": "string"}},
+                            "required": ["research_brief"]});
+        let brief = |s: &str| Some(Brief { research_brief: s.into() });
+        assert_eq!(
+            repaired::<Brief>(r#"{"ResearchQuestion": {"research_brief": "b"}}"#, &schema),
+            brief("b")
+        );
+        assert_eq!(
+            repaired::<Brief>(
+                r#"{"name": "ResearchQuestion", "arguments": {"research_brief": "b"}}"#,
+                &schema
+            ),
+            brief("b")
+        );
+        assert_eq!(
+            repaired::<Brief>(r#"Here: {"research_brief": "cut off"#, &schema),
+            brief("cut off")
+        );
+        assert_eq!(
+            repaired::<Brief>(r#"{"research_brief": "b",}"#, &schema),
+            brief("b")
+        );
+        assert_eq!(
+            repaired::<Brief>("Compare sodium-ion and LFP cells.", &schema),
+            brief("Compare sodium-ion and LFP cells.")
+        );
+        let two = json!({"type": "object", "required": ["n", "m"]});
+        assert_eq!(repaired::<Answer>("just prose", &two), None);
+        assert_eq!(mended(r#"{"a": [1, 2"#), Some(json!({"a": [1, 2]})));
+        assert_eq!(mended(r#"{"a": "x\"y"#), Some(json!({"a": "x\"y"})));
     }
 }

@@ -3,6 +3,7 @@
 
 use super::citations::{self, normalize};
 use super::cost::CostMeter;
+use super::fallbacks::FallbackMeter;
 use super::messages::{self as msg, human, system};
 use super::model::{Caller, Deps, Role, run_config};
 use super::stream_fields::FieldStreamer;
@@ -29,6 +30,7 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .channel("final_report", Reducer::Override, Value::Null)
         .channel("sources", Reducer::AppendOrOverride, json!([]))
         .channel("usage", Reducer::Override, Value::Null)
+        .channel("fallbacks", Reducer::Override, Value::Null)
         .node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
         .node("write_research_brief", move |s, c| brief(d2.clone(), s, c))
         .node("research_supervisor", move |s, c| {
@@ -54,6 +56,10 @@ fn usage(ctx: &NodeContext) -> Value {
 fn update(ctx: &NodeContext, pairs: Vec<(&str, Value)>) -> JsonMap {
     let mut map: JsonMap = pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
     map.insert("usage".into(), usage(ctx));
+    map.insert(
+        "fallbacks".into(),
+        ctx.scope.local::<FallbackMeter>().snapshot(),
+    );
     map
 }
 
@@ -200,6 +206,29 @@ async fn research(
     Ok(Command::update(upd))
 }
 
+/// What the research phase did, for the error of a run that found nothing.
+fn what_research_did(state: &JsonMap) -> String {
+    let history = msg::slice(state, "supervisor_messages");
+    let delegated = history
+        .iter()
+        .filter(|m| msg::kind(m) == "tool" && m["name"] == "ConductResearch")
+        .count();
+    let failed = history
+        .iter()
+        .filter(|m| {
+            msg::kind(m) == "tool" && m["name"] == "ConductResearch" && m["status"] == "error"
+        })
+        .count();
+    if delegated == 0 {
+        "the supervisor delegated no research".to_owned()
+    } else {
+        format!(
+            "the supervisor delegated {delegated} topic(s), {failed} of which failed; the \
+             researchers' searches found nothing"
+        )
+    }
+}
+
 /// Known context windows (tokens) for trimming findings; first substring match wins.
 const CONTEXT_WINDOWS: [(&str, usize); 12] = [
     ("gpt-4.1", 1_047_576),
@@ -217,15 +246,25 @@ const CONTEXT_WINDOWS: [(&str, usize); 12] = [
 ];
 
 /// The character budget for findings after a context overflow: four characters per token of
-/// the window, but never more than 70% of what just failed (ODR's 4×window rarely cut anything).
-fn shrink(findings_len: usize, model: &str, previous: Option<usize>) -> usize {
+/// the window (the endpoint's own when known, else the table's), less the output the report
+/// may take, but never more than 70% of what just failed (ODR's 4×window rarely cut anything).
+fn shrink(
+    findings_len: usize,
+    model: &str,
+    window: Option<usize>,
+    max_output: usize,
+    previous: Option<usize>,
+) -> usize {
     match previous {
         Some(p) => p * 9 / 10,
         None => {
-            let by_window = CONTEXT_WINDOWS
-                .iter()
-                .find(|(k, _)| model.contains(k))
-                .map_or(usize::MAX, |(_, w)| w * 4);
+            let window = window.or_else(|| {
+                CONTEXT_WINDOWS
+                    .iter()
+                    .find(|(k, _)| model.contains(k))
+                    .map(|(_, w)| *w)
+            });
+            let by_window = window.map_or(usize::MAX, |w| w.saturating_sub(max_output) * 4);
             by_window.min(findings_len * 7 / 10)
         }
     }
@@ -243,9 +282,12 @@ async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Com
     if sources.is_empty() && cfg.search_api != SearchApi::None {
         return Err(NodeError::new(
             "NoSourcesError",
-            "Research gathered no sources: no search returned any result during this run, so no \
-             report was written (a report here could only cite invented sources). Try again, or \
-             use a research model that reliably calls tools.",
+            format!(
+                "report stage: research gathered no sources: no search returned any result \
+                 during this run ({}), so no report was written (a report here could only cite \
+                 invented sources). Try again, or use a research model that reliably calls tools.",
+                what_research_did(&state)
+            ),
         ));
     }
     let findings = msg::list(&state, "notes")
@@ -312,9 +354,15 @@ async fn write_report(
         match caller.call(req, true).await {
             Ok(resp) => return Ok(resp),
             Err(NodeError::Failed { kind, .. }) if kind == "ContextOverflowError" => {
+                let window = match crate::llm::ModelName::parse(&cfg.final_report_model) {
+                    Ok(name) => deps.providers.context_window(&name).await,
+                    Err(_) => None,
+                };
                 budget = Some(shrink(
                     findings.chars().count(),
                     &cfg.final_report_model,
+                    window.map(|w| w as usize),
+                    cfg.final_report_model_max_tokens as usize,
                     budget,
                 ));
                 tracing::warn!(
@@ -337,9 +385,14 @@ mod tests {
 
     #[test]
     fn findings_shrink_below_what_failed() {
-        assert_eq!(shrink(1000, "openai:gpt-4.1", None), 700);
-        assert_eq!(shrink(10_000_000, "openai:gpt-4o", None), 512_000);
-        assert_eq!(shrink(1000, "x", Some(700)), 630);
+        assert_eq!(shrink(1000, "openai:gpt-4.1", None, 0, None), 700);
+        assert_eq!(shrink(10_000_000, "openai:gpt-4o", None, 0, None), 512_000);
+        assert_eq!(
+            shrink(10_000_000, "llamacpp:qwen", Some(32_768), 8_768, None),
+            96_000,
+            "the endpoint's window, less the report's output, wins"
+        );
+        assert_eq!(shrink(1000, "x", None, 0, Some(700)), 630);
         assert_eq!(cut("héllo", 2), "hé");
     }
 }

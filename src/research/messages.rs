@@ -106,6 +106,42 @@ pub fn invalid_tool_calls(msg: &Value) -> Vec<ToolCall> {
         .collect()
 }
 
+/// Whether an AI message acted: called a tool (even with bad arguments) or used the provider's
+/// own web search.
+pub fn acted(msg: &Value) -> bool {
+    let any = |key: &str| msg[key].as_array().is_some_and(|a| !a.is_empty());
+    any("tool_calls") || any("invalid_tool_calls") || used_native_search(msg)
+}
+
+pub fn used_native_search(message: &Value) -> bool {
+    message["response_metadata"]["server_tool_use"]["web_search_requests"]
+        .as_u64()
+        .unwrap_or(0)
+        > 0
+}
+
+/// Whether a history holds a result of the tool `name`.
+pub fn has_result_of(history: &[Value], name: &str) -> bool {
+    history.iter().any(|m| kind(m) == "tool" && m["name"] == name)
+}
+
+/// At most `max` characters of a text, on one line, for events and error messages.
+pub fn excerpt(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match flat.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &flat[..at]),
+        None => flat,
+    }
+}
+
+/// Adds a synthesized tool call to an AI message that made none (an agent fallback); the
+/// message says which fallback wrote it.
+pub fn add_call(message: &mut Value, name: &str, args: Value, fallback: &str) {
+    let id = format!("call_{}", Uuid::new_v4().simple());
+    message["tool_calls"] = json!([{"name": name, "args": args, "id": id, "type": "tool_call"}]);
+    message["response_metadata"]["fallback"] = json!(fallback);
+}
+
 /// The messages of a state list (a missing key is an empty list).
 /// A list field of the state, borrowed (empty when absent): most readers need one message or
 /// a scan, not a copy of a history that holds every search result.
@@ -149,6 +185,18 @@ mod tests {
             json!({"type": "ai", "content": "hello"}),
         ];
         assert_eq!(buffer_string(&msgs), "Human: hi\nAI: hello");
+    }
+
+    #[test]
+    fn acting_and_excerpts() {
+        assert!(!acted(&json!({"type": "ai", "content": "I will search", "tool_calls": []})));
+        let mut m = json!({"type": "ai", "content": "plan"});
+        add_call(&mut m, "tavily_search", json!({"queries": ["q"]}), "planned_search");
+        assert!(acted(&m));
+        assert_eq!(tool_calls(&m)[0].name, "tavily_search");
+        assert_eq!(m["response_metadata"]["fallback"], "planned_search");
+        assert_eq!(excerpt("a\n  b   c", 10), "a b c");
+        assert_eq!(excerpt("abcdef", 3), "abc…");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod citations;
 pub mod config;
 pub mod cost;
+pub mod fallbacks;
 mod main_graph;
 mod messages;
 mod model;
@@ -159,7 +160,8 @@ fn schemas(deps: &ResearchDeps) -> Schemas {
             "final_report": {"type": "string"},
             "sources": {"type": "array", "items": {"type": "object",
                         "properties": {"url": {"type": "string"}, "title": {"type": "string"}}}},
-            "usage": {"type": "object"}
+            "usage": {"type": "object"},
+            "fallbacks": {"type": "object", "additionalProperties": {"type": "integer"}}
         }
     });
     let defaults = serde_json::to_value(&deps.defaults).unwrap_or_else(|_| json!({}));

@@ -4,11 +4,13 @@
 use super::ResearchDeps;
 use super::config::ResearchConfig;
 use super::cost::CostMeter;
+use super::fallbacks::{self, AgentFallback};
+use super::messages as msg;
 use super::stream_fields::FieldStreamer;
 use crate::graph::{NodeContext, NodeError};
 use crate::llm::{
     ChatRequest, ChatResponse, Delta, LlmError, ModelName, NativeTool, ResponseSchema, RetryPolicy,
-    ToolSpec, chat_with_retry, structured,
+    ToolChoice, ToolSpec, chat_with_retry, structured,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -97,9 +99,46 @@ impl<'a> Caller<'a> {
             if stream { Some(&emit) } else { None };
         let resp = chat_with_retry(&*model, &req, on_delta, self.policy(), self.ctx.cancelled())
             .await
-            .map_err(node_error);
+            .map_err(|e| self.fail(e));
         self.record(&req.model.to_string(), resp.as_ref().ok());
         resp
+    }
+
+    /// A model error as the run reports it, naming the stage of the research it stopped.
+    pub fn fail(&self, e: LlmError) -> NodeError {
+        match node_error(e) {
+            NodeError::Failed { kind, message } => NodeError::Failed {
+                kind,
+                message: format!("{} stage: {message}", fallbacks::stage(&self.ctx.node)),
+            },
+            other => other,
+        }
+    }
+
+    /// A call to an agent that acts only through tools. An answer in prose gets one corrective
+    /// turn (a short instruction, and `tool_choice: required` where the endpoint honours it)
+    /// before it counts as the agent's last word; that answer is returned either way.
+    pub async fn act(&self, req: ChatRequest) -> Result<ChatResponse, NodeError> {
+        let first = self.call(req.clone(), false).await?;
+        if msg::acted(&first.message) {
+            return Ok(first);
+        }
+        let said = msg::text(&first.message);
+        fallbacks::record(
+            self.ctx,
+            AgentFallback::CorrectiveTurn.as_str(),
+            &format!("answered without a tool call: {}", msg::excerpt(&said, 160)),
+        );
+        let names: Vec<String> = req.tools.iter().map(|t| format!("`{}`", t.name)).collect();
+        let nudge = self.deps.prompts.render(
+            "corrective_turn",
+            &[("tools", &names.join(", "))],
+        );
+        let mut again = req;
+        again.messages.push(json!({"type": "ai", "content": said}));
+        again.messages.push(msg::human(nudge));
+        again.tool_choice = ToolChoice::Required;
+        self.call(again, false).await
     }
 
     /// A structured-output call parsed into `T`. With `fields`, the text of those fields streams
@@ -140,12 +179,15 @@ impl<'a> Caller<'a> {
                 self.record(&model_name, Some(&resp));
                 Ok(value)
             }
-            Err(e) => Err(node_error(e)),
+            Err(e) => Err(self.fail(e)),
         }
     }
 
     fn record(&self, model: &str, resp: Option<&ChatResponse>) {
         let Some(resp) = resp else { return };
+        for fallback in &resp.fallbacks {
+            fallbacks::record(self.ctx, fallback.as_str(), &format!("model {model}"));
+        }
         let meter = self.ctx.scope.local::<CostMeter>();
         let totals = meter.record(model, resp.usage, self.deps.prices.get(model).copied());
         self.ctx.emit_run_custom(json!({

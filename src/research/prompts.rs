@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Built-in templates by name.
-const BUILT_IN: [(&str, &str); 8] = [
+const BUILT_IN: [(&str, &str); 9] = [
     (
         "clarify_with_user",
         include_str!("../../prompts/clarify_with_user.txt"),
@@ -37,6 +37,10 @@ const BUILT_IN: [(&str, &str); 8] = [
     (
         "summarize_webpage",
         include_str!("../../prompts/summarize_webpage.txt"),
+    ),
+    (
+        "corrective_turn",
+        include_str!("../../prompts/corrective_turn.txt"),
     ),
 ];
 

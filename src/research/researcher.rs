@@ -2,6 +2,7 @@
 //! reflect) → `compress_research` (clean up the findings for the supervisor).
 
 use super::config::SearchApi;
+use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, ToolCall, human, system, tool};
 use super::model::{Caller, Deps, Role, node_error, run_config};
 use super::{ResearchDeps, research_complete_tool, think_tool};
@@ -87,26 +88,74 @@ async fn researcher(
             ("search_tools", note),
         ],
     );
+    let history = msg::slice(&state, "researcher_messages");
     let mut messages = vec![system(&prompt)];
-    messages.extend(msg::list(&state, "researcher_messages"));
+    messages.extend(history.iter().cloned());
+    let offers_search = tools.iter().any(|t| t.name == tavily::TOOL_NAME);
     let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
-    let resp = caller.call(req, false).await?;
+    let mut message = caller.act(req).await?.message;
+    if offers_search && !msg::acted(&message) && !msg::has_result_of(history, tavily::TOOL_NAME) {
+        search_the_plan(&ctx, &state, &mut message);
+    }
     let iterations = state
         .get("tool_call_iterations")
         .and_then(Value::as_u64)
         .unwrap_or(0)
         + 1;
     let mut upd = JsonMap::new();
-    upd.insert("researcher_messages".into(), json!([resp.message]));
+    upd.insert("researcher_messages".into(), json!([message]));
     upd.insert("tool_call_iterations".into(), json!(iterations));
     Ok(Command::update(upd).goto("researcher_tools"))
 }
 
-fn used_native_search(message: &Value) -> bool {
-    message["response_metadata"]["server_tool_use"]["web_search_requests"]
-        .as_u64()
-        .unwrap_or(0)
-        > 0
+/// A researcher that wrote its search plan ("I will use the following queries: …") but never
+/// searched, even after a corrective turn: the queries it listed are searched for it (its topic
+/// when it listed none), so the research rests on real sources. The run says so.
+fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value) {
+    let said = msg::text(message);
+    let mut queries = listed_queries(&said);
+    if queries.is_empty() {
+        queries.push(msg::excerpt(&msg::string(state, "research_topic"), 300));
+    }
+    if queries.iter().all(|q| q.trim().is_empty()) {
+        return;
+    }
+    let fallback = AgentFallback::PlannedSearch.as_str();
+    let detail = format!(
+        "the researcher did not search (it wrote: {}); searching {}",
+        msg::excerpt(&said, 160),
+        serde_json::to_string(&queries).unwrap_or_default()
+    );
+    msg::add_call(
+        message,
+        tavily::TOOL_NAME,
+        json!({ "queries": queries }),
+        fallback,
+    );
+    fallbacks::record(ctx, fallback, &detail);
+}
+
+/// Search queries a model listed in prose: numbered or bulleted lines, quotes stripped; at
+/// most five.
+fn listed_queries(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let body = line
+                .strip_prefix(['-', '*', '•'])
+                .or_else(|| {
+                    let digits = line.find(|c: char| !c.is_ascii_digit())?;
+                    (digits > 0)
+                        .then(|| line[digits..].strip_prefix(['.', ')']))
+                        .flatten()
+                })?
+                .trim()
+                .trim_matches(|c: char| matches!(c, '"' | '\'' | '`' | '*' | '“' | '”'))
+                .trim();
+            (body.chars().count() >= 3 && body.chars().count() <= 200).then(|| body.to_owned())
+        })
+        .take(5)
+        .collect()
 }
 
 async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
@@ -117,7 +166,7 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
         .unwrap_or(Value::Null);
     let calls = msg::tool_calls(&last);
     let invalid = msg::invalid_tool_calls(&last);
-    if calls.is_empty() && invalid.is_empty() && !used_native_search(&last) {
+    if calls.is_empty() && invalid.is_empty() && !msg::used_native_search(&last) {
         return Ok(Command::default().goto("compress_research"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
@@ -329,4 +378,24 @@ fn compressed(history: &[Value], text: &str) -> Command {
     upd.insert("compressed_research".into(), json!(text));
     upd.insert("raw_notes".into(), json!([raw.join("\n")]));
     Command::update(upd).goto(END)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_listed_in_prose_are_found() {
+        let plan = "I will use the following queries:\n1. \"sodium-ion battery cost 2025\"\n2) LFP cycle life\n- `grid storage chemistry`\nThen I will compare.";
+        assert_eq!(
+            listed_queries(plan),
+            vec![
+                "sodium-ion battery cost 2025",
+                "LFP cycle life",
+                "grid storage chemistry"
+            ]
+        );
+        assert!(listed_queries("I will research this topic carefully.").is_empty());
+        assert!(listed_queries("2024 was a year.").is_empty());
+    }
 }

@@ -1,6 +1,7 @@
 //! The supervisor subgraph: `supervisor` (the lead model picks tools) ⇄ `supervisor_tools`
 //! (reflections, parallel researchers, exit checks).
 
+use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, ToolCall, tool};
 use super::model::{Caller, Deps, Role, run_config};
 use super::{research_complete_tool, researcher, think_tool};
@@ -56,16 +57,43 @@ async fn supervisor(
         ],
         vec![],
     );
-    let resp = caller.call(req, false).await?;
+    let mut message = caller.act(req).await?.message;
+    let history = msg::slice(&state, "supervisor_messages");
+    if !msg::acted(&message) && !msg::has_result_of(history, "ConductResearch") {
+        delegate_brief(&ctx, &state, &mut message);
+    }
     let iterations = state
         .get("research_iterations")
         .and_then(Value::as_u64)
         .unwrap_or(0)
         + 1;
     let mut upd = crate::store::JsonMap::new();
-    upd.insert("supervisor_messages".into(), json!([resp.message]));
+    upd.insert("supervisor_messages".into(), json!([message]));
     upd.insert("research_iterations".into(), json!(iterations));
     Ok(Command::update(upd).goto("supervisor_tools"))
+}
+
+/// A supervisor that would end the research before delegating anything (it answered in prose
+/// even after a corrective turn): rather than a run with no sources, the brief is researched as
+/// one topic, and the run says so.
+fn delegate_brief(ctx: &NodeContext, state: &crate::store::JsonMap, message: &mut Value) {
+    let brief = msg::string(state, "research_brief");
+    if brief.trim().is_empty() {
+        return;
+    }
+    let said = msg::excerpt(&msg::text(message), 160);
+    let fallback = AgentFallback::BriefAsOneTopic.as_str();
+    msg::add_call(
+        message,
+        "ConductResearch",
+        json!({"research_topic": brief}),
+        fallback,
+    );
+    fallbacks::record(
+        ctx,
+        fallback,
+        &format!("the supervisor never delegated (it wrote: {said}); researching the brief as one topic"),
+    );
 }
 
 /// The research results in the supervisor's history: what the report is written from. (ODR also

@@ -70,6 +70,9 @@ pub enum FakeReply {
     Hang,
     /// Streams this piece of text forever, ignoring `max_tokens` (non-streaming: hangs).
     Endless(String),
+    /// Streams `text`, then `piece` over and over: a small model caught in a loop (OpenAI
+    /// format; non-streaming: hangs, as the real server would until its output cap).
+    Runaway { text: String, piece: String },
     /// This exact body with status 200.
     Raw(Value),
     /// These exact chunks as an SSE stream with status 200 (OpenAI format only).
@@ -112,6 +115,18 @@ impl FakeReply {
             status: 500,
             body: json!({"error": {"message": "The server had an error while processing your request.",
                                    "type": "server_error", "param": null, "code": null}}),
+            retry_after: None,
+        }
+    }
+
+    /// llama.cpp's answer when the model half-followed the tool-call format (e.g. two calls in
+    /// one turn): its own parser fails and the request gets a 500.
+    pub fn llama_parse_error() -> Self {
+        Self::Error {
+            status: 500,
+            body: json!({"error": {"code": 500, "message":
+                "The model produced output that does not match the expected peg-native format",
+                "type": "server_error"}}),
             retry_after: None,
         }
     }
@@ -174,6 +189,22 @@ impl FakeLlm {
     /// An OpenAI-compatible server; `base_url()` ends in `/v1`.
     pub async fn start(responder: Responder) -> Self {
         let router = Router::new().route("/v1/chat/completions", post(openai_handler));
+        Self::serve(responder, router, "/v1").await
+    }
+
+    /// llama.cpp's server: chat completions and `GET /props` with this context window.
+    pub async fn start_llama_cpp(responder: Responder, n_ctx: u64) -> Self {
+        let props = json!({"default_generation_settings": {"n_ctx": n_ctx, "params": {}},
+                           "total_slots": 1, "model_path": "/models/small.gguf"});
+        let router = Router::new()
+            .route("/v1/chat/completions", post(openai_handler))
+            .route(
+                "/props",
+                axum::routing::get(move || {
+                    let props = props.clone();
+                    async move { axum::Json(props) }
+                }),
+            );
         Self::serve(responder, router, "/v1").await
     }
 
@@ -305,7 +336,9 @@ async fn settle(mut reply: FakeReply, streaming: bool) -> FakeReply {
                 *inner
             }
             FakeReply::Hang => std::future::pending().await,
-            FakeReply::Endless(_) if !streaming => std::future::pending().await,
+            FakeReply::Endless(_) | FakeReply::Runaway { .. } if !streaming => {
+                std::future::pending().await
+            }
             other => return other,
         }
     }
@@ -346,11 +379,17 @@ fn sse_body(body: Body) -> Response {
 
 /// An SSE stream repeating `frame` until the client hangs up.
 fn endless(frame: String) -> Response {
-    let stream = futures::stream::unfold(frame, |frame| async move {
+    endless_after(Vec::new(), frame)
+}
+
+/// `first`, then `frame` repeated until the client hangs up.
+fn endless_after(first: Vec<String>, frame: String) -> Response {
+    let head = futures::stream::iter(first).map(|f| Ok::<_, Infallible>(Bytes::from(f)));
+    let tail = futures::stream::unfold(frame, |frame| async move {
         tokio::task::yield_now().await;
         Some((Ok::<_, Infallible>(Bytes::from(frame.clone())), frame))
     });
-    sse_body(Body::from_stream(stream))
+    sse_body(Body::from_stream(head.chain(tail)))
 }
 
 /// The text and `(name, args text)` calls a reply stands for.
@@ -401,6 +440,14 @@ async fn openai_handler(
         FakeReply::Endless(piece) => {
             let delta = json!({"content": piece});
             endless(frame(&openai_chunk(&id, &request, delta, Value::Null)))
+        }
+        FakeReply::Runaway { text, piece } => {
+            // The opening frame and the text's frames; no finish, usage or [DONE].
+            let keep = 1 + pieces(&text, 4).len();
+            let mut first = openai_stream(&id, &request, (text, Vec::new()));
+            first.truncate(keep);
+            let delta = json!({"content": piece});
+            endless_after(first, frame(&openai_chunk(&id, &request, delta, Value::Null)))
         }
         reply if streaming => {
             let frames = openai_stream(&id, &request, parts(reply));

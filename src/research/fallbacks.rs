@@ -1,0 +1,93 @@
+//! What a run had to do to research on a model that does not follow the API well: fallbacks
+//! of the model client (calls read from text, prompted tools, repaired JSON, a runaway stopped)
+//! and of the agents (a corrective turn, the brief researched as one topic, a search run for a
+//! researcher that only wrote its plan). Each is a `custom` event when it happens and a count
+//! in the final state's `fallbacks`, next to `usage`, so a run never hides how it got its
+//! answer.
+
+use crate::graph::NodeContext;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// The stage of the research a node belongs to, as errors and fallback events name it.
+pub fn stage(node: &str) -> &'static str {
+    match node {
+        "clarify_with_user" => "clarify",
+        "write_research_brief" => "brief",
+        "supervisor" | "supervisor_tools" | "research_supervisor" => "supervisor",
+        "researcher" | "researcher_tools" => "researcher",
+        "compress_research" => "compress",
+        "final_report_generation" => "report",
+        _ => "research",
+    }
+}
+
+/// Agent-level fallbacks (the model client's own are `crate::llm::Fallback`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentFallback {
+    /// The model answered in prose where it had to call a tool, and was asked once more.
+    CorrectiveTurn,
+    /// The supervisor never delegated: the brief was researched as one topic.
+    BriefAsOneTopic,
+    /// A researcher wrote its search plan instead of searching: its listed queries (or its
+    /// topic) were searched for it.
+    PlannedSearch,
+}
+
+impl AgentFallback {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CorrectiveTurn => "corrective_turn",
+            Self::BriefAsOneTopic => "brief_as_one_topic",
+            Self::PlannedSearch => "planned_search",
+        }
+    }
+}
+
+/// The run's fallback counts (one per run, shared by all its nodes through `RunScope::local`).
+#[derive(Debug, Default)]
+pub struct FallbackMeter(Mutex<BTreeMap<&'static str, u64>>);
+
+impl FallbackMeter {
+    fn add(&self, name: &'static str) {
+        let mut counts = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *counts.entry(name).or_default() += 1;
+    }
+
+    /// `{fallback: count}`, empty when the model followed the API throughout.
+    pub fn snapshot(&self) -> Value {
+        let counts = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        json!(*counts)
+    }
+}
+
+/// Counts one fallback and tells the run's clients about it.
+pub fn record(ctx: &NodeContext, name: &'static str, detail: &str) {
+    ctx.scope.local::<FallbackMeter>().add(name);
+    let stage = stage(&ctx.node);
+    tracing::info!(stage, fallback = name, detail, "research fallback");
+    ctx.emit_run_custom(json!({
+        "type": "fallback", "stage": stage, "node": ctx.node, "fallback": name, "detail": detail,
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_kept_by_name() {
+        let meter = FallbackMeter::default();
+        assert_eq!(meter.snapshot(), json!({}));
+        meter.add("prompted_tools");
+        meter.add("prompted_tools");
+        meter.add(AgentFallback::CorrectiveTurn.as_str());
+        assert_eq!(
+            meter.snapshot(),
+            json!({"corrective_turn": 1, "prompted_tools": 2})
+        );
+        assert_eq!(stage("researcher_tools"), "researcher");
+        assert_eq!(stage("final_report_generation"), "report");
+    }
+}
