@@ -96,9 +96,16 @@ def main():
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--ctx", type=int, default=32768)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--template", choices=["fixed", "stock"], default="fixed")
     parser.add_argument("--print-template", action="store_true")
     args = parser.parse_args()
+
+    if args.port == 0:
+        import socket
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            args.port = probe.getsockname()[1]
 
     stock = read_gguf_string_field(args.model, "tokenizer.chat_template") or ""
     template = fixed_template(stock) if args.template == "fixed" else stock
@@ -111,15 +118,21 @@ def main():
     params = xlc.CommonParams()
     params.model.path = args.model
     params.n_ctx = args.ctx
-    params.n_parallel = 1
+    # Two slots sharing one KV cache: two researchers (or two page summaries) alternate on the
+    # server without each evicting the other's cached prompt, and llama.cpp batches both.
+    params.n_parallel = args.parallel
+    params.kv_unified = True
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
     params.port = args.port
-    params.hostname = "127.0.0.1"
     params.sampling.temp = 0.0
     params.use_jinja = True
     params.chat_template = template
     server = xlc.Server(params)
+    # llama.cpp binds loopback unless told otherwise; refuse to serve on anything else.
+    address = str(server.listening_address)
+    if "127.0.0.1" not in address and "localhost" not in address:
+        raise SystemExit(f"the model server listens on {address}, not on loopback")
 
     url = f"http://127.0.0.1:{args.port}"
     deadline = time.time() + 300

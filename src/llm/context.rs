@@ -116,7 +116,10 @@ mod tests {
             ollama_window(&json!({"model_info": {"llama.context_length": 131072}})),
             Some(131072)
         );
-        assert_eq!(server_root("http://127.0.0.1:8080/v1/"), "http://127.0.0.1:8080");
+        assert_eq!(
+            server_root("http://127.0.0.1:8080/v1/"),
+            "http://127.0.0.1:8080"
+        );
         assert_eq!(server_root("http://h:11434"), "http://h:11434");
     }
 }

@@ -92,7 +92,10 @@ mod tests {
             .map(|i| format!("Point {i}: a different sentence about item {i}.\n"))
             .collect::<String>();
         assert_eq!(cut_point(&report), None);
-        assert_eq!(cut_point(&format!("| a | b |\n|{}|\nend", "-".repeat(60))), None);
+        assert_eq!(
+            cut_point(&format!("| a | b |\n|{}|\nend", "-".repeat(60))),
+            None
+        );
         assert_eq!(cut_point("short"), None);
         // Three copies of a long paragraph are not yet a loop.
         let para = "A long paragraph that a model might legitimately quote again. ".repeat(3);

@@ -1,6 +1,7 @@
 //! OpenAI chat completions (and compatible endpoints: Ollama, vLLM, Groq, DeepSeek, …).
 
 use super::coalesce::Coalescer;
+use super::loop_guard;
 use super::providers::{
     AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_str, content_text,
     exact_body, identifier, role, runaway_limit,
@@ -9,7 +10,6 @@ use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError, NativeTool,
     OnDelta, ToolChoice, ToolSpec, Usage,
 };
-use super::loop_guard;
 use crate::sse::SseStream;
 use async_trait::async_trait;
 use bytes::Bytes;

@@ -149,9 +149,7 @@ impl Providers {
         let endpoint = Arc::clone(endpoint);
         let inner: Arc<dyn ChatModel> = match endpoint.kind {
             ProviderKind::Openai => Arc::new(OpenAiModel::new(endpoint.clone(), &name.model)),
-            ProviderKind::Anthropic => {
-                Arc::new(AnthropicModel::new(endpoint.clone(), &name.model))
-            }
+            ProviderKind::Anthropic => Arc::new(AnthropicModel::new(endpoint.clone(), &name.model)),
         };
         Ok(Arc::new(Adaptive::new(
             inner,
@@ -737,7 +735,10 @@ mod tests {
         let llama = r#"{"error":{"code":500,"message":"The model produced output that does not match the expected peg-native format","type":"server_error"}}"#;
         let e = classify(&cx(), 500, &none, llama);
         assert!(matches!(e, LlmError::ToolFormat { .. }), "{e:?}");
-        assert!(!e.is_retryable(), "the same request would fail the same way");
+        assert!(
+            !e.is_retryable(),
+            "the same request would fail the same way"
+        );
         let ollama = r#"{"error":"error parsing tool call: raw='I will search'"}"#;
         assert!(matches!(
             classify(&cx(), 500, &none, ollama),

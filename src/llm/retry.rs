@@ -60,6 +60,7 @@ pub async fn chat_with_retry(
             attempt,
             max_attempts = attempts,
             error = error.kind(),
+            message = %error,
             wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
             "model call failed; retrying"
         );

@@ -3,8 +3,7 @@
 
 use super::providers::content_text;
 use super::{
-    ChatModel, ChatRequest, ChatResponse, Fallback, LlmError, OnDelta, RetryPolicy,
-    chat_with_retry,
+    ChatModel, ChatRequest, ChatResponse, Fallback, LlmError, OnDelta, RetryPolicy, chat_with_retry,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -128,7 +127,7 @@ fn repaired<T: DeserializeOwned>(text: &str, schema: &Value) -> Option<T> {
 
 /// JSON from the first `{` with trailing commas dropped and what was left open closed (an
 /// answer cut off by the output cap).
-fn mended(text: &str) -> Option<Value> {
+pub(super) fn mended(text: &str) -> Option<Value> {
     let start = text.find('{')?;
     let mut out = String::with_capacity(text.len() - start + 8);
     let mut open: Vec<char> = Vec::new();
@@ -238,7 +237,11 @@ mod tests {
     fn weak_answers_are_repaired() {
         let schema = json!({"type": "object", "properties": {"research_brief": {"type": "string"}},
                             "required": ["research_brief"]});
-        let brief = |s: &str| Some(Brief { research_brief: s.into() });
+        let brief = |s: &str| {
+            Some(Brief {
+                research_brief: s.into(),
+            })
+        };
         assert_eq!(
             repaired::<Brief>(r#"{"ResearchQuestion": {"research_brief": "b"}}"#, &schema),
             brief("b")

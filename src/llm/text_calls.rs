@@ -36,12 +36,22 @@ pub fn recover(text: &str, known: &[&str]) -> Option<Recovered> {
     }
     kept.push_str(rest);
     if calls.is_empty() {
-        return None;
+        return cut_off_call(text, known);
     }
     Some(Recovered {
         calls,
         rest: strip_wrappers(&kept),
     })
+}
+
+/// A call whose JSON was cut off (the output cap, or a loop stopped early): the text from its
+/// `{"name"` on, with what was left open closed. Only for a text that is nothing else.
+fn cut_off_call(text: &str, known: &[&str]) -> Option<Recovered> {
+    let start = text.find("{\"name\"")?;
+    let rest = strip_wrappers(&text[..start]);
+    let value = super::structured::mended(&text[start..])?;
+    let calls = calls_in(&value, known);
+    (!calls.is_empty()).then_some(Recovered { calls, rest })
 }
 
 /// The first JSON object or array in `text` that parses whole: its byte span and value.
@@ -185,5 +195,17 @@ mod tests {
             None
         );
         assert_eq!(recover(r#"{"name": "tavily_search", "argu"#, &TOOLS), None);
+    }
+
+    #[test]
+    fn a_call_cut_off_at_the_output_cap_is_closed_and_kept() {
+        let cut = r#"{"name":"think_tool","arguments":{"reflection":"I found several sources that"#;
+        assert_eq!(
+            calls(cut),
+            vec![(
+                "think_tool".to_owned(),
+                json!({"reflection": "I found several sources that"})
+            )]
+        );
     }
 }

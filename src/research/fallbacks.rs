@@ -51,13 +51,19 @@ pub struct FallbackMeter(Mutex<BTreeMap<&'static str, u64>>);
 
 impl FallbackMeter {
     fn add(&self, name: &'static str) {
-        let mut counts = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut counts = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *counts.entry(name).or_default() += 1;
     }
 
     /// `{fallback: count}`, empty when the model followed the API throughout.
     pub fn snapshot(&self) -> Value {
-        let counts = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let counts = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         json!(*counts)
     }
 }

@@ -122,7 +122,9 @@ pub fn used_native_search(message: &Value) -> bool {
 
 /// Whether a history holds a result of the tool `name`.
 pub fn has_result_of(history: &[Value], name: &str) -> bool {
-    history.iter().any(|m| kind(m) == "tool" && m["name"] == name)
+    history
+        .iter()
+        .any(|m| kind(m) == "tool" && m["name"] == name)
 }
 
 /// At most `max` characters of a text, on one line, for events and error messages.
@@ -189,9 +191,16 @@ mod tests {
 
     #[test]
     fn acting_and_excerpts() {
-        assert!(!acted(&json!({"type": "ai", "content": "I will search", "tool_calls": []})));
+        assert!(!acted(
+            &json!({"type": "ai", "content": "I will search", "tool_calls": []})
+        ));
         let mut m = json!({"type": "ai", "content": "plan"});
-        add_call(&mut m, "tavily_search", json!({"queries": ["q"]}), "planned_search");
+        add_call(
+            &mut m,
+            "tavily_search",
+            json!({"queries": ["q"]}),
+            "planned_search",
+        );
         assert!(acted(&m));
         assert_eq!(tool_calls(&m)[0].name, "tavily_search");
         assert_eq!(m["response_metadata"]["fallback"], "planned_search");

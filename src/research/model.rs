@@ -130,10 +130,10 @@ impl<'a> Caller<'a> {
             &format!("answered without a tool call: {}", msg::excerpt(&said, 160)),
         );
         let names: Vec<String> = req.tools.iter().map(|t| format!("`{}`", t.name)).collect();
-        let nudge = self.deps.prompts.render(
-            "corrective_turn",
-            &[("tools", &names.join(", "))],
-        );
+        let nudge = self
+            .deps
+            .prompts
+            .render("corrective_turn", &[("tools", &names.join(", "))]);
         let mut again = req;
         again.messages.push(json!({"type": "ai", "content": said}));
         again.messages.push(msg::human(nudge));

@@ -92,7 +92,9 @@ fn delegate_brief(ctx: &NodeContext, state: &crate::store::JsonMap, message: &mu
     fallbacks::record(
         ctx,
         fallback,
-        &format!("the supervisor never delegated (it wrote: {said}); researching the brief as one topic"),
+        &format!(
+            "the supervisor never delegated (it wrote: {said}); researching the brief as one topic"
+        ),
     );
 }
 

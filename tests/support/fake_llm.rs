@@ -72,7 +72,10 @@ pub enum FakeReply {
     Endless(String),
     /// Streams `text`, then `piece` over and over: a small model caught in a loop (OpenAI
     /// format; non-streaming: hangs, as the real server would until its output cap).
-    Runaway { text: String, piece: String },
+    Runaway {
+        text: String,
+        piece: String,
+    },
     /// This exact body with status 200.
     Raw(Value),
     /// These exact chunks as an SSE stream with status 200 (OpenAI format only).
@@ -447,7 +450,10 @@ async fn openai_handler(
             let mut first = openai_stream(&id, &request, (text, Vec::new()));
             first.truncate(keep);
             let delta = json!({"content": piece});
-            endless_after(first, frame(&openai_chunk(&id, &request, delta, Value::Null)))
+            endless_after(
+                first,
+                frame(&openai_chunk(&id, &request, delta, Value::Null)),
+            )
         }
         reply if streaming => {
             let frames = openai_stream(&id, &request, parts(reply));

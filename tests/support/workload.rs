@@ -35,13 +35,15 @@ pub fn role(req: &Value) -> Role {
         .flatten()
         .filter_map(|t| t["function"]["name"].as_str())
         .collect();
-    if tools.contains(&"ConductResearch") {
+    let text = all_text(req);
+    // With prompted tools the request has no `tools`: the system prompt lists them instead.
+    let offered = |name: &str| tools.contains(&name) || text.contains(&format!("- {name}: "));
+    if offered("ConductResearch") {
         return Role::Supervisor;
     }
-    if tools.contains(&"think_tool") {
+    if offered("think_tool") {
         return Role::Researcher;
     }
-    let text = all_text(req);
     if text.contains("<Findings>") {
         Role::Report
     } else if text.contains("cleaning up the findings") {
@@ -474,5 +476,77 @@ where
             }
         }
         inner(req)
+    }
+}
+
+/// A small local model, as the 1.5B model of the real-model tier behaves (measured, see
+/// `shared/reference/local-llm.md`): agents answer their first turn in prose (a researcher even
+/// after a corrective turn, until it has seen a search result), tool calls come back as text
+/// (bare JSON, a ```json fence or `<tool_call>` tags, never the API's field), trying several
+/// calls natively makes the server's parser fail with an HTTP 500, JSON answers come wrapped
+/// or fenced, and the report ends in a loop. Every fallback of the service is exercised.
+pub fn small_model(script: Script) -> impl Fn(&Value) -> FakeReply + Send + Sync + 'static {
+    let inner = scripted(script);
+    move |req: &Value| {
+        let text = all_text(req);
+        let must = req["tool_choice"] == "required" || text.contains("you must call a tool");
+        let native = req["tools"].is_array();
+        match role(req) {
+            Role::Supervisor if turns(req) == 0 && !must => FakeReply::text(
+                "I will delegate research on three topics: 1. the history, 2. the costs, 3. the outlook.",
+            ),
+            Role::Researcher if !saw_a_search(req) => FakeReply::Text(format!(
+                "I will use the following queries:\n1. \"{t} overview\"\n2. \"{t} costs\"",
+                t = topic(req)
+            )),
+            Role::Brief => match inner(req) {
+                FakeReply::Json(v) => FakeReply::Text(json!({"ResearchQuestion": v}).to_string()),
+                other => other,
+            },
+            Role::Summary => match inner(req) {
+                FakeReply::Json(v) => FakeReply::Text(format!("```json\n{v}\n```")),
+                other => other,
+            },
+            Role::Report => match inner(req) {
+                FakeReply::Text(report) => FakeReply::Runaway {
+                    text: report,
+                    piece: "The findings above are complete. ".into(),
+                },
+                other => other,
+            },
+            _ => match inner(req) {
+                FakeReply::ToolCalls(calls) if native && calls.len() > 1 => {
+                    FakeReply::llama_parse_error()
+                }
+                FakeReply::ToolCalls(calls) => FakeReply::Text(calls_as_text(&calls, &text)),
+                other => other,
+            },
+        }
+    }
+}
+
+fn saw_a_search(req: &Value) -> bool {
+    req["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|m| m["role"] == "tool")
+        || all_text(req).contains("Result of your `tavily_search` call")
+}
+
+/// Calls written the ways small models write them, varied by the request.
+fn calls_as_text(calls: &[(String, Value)], seed: &str) -> String {
+    let written: Vec<Value> = calls
+        .iter()
+        .map(|(name, args)| json!({"name": name, "arguments": args}))
+        .collect();
+    let body = match written.as_slice() {
+        [one] => one.to_string(),
+        many => Value::Array(many.to_vec()).to_string(),
+    };
+    match digest(seed) % 3 {
+        0 => body,
+        1 => format!("Here is the call:\n```json\n{body}\n```"),
+        _ => format!("<tool_call>\n{body}\n</tool_call>"),
     }
 }
