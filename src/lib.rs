@@ -3,7 +3,12 @@
 //! Layout (data flows top to bottom):
 //! - `api`: axum routes, errors as `{"detail": …}`, OpenAPI.
 //! - `runs`: the run queue and worker pool (claim, lease, cancel, multitask strategies).
+//! - `research`: the deep-research graph (clarify, brief, supervisor, researchers, compress,
+//!   report), its settings, cost meter, fallback counts and citation checks.
 //! - `graph`: a small graph runtime (nodes, reducers, subgraphs, checkpoints, events).
+//! - `llm`: chat models (OpenAI-compatible, Anthropic) behind one trait, wrapped in the adaptive
+//!   ladder for weak models (`llm::adaptive`: calls from text, prompted tools, JSON repair,
+//!   runaway guard); `tools`: Tavily search with page summaries.
 //! - `stream`: per-run event bus and SSE framing.
 //! - `store`: persistence over Postgres or SQLite.
 //! - `config`: settings from file and environment.

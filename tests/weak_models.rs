@@ -350,3 +350,39 @@ async fn output_caps_and_context_windows_come_from_the_provider() {
     call(&model(&p), &req).await.unwrap();
     assert_eq!(fake.requests()[0]["max_tokens"], 512);
 }
+
+#[tokio::test]
+async fn a_history_the_server_cannot_render_is_sent_again_as_text() {
+    // llama.cpp parses the arguments of every earlier call, even in a request without tools.
+    let fake = FakeLlm::start(responder(|req: &Value| {
+        let calls_in_history = req["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["tool_calls"].is_array());
+        if calls_in_history {
+            FakeReply::llama_parse_error()
+        } else {
+            FakeReply::text("The findings, cleaned up.")
+        }
+    }))
+    .await;
+    let p = providers(&fake.base_url(), ToolCalling::Auto, false);
+    let mut req = tool_request();
+    req.tools.clear();
+    req.messages
+        .push(json!({"type": "ai", "content": "", "invalid_tool_calls": [
+        {"name": "tavily_search", "args": "{\"queries\": [\"cut", "id": "c1",
+         "error": "bad", "type": "invalid_tool_call"}]}));
+    req.messages.push(
+        json!({"type": "tool", "name": "tavily_search", "tool_call_id": "c1",
+                             "content": "Error: bad arguments"}),
+    );
+    let answer = call(&model(&p), &req).await.unwrap();
+    assert_eq!(answer.message["content"], "The findings, cleaned up.");
+    assert_eq!(answer.fallbacks, vec![Fallback::ToolFormatRetry]);
+    let sent = fake.requests();
+    assert_eq!(sent.len(), 2);
+    let replayed = sent[1]["messages"][2]["content"].as_str().unwrap();
+    assert!(replayed.contains("tavily_search"), "{replayed}");
+}

@@ -95,12 +95,32 @@ impl ChatModel for Adaptive {
             }
             None => None,
         };
-        if !req.tools.is_empty() {
+        let answer = if !req.tools.is_empty() {
             self.with_tools(&req, on_delta).await
         } else if req.response_schema.is_some() {
             self.with_schema(&req, on_delta).await
         } else {
             self.inner.chat(&req, on_delta).await
+        };
+        match answer {
+            // A request without tools can still fail in the server's tool-call parser: it
+            // renders the earlier calls of the history. Asked again with them as text.
+            Err(LlmError::ToolFormat { .. })
+                if req.tools.is_empty() && has_calls(&req.messages) =>
+            {
+                let plain = ChatRequest {
+                    messages: flatten_history(&req.messages),
+                    ..req.into_owned()
+                };
+                let mut answer = if plain.response_schema.is_some() {
+                    self.with_schema(&plain, on_delta).await?
+                } else {
+                    self.inner.chat(&plain, on_delta).await?
+                };
+                answer.fallbacks.insert(0, Fallback::ToolFormatRetry);
+                Ok(answer)
+            }
+            other => other,
         }
     }
 }
@@ -255,9 +275,19 @@ impl Adaptive {
 fn refuses_tools(e: &LlmError) -> bool {
     match e {
         LlmError::ToolFormat { .. } => true,
+        // Ollama: "… does not support tools"; vLLM without its parser: "\"auto\" tool choice
+        // requires --enable-auto-tool-choice …". A schema error in a tool stays an error.
         LlmError::BadRequest { message, .. } => {
             let m = message.to_lowercase();
-            m.contains("tool") && (m.contains("support") || m.contains("not allowed"))
+            [
+                "does not support tools",
+                "tools are not supported",
+                "tool calling is not supported",
+                "tool use is not supported",
+                "tool choice requires",
+            ]
+            .iter()
+            .any(|sign| m.contains(sign))
         }
         _ => false,
     }
@@ -314,8 +344,34 @@ fn recover_text_calls(
 /// (servers reject `tool` messages whose call is not in a `tool_calls` field).
 fn prompted_messages(req: &ChatRequest, single_call: bool) -> Vec<Value> {
     let instructions = tools_prompt(req, single_call);
-    let mut out: Vec<Value> = Vec::with_capacity(req.messages.len() + 1);
-    for message in &req.messages {
+    let mut out = flatten_history(&req.messages);
+    match out.first_mut() {
+        Some(first) if kind(first) == "system" => {
+            let text = format!(
+                "{}\n\n{instructions}",
+                super::providers::content_text(&first["content"])
+            );
+            *first = json!({"type": "system", "content": text});
+        }
+        _ => out.insert(0, json!({"type": "system", "content": instructions})),
+    }
+    out
+}
+
+/// Whether any earlier assistant turn carries tool calls.
+fn has_calls(messages: &[Value]) -> bool {
+    messages.iter().any(|m| {
+        ["tool_calls", "invalid_tool_calls"]
+            .iter()
+            .any(|k| m[*k].as_array().is_some_and(|a| !a.is_empty()))
+    })
+}
+
+/// The history with earlier calls written as the JSON the model would write, and tool results
+/// as user turns: nothing left for a server's tool-call parser to choke on.
+fn flatten_history(messages: &[Value]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+    for message in messages {
         match kind(message) {
             "ai" => out.push(json!({"type": "ai", "content": calls_as_text(message)})),
             "tool" => {
@@ -344,16 +400,6 @@ fn prompted_messages(req: &ChatRequest, single_call: bool) -> Vec<Value> {
             map.remove("tool_results");
         }
     }
-    match out.first_mut() {
-        Some(first) if kind(first) == "system" => {
-            let text = format!(
-                "{}\n\n{instructions}",
-                super::providers::content_text(&first["content"])
-            );
-            *first = json!({"type": "system", "content": text});
-        }
-        _ => out.insert(0, json!({"type": "system", "content": instructions})),
-    }
     out
 }
 
@@ -374,10 +420,10 @@ fn kind(message: &Value) -> &str {
 /// An earlier assistant turn as text: what it said, then its calls as JSON.
 fn calls_as_text(message: &Value) -> String {
     let text = super::providers::content_text(&message["content"]);
-    let calls: Vec<Value> = message["tool_calls"]
-        .as_array()
+    let list = |key: &str| message[key].as_array().cloned().unwrap_or_default();
+    let calls: Vec<Value> = list("tool_calls")
         .into_iter()
-        .flatten()
+        .chain(list("invalid_tool_calls"))
         .map(|c| json!({"name": c["name"], "arguments": c["args"]}))
         .collect();
     let written = match calls.len() {
@@ -525,6 +571,12 @@ mod tests {
             "HTTP 400: registry/gemma does not support tools"
         )));
         assert!(!refuses_tools(&bad("HTTP 400: messages must not be empty")));
+        assert!(refuses_tools(&bad(
+            "HTTP 400: \"auto\" tool choice requires --enable-auto-tool-choice"
+        )));
+        assert!(!refuses_tools(&bad(
+            "HTTP 400: Invalid schema for function 'x': tools[0] uses a keyword that is not supported"
+        )));
         assert!(refuses_schema(&bad(
             "HTTP 400: response_format is not supported"
         )));

@@ -439,21 +439,27 @@ fn assistant_message<'a>(message: &'a Value, text: Cow<'a, str>) -> OutMessage<'
             .unwrap_or_default()
     };
     // Invalid calls go back too: a tool message may answer them, and its id must match a call.
+    // Their text is wrapped in valid JSON: llama.cpp parses the arguments of every earlier call
+    // to render its template, and answers 500 for the whole request when one is malformed.
+    let call = |call: &'a Value, invalid: bool| OutCall {
+        id: &call["id"],
+        kind: "function",
+        function: OutFunction {
+            name: &call["name"],
+            arguments: match &call["args"] {
+                Value::String(raw) if invalid => {
+                    Cow::Owned(json!({ "invalid_arguments": raw }).to_string())
+                }
+                Value::String(raw) => Cow::Borrowed(raw.as_str()),
+                Value::Null => Cow::Borrowed("{}"),
+                args => Cow::Owned(args.to_string()),
+            },
+        },
+    };
     let tool_calls: Vec<OutCall<'a>> = as_list("tool_calls")
         .iter()
-        .chain(as_list("invalid_tool_calls"))
-        .map(|call| OutCall {
-            id: &call["id"],
-            kind: "function",
-            function: OutFunction {
-                name: &call["name"],
-                arguments: match &call["args"] {
-                    Value::String(raw) => Cow::Borrowed(raw.as_str()),
-                    Value::Null => Cow::Borrowed("{}"),
-                    args => Cow::Owned(args.to_string()),
-                },
-            },
-        })
+        .map(|c| call(c, false))
+        .chain(as_list("invalid_tool_calls").iter().map(|c| call(c, true)))
         .collect();
     let content = if !tool_calls.is_empty() && text.is_empty() {
         None
@@ -681,6 +687,8 @@ mod tests {
             json!({"type": "ai", "content": "", "tool_calls": [{"name": "search", "args": {"q": "x"}, "id": "c1", "type": "tool_call"}]}),
             json!({"type": "tool", "content": "found", "tool_call_id": "c1"}),
             json!({"role": "assistant", "content": "done"}),
+            json!({"type": "ai", "content": "", "invalid_tool_calls": [
+                {"name": "search", "args": "{\"q\": \"cut", "id": "c2", "type": "invalid_tool_call"}]}),
         ];
         let out = serde_json::to_value(convert_messages(&messages).unwrap()).unwrap();
         assert_eq!(out[0], json!({"role": "system", "content": "be brief"}));
@@ -695,6 +703,14 @@ mod tests {
             json!({"role": "tool", "tool_call_id": "c1", "content": "found"})
         );
         assert_eq!(out[4], json!({"role": "assistant", "content": "done"}));
+        let malformed = out[5]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(malformed).unwrap(),
+            json!({"invalid_arguments": "{\"q\": \"cut"}),
+            "sent as valid JSON"
+        );
         assert!(convert_messages(&[json!({"type": "remove", "id": "x"})]).is_err());
     }
 
