@@ -978,3 +978,33 @@ async fn checkpoints_store_each_finding_once_and_grow_linearly() {
         "turn 2 stored {second} B vs {first} B for turn 1 (final state {state_size} B)"
     );
 }
+
+/// A researcher that declares its research complete before searching once has its topic
+/// searched first (ODR would compress nothing and report on no sources).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_researcher_that_finishes_before_searching_searches_its_topic() {
+    let inner = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let ra = r::start(
+        move |req: &Value| {
+            let searched = r::all_text(req).contains("Search results");
+            match r::role(req) {
+                Role::Researcher if !searched => {
+                    FakeReply::tool_calls(&[("ResearchComplete", json!({}))])
+                }
+                _ => inner(req),
+            }
+        },
+        "",
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "What is new in batteries?", json!({})).await;
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    let values = last_values(&frames);
+    assert_eq!(values["fallbacks"]["planned_search"], 1, "{}", values["fallbacks"]);
+    assert!(ra.tavily.calls() >= 1);
+    assert!(!values["sources"].as_array().unwrap().is_empty());
+}

@@ -94,23 +94,40 @@ async fn researcher(
     let offers_search = tools.iter().any(|t| t.name == tavily::TOOL_NAME);
     let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
     let mut message = caller.act(req).await?.message;
-    if offers_search && !msg::acted(&message) && !msg::has_result_of(history, tavily::TOOL_NAME) {
-        search_the_plan(&ctx, &state, &mut message);
-    }
     let iterations = state
         .get("tool_call_iterations")
         .and_then(Value::as_u64)
         .unwrap_or(0)
         + 1;
+    let last_turn = iterations >= u64::from(cfg.max_react_tool_calls);
+    if offers_search
+        && !msg::has_result_of(history, tavily::TOOL_NAME)
+        && finishes_without_searching(&message, last_turn)
+    {
+        search_the_plan(&ctx, &state, &mut message);
+    }
     let mut upd = JsonMap::new();
     upd.insert("researcher_messages".into(), json!([message]));
     upd.insert("tool_call_iterations".into(), json!(iterations));
     Ok(Command::update(upd).goto("researcher_tools"))
 }
 
-/// A researcher that wrote its search plan ("I will use the following queries: …") but never
-/// searched, even after a corrective turn: the queries it listed are searched for it (its topic
-/// when it listed none), so the research rests on real sources. The run says so.
+/// Whether this turn would end a researcher that has not searched yet: it answered in prose,
+/// or called `ResearchComplete` (or used its last turn) without a search.
+fn finishes_without_searching(message: &Value, last_turn: bool) -> bool {
+    if !msg::acted(message) {
+        return true;
+    }
+    let calls = msg::tool_calls(message);
+    let searches = calls.iter().any(|c| c.name == tavily::TOOL_NAME);
+    let completes = calls.iter().any(|c| c.name == "ResearchComplete");
+    !searches && (completes || last_turn)
+}
+
+/// A researcher that would finish without one search: it wrote its search plan ("I will use the
+/// following queries: …") even after a corrective turn, or declared its research complete
+/// before searching. The queries it listed are searched for it (its topic when it listed none),
+/// so the research rests on real sources. The run says so.
 fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value) {
     let said = msg::text(message);
     let mut queries = listed_queries(&said);
@@ -122,7 +139,7 @@ fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value) {
     }
     let fallback = AgentFallback::PlannedSearch.as_str();
     let detail = format!(
-        "the researcher did not search (it wrote: {}); searching {}",
+        "the researcher would have finished without a search (it wrote: {}); searching {}",
         msg::excerpt(&said, 160),
         serde_json::to_string(&queries).unwrap_or_default()
     );
@@ -383,6 +400,31 @@ fn compressed(history: &[Value], text: &str) -> Command {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finishing_before_any_search_is_caught() {
+        let with = |names: &[&str]| {
+            let calls: Vec<Value> = names
+                .iter()
+                .map(|n| json!({"name": n, "args": {}, "id": n, "type": "tool_call"}))
+                .collect();
+            json!({"type": "ai", "content": "", "tool_calls": calls})
+        };
+        assert!(finishes_without_searching(
+            &json!({"type": "ai", "content": "plan"}),
+            false
+        ));
+        assert!(finishes_without_searching(
+            &with(&["ResearchComplete"]),
+            false
+        ));
+        assert!(finishes_without_searching(&with(&["think_tool"]), true));
+        assert!(!finishes_without_searching(&with(&["think_tool"]), false));
+        assert!(!finishes_without_searching(
+            &with(&["tavily_search", "ResearchComplete"]),
+            false
+        ));
+    }
 
     #[test]
     fn queries_listed_in_prose_are_found() {
