@@ -1004,7 +1004,11 @@ async fn a_researcher_that_finishes_before_searching_searches_its_topic() {
     let frames = stream(&ra, &tid, "What is new in batteries?", json!({})).await;
     assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
     let values = last_values(&frames);
-    assert_eq!(values["fallbacks"]["planned_search"], 1, "{}", values["fallbacks"]);
+    assert_eq!(
+        values["fallbacks"]["planned_search"], 1,
+        "{}",
+        values["fallbacks"]
+    );
     assert!(ra.tavily.calls() >= 1);
     assert!(!values["sources"].as_array().unwrap().is_empty());
 }
