@@ -145,7 +145,7 @@ async fn brief(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
     if answer.research_brief.trim().is_empty() {
         return Err(NodeError::new(
             "ResearchError",
-            "the research model returned an empty research brief",
+            "brief stage: the research model returned an empty research brief",
         ));
     }
     let supervisor_prompt = deps.prompts.render(
@@ -375,7 +375,7 @@ async fn write_report(
     }
     Err(NodeError::new(
         "ContextOverflowError",
-        "the findings did not fit the final report model's context window even after trimming them three times",
+        "report stage: the findings did not fit the final report model's context window even after trimming them three times",
     ))
 }
 
