@@ -246,9 +246,19 @@ fn judge(
                 error["error"].as_str().is_some_and(|e| !e.is_empty()),
                 "{error}"
             );
+            let stages = [
+                "clarify",
+                "brief",
+                "supervisor",
+                "researcher",
+                "compress",
+                "report",
+            ];
             assert!(
-                message.contains(" stage: ") || message.contains("stage"),
-                "{error}"
+                stages
+                    .iter()
+                    .any(|stage| message.starts_with(&format!("{stage} stage: "))),
+                "the error names no stage: {error}"
             );
             assert!(report.is_empty(), "no report comes with an error");
             figures["researched"] = json!(false);
