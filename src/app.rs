@@ -9,6 +9,7 @@ use crate::store::{self, IfExists, Store};
 use crate::stream::Bus;
 use crate::time::Timestamp;
 use axum::serve::ListenerExt;
+use secrecy::ExposeSecret;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -28,7 +29,7 @@ impl Application {
         let listener = TcpListener::bind((settings.host.as_str(), settings.port)).await?;
         let store: Arc<dyn Store> = Arc::new(
             store::connect(
-                &settings.store_url(),
+                settings.store_url().expose_secret(),
                 settings.db_max_connections,
                 settings.sqlite_sync,
             )

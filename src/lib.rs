@@ -25,5 +25,6 @@ pub mod runs;
 pub mod sse;
 pub mod store;
 pub mod stream;
+pub mod telemetry;
 pub mod time;
 pub mod tools;

@@ -3,14 +3,14 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use deep_research::app::Application;
-use deep_research::config::Settings;
-use deep_research::config::file::FileConfig;
+use deep_research::config::file::{FileConfig, LogFormat};
+use deep_research::config::{Settings, non_empty};
 use deep_research::graph::Registry;
-use deep_research::research::ResearchDeps;
 use deep_research::store::SqliteSync;
+use deep_research::telemetry;
+use secrecy::SecretString;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing_subscriber::EnvFilter;
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -43,37 +43,43 @@ enum Command {
     },
 }
 
+/// Flags of `serve`. Each one left out keeps the value from the config layers (`[server]` in
+/// config/default.toml, a `--config` file, `DR__SERVER__*` variables).
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "HOST", default_value = "127.0.0.1")]
-    host: String,
-    /// Port to listen on (0 picks a free one).
-    #[arg(long, env = "PORT", default_value_t = 2024)]
-    port: u16,
+    /// Address to listen on [server.host].
+    #[arg(long, env = "HOST")]
+    host: Option<String>,
+    /// Port to listen on, 0 picks a free one [server.port].
+    #[arg(long, env = "PORT")]
+    port: Option<u16>,
     /// Postgres URL (postgres://user:pass@host/db); without it a SQLite file is used.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
-    /// The SQLite file used when no DATABASE_URL is set.
-    #[arg(long, env = "DR_SQLITE_PATH", default_value = "deep-research.db")]
-    sqlite_path: String,
+    /// The SQLite file used when no DATABASE_URL is set [server.sqlite_path].
+    #[arg(long, env = "DR_SQLITE_PATH")]
+    sqlite_path: Option<String>,
     /// SQLite commits: `normal` returns once a commit is in the write-ahead log (a power cut
     /// may lose the last ones), `full` waits for fsync on every commit.
-    #[arg(long, env = "DR_SQLITE_SYNC", default_value = "normal", value_parser = ["normal", "full"])]
-    sqlite_sync: String,
-    /// Runs executing at once in this process.
-    #[arg(long, env = "DR_MAX_CONCURRENT_RUNS", default_value_t = 64)]
-    max_concurrent_runs: usize,
-    /// Database connections in the pool.
-    #[arg(long, env = "DR_DB_MAX_CONNECTIONS", default_value_t = 10)]
-    db_max_connections: u32,
-    /// Require this key in the x-api-key header.
+    #[arg(long, env = "DR_SQLITE_SYNC", value_parser = ["normal", "full"])]
+    sqlite_sync: Option<String>,
+    /// Runs executing at once in this process [server.max_concurrent_runs].
+    #[arg(long, env = "DR_MAX_CONCURRENT_RUNS")]
+    max_concurrent_runs: Option<usize>,
+    /// Database connections in the pool [server.db_max_connections].
+    #[arg(long, env = "DR_DB_MAX_CONNECTIONS")]
+    db_max_connections: Option<u32>,
+    /// Require this key in the x-api-key header [server.api_key].
     #[arg(long, env = "DR_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// Largest accepted request body, in bytes.
-    #[arg(long, env = "DR_MAX_BODY_BYTES", default_value_t = 10 * 1024 * 1024)]
-    max_body_bytes: usize,
-    /// A TOML file layered over config/default.toml (research knobs, providers, limits, prices).
+    /// Largest accepted request body, in bytes [server.max_body_bytes].
+    #[arg(long, env = "DR_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
+    /// Log lines as `text` or `json` [telemetry.log_format].
+    #[arg(long, env = "DR_LOG_FORMAT", value_parser = ["text", "json"])]
+    log_format: Option<String>,
+    /// A TOML file layered over config/default.toml (server, research knobs, providers, limits,
+    /// prices, telemetry).
     #[arg(long, env = "DR_CONFIG")]
     config: Option<std::path::PathBuf>,
 }
@@ -97,37 +103,63 @@ struct ResearchCmd {
 }
 
 impl ServeArgs {
-    fn settings(&self) -> Settings {
-        Settings {
-            host: self.host.clone(),
-            port: self.port,
-            database_url: self.database_url.clone().filter(|u| !u.trim().is_empty()),
-            sqlite_path: self.sqlite_path.clone(),
-            sqlite_sync: if self.sqlite_sync == "full" {
-                SqliteSync::Full
-            } else {
-                SqliteSync::Normal
-            },
-            db_max_connections: self.db_max_connections,
-            max_concurrent_runs: self.max_concurrent_runs,
-            api_key: self.api_key.clone().filter(|k| !k.is_empty()),
-            max_body_bytes: self.max_body_bytes,
-            ..Settings::default()
+    /// The config layers with these flags on top.
+    fn settings(&self, cfg: &FileConfig) -> anyhow::Result<Settings> {
+        let mut s = Settings::from_file(cfg)?;
+        let secret = |v: &Option<String>| v.as_ref().map(|v| SecretString::from(v.clone()));
+        if let Some(host) = &self.host {
+            s.host = host.clone();
         }
+        s.port = self.port.unwrap_or(s.port);
+        if let Some(url) = secret(&self.database_url) {
+            s.database_url = non_empty(&url);
+        }
+        if let Some(path) = &self.sqlite_path {
+            s.sqlite_path = path.clone();
+        }
+        match self.sqlite_sync.as_deref() {
+            Some("full") => s.sqlite_sync = SqliteSync::Full,
+            Some(_) => s.sqlite_sync = SqliteSync::Normal,
+            None => {}
+        }
+        s.max_concurrent_runs = self.max_concurrent_runs.unwrap_or(s.max_concurrent_runs);
+        s.db_max_connections = self.db_max_connections.unwrap_or(s.db_max_connections);
+        if let Some(key) = secret(&self.api_key) {
+            s.api_key = non_empty(&key);
+        }
+        s.max_body_bytes = self.max_body_bytes.unwrap_or(s.max_body_bytes);
+        match self.log_format.as_deref() {
+            Some("json") => s.telemetry.log_format = LogFormat::Json,
+            Some(_) => s.telemetry.log_format = LogFormat::Text,
+            None => {}
+        }
+        if s.telemetry.otlp_endpoint.is_none() {
+            s.telemetry.otlp_endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .ok()
+                .map(|e| e.trim().trim_end_matches('/').to_owned())
+                .filter(|e| !e.is_empty());
+        }
+        s.validate()?;
+        Ok(s)
     }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("deep_research=info,tower_http=warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
     match Cli::parse().command {
         Command::Serve(args) => {
-            let registry = research_registry(args.config.as_deref())?;
-            serve(args.settings(), registry).await
+            let cfg = FileConfig::load_from(args.config.as_deref())?;
+            let settings = args.settings(&cfg)?;
+            let telemetry = telemetry::init(&settings.telemetry)?;
+            let registry = research_registry(&cfg)?;
+            let result = serve(settings, registry).await;
+            telemetry.shutdown();
+            result
         }
-        Command::Research(cmd) => research(cmd).await,
+        Command::Research(cmd) => {
+            telemetry::init_logs(LogFormat::Text);
+            research(cmd).await
+        }
         Command::PrintConfig => {
             print!("{}", deep_research::config::file::DEFAULTS);
             Ok(())
@@ -141,11 +173,11 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// The graphs `serve` offers: the research graph, configured from the layered config files.
-fn research_registry(config: Option<&std::path::Path>) -> anyhow::Result<Registry> {
-    let cfg = FileConfig::load_from(config)?;
+fn research_registry(cfg: &FileConfig) -> anyhow::Result<Registry> {
     let env = |k: &str| std::env::var(k).ok();
-    let deps =
-        ResearchDeps::from_config(&cfg, &env).context("could not set up the research graph")?;
+    let deps = cfg
+        .research_deps(&env)
+        .context("could not set up the research graph")?;
     let mut registry = Registry::new();
     deep_research::research::register(&mut registry, Arc::new(deps));
     Ok(registry)
@@ -168,12 +200,14 @@ async fn serve(settings: Settings, registry: Registry) -> anyhow::Result<()> {
 }
 
 async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
-    let registry = research_registry(cmd.config.as_deref())?;
+    let cfg = FileConfig::load_from(cmd.config.as_deref())?;
+    let registry = research_registry(&cfg)?;
     let settings = Settings {
+        host: "127.0.0.1".into(),
         port: 0,
         database_url: None,
         sqlite_path: cmd.sqlite_path.clone(),
-        ..Settings::default()
+        ..Settings::from_file(&cfg)?
     };
     let app = Application::build(settings, registry).await?;
     let base = format!("http://{}", app.local_addr()?);

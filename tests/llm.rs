@@ -28,7 +28,7 @@ fn providers_for(
 ) -> Providers {
     let config = ProviderConfig {
         max_in_flight,
-        ..ProviderConfig::new(kind, base_url, key.map(str::to_owned))
+        ..ProviderConfig::new(kind, base_url, key.map(|k| k.to_owned().into()))
     };
     Providers::new(BTreeMap::from([("fake".to_owned(), config)]))
 }

@@ -18,7 +18,7 @@ mod support;
 
 use deep_research::config::file::FileConfig;
 use deep_research::graph::Registry;
-use deep_research::research::{self, ResearchDeps};
+use deep_research::research;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -138,7 +138,7 @@ async fn one_run(model_url: &str, question: &str) -> Value {
     tavily.set_raw_content_len(3000);
     let text = config(model_url, &tavily);
     let cfg = FileConfig::load(&[(&text, "real-model.toml")], &[]).expect("config");
-    let deps = ResearchDeps::from_config(&cfg, &|_: &str| None).expect("deps");
+    let deps = cfg.research_deps(&|_: &str| None).expect("deps");
     let mut registry = Registry::new();
     research::register(&mut registry, Arc::new(deps));
     let app = spawn_with(Backend::Sqlite, test_settings(), registry)

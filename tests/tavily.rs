@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 fn config(fake: &FakeTavily) -> TavilyConfig {
     TavilyConfig {
         base_url: fake.base_url().to_owned(),
-        api_key: Some(API_KEY.to_owned()),
+        api_key: Some(API_KEY.into()),
         timeout: Duration::from_secs(5),
         base_delay: Duration::from_millis(10),
         ..TavilyConfig::default()
@@ -431,7 +431,7 @@ async fn missing_key_fails_before_any_request() {
     for key in [None, Some(String::new()), Some("  ".to_owned())] {
         let tavily = client(
             TavilyConfig {
-                api_key: key,
+                api_key: key.map(Into::into),
                 ..config(&fake)
             },
             16,

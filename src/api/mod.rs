@@ -19,6 +19,7 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use error::AppError;
+use secrecy::ExposeSecret;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -86,7 +87,7 @@ fn is_public(path: &str) -> bool {
 }
 
 async fn require_api_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(expected) = state.settings.api_key.as_deref() else {
+    let Some(expected) = state.settings.api_key.as_ref().map(|k| k.expose_secret()) else {
         return next.run(req).await;
     };
     if req.method() == Method::OPTIONS || is_public(req.uri().path()) {

@@ -13,6 +13,7 @@ use super::{
 use crate::sse::SseStream;
 use async_trait::async_trait;
 use bytes::Bytes;
+use secrecy::ExposeSecret;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,7 +37,9 @@ impl ChatModel for AnthropicModel {
         // Serialized at once: the `Value` tree (a copy of every message) is not kept while the
         // call waits on the network.
         let body = exact_body(self.body(req, on_delta.is_some())?.to_string().into_bytes());
-        let key = self.endpoint.api_key(req.api_key.as_deref());
+        let key = self
+            .endpoint
+            .api_key(req.api_key.as_ref().map(|k| k.expose_secret()));
         let schema_tool = req.response_schema.as_ref().map(|s| identifier(&s.name));
         let call = self.call(body, key, on_delta, schema_tool.as_deref(), req.max_tokens);
         self.endpoint.attempt(req.timeout, call).await

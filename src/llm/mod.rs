@@ -19,6 +19,7 @@ pub use retry::{RetryPolicy, chat_with_retry};
 pub use structured::structured;
 
 use async_trait::async_trait;
+use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::time::Duration;
@@ -109,7 +110,7 @@ pub struct ChatRequest {
     /// Give up on a single attempt after this long.
     pub timeout: Duration,
     /// A per-request key (when the operator allows keys in run config); else the provider's.
-    pub api_key: Option<String>,
+    pub api_key: Option<SecretString>,
 }
 
 impl ChatRequest {

@@ -14,6 +14,7 @@ use crate::sse::SseStream;
 use async_trait::async_trait;
 use bytes::Bytes;
 use reqwest::header::CONTENT_TYPE;
+use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
@@ -35,7 +36,9 @@ impl ChatModel for OpenAiModel {
     ) -> Result<ChatResponse, LlmError> {
         let on_delta = on_delta.filter(|_| req.stream);
         let body = self.body(req, on_delta.is_some())?;
-        let key = self.endpoint.api_key(req.api_key.as_deref());
+        let key = self
+            .endpoint
+            .api_key(req.api_key.as_ref().map(|k| k.expose_secret()));
         let call = self.call(body, key, on_delta, req.max_tokens);
         self.endpoint.attempt(req.timeout, call).await
     }

@@ -9,6 +9,7 @@ use super::context::ContextWindows;
 use super::openai::OpenAiModel;
 use super::{ChatModel, ChatResponse, FinishReason, LlmError, ModelName, Usage};
 use reqwest::header::HeaderMap;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -41,12 +42,12 @@ pub enum ToolCalling {
 }
 
 /// One provider's settings.
-#[derive(Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[derive(Clone, Debug)]
 pub struct ProviderConfig {
     pub kind: ProviderKind,
     /// e.g. `https://api.openai.com/v1` or `https://api.anthropic.com`.
     pub base_url: String,
-    pub api_key: Option<String>,
+    pub api_key: Option<SecretString>,
     /// Calls to this provider in flight at once, across all runs of the process.
     pub max_in_flight: usize,
     pub tool_calling: ToolCalling,
@@ -62,7 +63,7 @@ pub struct ProviderConfig {
 
 impl ProviderConfig {
     /// An endpoint with the defaults of the optional settings.
-    pub fn new(kind: ProviderKind, base_url: &str, api_key: Option<String>) -> Self {
+    pub fn new(kind: ProviderKind, base_url: &str, api_key: Option<SecretString>) -> Self {
         Self {
             kind,
             base_url: base_url.to_owned(),
@@ -73,21 +74,6 @@ impl ProviderConfig {
             context_window: None,
             max_output_tokens: None,
         }
-    }
-}
-
-impl std::fmt::Debug for ProviderConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProviderConfig")
-            .field("kind", &self.kind)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "[REDACTED]"))
-            .field("max_in_flight", &self.max_in_flight)
-            .field("tool_calling", &self.tool_calling)
-            .field("local", &self.local)
-            .field("context_window", &self.context_window)
-            .field("max_output_tokens", &self.max_output_tokens)
-            .finish()
     }
 }
 
@@ -203,7 +189,7 @@ pub(super) struct Endpoint {
     pub name: String,
     pub kind: ProviderKind,
     base_url: String,
-    api_key: Option<String>,
+    api_key: Option<SecretString>,
     client: reqwest::Client,
     slots: Semaphore,
     max_in_flight: usize,
@@ -259,9 +245,11 @@ impl Endpoint {
 
     /// The request's own key wins over the provider's; empty keys count as none.
     pub fn api_key<'a>(&'a self, request_key: Option<&'a str>) -> Option<&'a str> {
-        request_key
-            .filter(|k| !k.trim().is_empty())
-            .or(self.api_key.as_deref().filter(|k| !k.trim().is_empty()))
+        request_key.filter(|k| !k.trim().is_empty()).or(self
+            .api_key
+            .as_ref()
+            .map(|k| k.expose_secret())
+            .filter(|k| !k.trim().is_empty()))
     }
 
     pub fn post(&self, url: &str) -> reqwest::RequestBuilder {

@@ -1,6 +1,5 @@
 //! Token usage and estimated cost of one run, per model, from the operator's price table.
 
-use crate::config::file::Price;
 use crate::llm::Usage;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -13,6 +12,14 @@ struct ModelUsage {
     output_tokens: u64,
     usd: f64,
     priced: bool,
+}
+
+/// USD per million tokens of one model.
+#[derive(Clone, Copy, Debug, serde::Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
 }
 
 /// The run's meter (one per run, shared by all its nodes through `RunScope::local`).

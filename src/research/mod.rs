@@ -15,11 +15,11 @@ mod researcher;
 mod stream_fields;
 mod supervisor;
 
-use crate::config::file::{FileConfig, Price};
 use crate::graph::{ConfigCheck, Registry, Schemas};
 use crate::llm::{Providers, RetryPolicy};
 use crate::tools::{Tavily, TavilyConfig};
 use config::ResearchConfig;
+use cost::Price;
 use prompts::Prompts;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -52,44 +52,11 @@ pub struct ResearchDeps {
 }
 
 impl ResearchDeps {
-    /// Builds the dependencies from the file configuration and the environment.
-    pub fn from_config(
-        cfg: &FileConfig,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> anyhow::Result<Self> {
-        let prompts_dir = Some(cfg.prompts.dir.trim()).filter(|d| !d.is_empty());
-        let prompts = Prompts::load(prompts_dir.map(std::path::Path::new))?;
-        let (base_url, api_key) = cfg.search.tavily.resolve(env);
-        let limits = &cfg.limits;
-        let tavily_config = TavilyConfig {
-            base_url,
-            api_key,
-            timeout: Duration::from_secs(limits.search_timeout_secs),
-            ..TavilyConfig::default()
-        };
-        Ok(Self {
-            defaults: cfg.research.clone(),
-            locked: cfg.operator.locked.clone(),
-            allow_api_keys_from_config: cfg.operator.allow_api_keys_from_config,
-            providers: Providers::new(cfg.provider_configs(env)),
-            prompts,
-            prices: cfg.prices.clone(),
-            tavily_config,
-            http: crate::llm::http_client()?,
-            researcher_slots: Arc::new(Semaphore::new(limits.max_concurrent_researchers.max(1))),
-            summary_slots: Arc::new(Semaphore::new(limits.max_concurrent_summaries.max(1))),
-            search_slots: Arc::new(Semaphore::new(limits.search_max_in_flight.max(1))),
-            model_timeout: Duration::from_secs(limits.model_timeout_secs),
-            summary_timeout: Duration::from_secs(limits.summary_timeout_secs),
-            retry: RetryPolicy::default(),
-        })
-    }
-
     /// A Tavily client, with the run's own key when the operator allows run keys.
     pub fn tavily(&self, run_key: Option<String>) -> Tavily {
         let mut config = self.tavily_config.clone();
         if let Some(key) = run_key.filter(|_| self.allow_api_keys_from_config) {
-            config.api_key = Some(key);
+            config.api_key = Some(key.into());
         }
         Tavily::new(config, self.http.clone(), self.search_slots.clone())
     }

@@ -65,7 +65,7 @@ impl<'a> Caller<'a> {
         Ok(req)
     }
 
-    fn run_key(&self, provider: &str) -> Option<String> {
+    fn run_key(&self, provider: &str) -> Option<secrecy::SecretString> {
         if !self.deps.allow_api_keys_from_config {
             return None;
         }
@@ -73,7 +73,7 @@ impl<'a> Caller<'a> {
         self.ctx.config()["configurable"]["apiKeys"][&name]
             .as_str()
             .filter(|k| !k.is_empty())
-            .map(str::to_owned)
+            .map(|k| k.to_owned().into())
     }
 
     fn policy(&self) -> RetryPolicy {

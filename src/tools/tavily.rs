@@ -9,10 +9,11 @@ use async_trait::async_trait;
 use futures::future::{join_all, try_join_all};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashSet;
-use std::fmt;
+
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -35,10 +36,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 const MAX_ERROR_DETAIL: usize = 300;
 
 /// How to reach Tavily and which fixed search options to send.
-#[derive(Clone)]
+/// `Debug` prints the key as `[REDACTED]`.
+#[derive(Clone, Debug)]
 pub struct TavilyConfig {
     pub base_url: String,
-    pub api_key: Option<String>,
+    pub api_key: Option<SecretString>,
     pub max_results: u32,
     pub topic: String,
     pub search_depth: String,
@@ -62,22 +64,6 @@ impl Default for TavilyConfig {
             max_attempts: 3,
             base_delay: Duration::from_millis(500),
         }
-    }
-}
-
-// Hand-written so the key never reaches logs.
-impl fmt::Debug for TavilyConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TavilyConfig")
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("max_results", &self.max_results)
-            .field("topic", &self.topic)
-            .field("search_depth", &self.search_depth)
-            .field("timeout", &self.timeout)
-            .field("max_attempts", &self.max_attempts)
-            .field("base_delay", &self.base_delay)
-            .finish()
     }
 }
 
@@ -169,7 +155,12 @@ impl Tavily {
     }
 
     fn api_key(&self) -> Result<&str, SearchError> {
-        match self.config.api_key.as_deref().map(str::trim) {
+        match self
+            .config
+            .api_key
+            .as_ref()
+            .map(|k| k.expose_secret().trim())
+        {
             Some(key) if !key.is_empty() => Ok(key),
             _ => Err(SearchError::MissingKey),
         }
@@ -505,7 +496,7 @@ mod tests {
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("tvly-secret"));
-        assert!(shown.contains("<redacted>"));
+        assert!(shown.contains("REDACTED"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::fake_tavily::{self, FakeTavily};
 use super::{Backend, TestApp, spawn_with, test_settings};
 use deep_research::config::file::FileConfig;
 use deep_research::graph::Registry;
-use deep_research::research::{self, ResearchDeps};
+use deep_research::research;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -72,7 +72,7 @@ where
     let text = config_toml(&llm, &tavily);
     let cfg = FileConfig::load(&[(&text, "test.toml"), (extra_config, "extra.toml")], &[])
         .expect("test config");
-    let mut deps = ResearchDeps::from_config(&cfg, &|_: &str| None).expect("deps");
+    let mut deps = cfg.research_deps(&|_: &str| None).expect("deps");
     // Fast retries in tests: the policy is what matters, not the wall-clock wait.
     deps.retry.base_delay = std::time::Duration::from_millis(20);
     let mut registry = Registry::new();

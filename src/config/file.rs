@@ -1,0 +1,417 @@
+//! The layered file configuration (`config/default.toml`, an optional file, `DR__…` env).
+
+use crate::llm::{ProviderConfig, ProviderKind, ToolCalling};
+use crate::research::ResearchDeps;
+use crate::research::config::ResearchConfig;
+use crate::research::cost::Price;
+use crate::tools::TavilyConfig;
+use secrecy::SecretString;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use toml::{Table, Value};
+
+/// The defaults shipped with the binary.
+pub const DEFAULTS: &str = include_str!("../../config/default.toml");
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("could not read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("invalid TOML in {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The `[server]` section: where the service listens, its store, its intervals and its key.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    pub host: String,
+    pub port: u16,
+    /// Empty: a SQLite file at `sqlite_path`.
+    pub database_url: SecretString,
+    pub sqlite_path: String,
+    pub sqlite_sync: SqliteSyncChoice,
+    pub db_max_connections: u32,
+    pub max_concurrent_runs: usize,
+    /// Empty: no key required.
+    pub api_key: SecretString,
+    pub max_body_bytes: usize,
+    pub run_lease_ms: u64,
+    pub heartbeat_ms: u64,
+    pub poll_interval_ms: u64,
+}
+
+/// `normal` or `full` (see `store::SqliteSync`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SqliteSyncChoice {
+    Normal,
+    Full,
+}
+
+impl From<SqliteSyncChoice> for crate::store::SqliteSync {
+    fn from(c: SqliteSyncChoice) -> Self {
+        match c {
+            SqliteSyncChoice::Normal => Self::Normal,
+            SqliteSyncChoice::Full => Self::Full,
+        }
+    }
+}
+
+/// Log lines as text (colours only on a terminal) or as one JSON object each.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The `[telemetry]` section.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Telemetry {
+    pub log_format: LogFormat,
+    pub otlp_endpoint: String,
+    pub service_name: String,
+    pub metrics: bool,
+}
+
+/// Process-wide limits.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub max_concurrent_researchers: usize,
+    pub max_concurrent_summaries: usize,
+    pub search_max_in_flight: usize,
+    pub model_timeout_secs: u64,
+    pub summary_timeout_secs: u64,
+    pub search_timeout_secs: u64,
+}
+
+/// What the operator allows runs to do.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Operator {
+    pub locked: Vec<String>,
+    pub allow_api_keys_from_config: bool,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prompts {
+    pub dir: String,
+}
+
+/// An endpoint whose URL and key may come from named environment variables.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    pub base_url: String,
+    #[serde(default)]
+    pub base_url_env: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<SecretString>,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+impl Endpoint {
+    /// The base URL (its env variable wins when set) and the key (literal, else its env).
+    pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> (String, Option<SecretString>) {
+        let url = self
+            .base_url_env
+            .as_deref()
+            .and_then(env)
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| self.base_url.clone());
+        let key = self
+            .api_key
+            .as_ref()
+            .and_then(super::non_empty)
+            .or_else(|| {
+                let value = self.api_key_env.as_deref().and_then(env)?;
+                super::non_empty(&SecretString::from(value))
+            });
+        (url.trim_end_matches('/').to_owned(), key)
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provider {
+    pub kind: ProviderKind,
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    pub max_in_flight: usize,
+    /// auto | native | prompted
+    #[serde(default)]
+    pub tool_calling: ToolCalling,
+    /// A model server on the operator's own hardware (see `ProviderConfig::local`).
+    #[serde(default)]
+    pub local: bool,
+    #[serde(default)]
+    pub context_window: Option<u32>,
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Search {
+    pub tavily: Endpoint,
+}
+
+/// Everything `config/default.toml` describes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub server: Server,
+    pub telemetry: Telemetry,
+    pub research: ResearchConfig,
+    pub limits: Limits,
+    pub operator: Operator,
+    pub prompts: Prompts,
+    pub search: Search,
+    pub providers: BTreeMap<String, Provider>,
+    pub prices: BTreeMap<String, Price>,
+}
+
+impl FileConfig {
+    /// Defaults, then `extra` (a TOML file's text and its name), then `DR__SECTION__KEY`
+    /// variables from `env`.
+    pub fn load(layers: &[(&str, &str)], env: &[(String, String)]) -> Result<Self, ConfigError> {
+        let mut table = parse(DEFAULTS, "config/default.toml")?;
+        for (text, path) in layers {
+            merge(&mut table, parse(text, path)?);
+        }
+        for (key, value) in env {
+            if let Some(path) = key.strip_prefix("DR__") {
+                set_path(&mut table, path, value)?;
+            }
+        }
+        let cfg: Self = Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Invalid(e.message().to_owned()))?;
+        cfg.research.validate().map_err(ConfigError::Invalid)?;
+        for key in &cfg.operator.locked {
+            if serde_json::to_value(&cfg.research)
+                .ok()
+                .and_then(|v| v.get(key).cloned())
+                .is_none()
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "operator.locked: unknown research key '{key}'"
+                )));
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Reads `path` if given, plus the process environment.
+    pub fn load_from(path: Option<&std::path::Path>) -> Result<Self, ConfigError> {
+        let text = match path {
+            Some(p) => Some(
+                std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.display().to_string(),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
+        let name = path.map(|p| p.display().to_string()).unwrap_or_default();
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        let layers: Vec<(&str, &str)> = text
+            .as_deref()
+            .map(|t| (t, name.as_str()))
+            .into_iter()
+            .collect();
+        Self::load(&layers, &env)
+    }
+
+    /// Provider settings with URLs and keys resolved from `env`.
+    pub fn provider_configs(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> BTreeMap<String, ProviderConfig> {
+        self.providers
+            .iter()
+            .map(|(name, p)| {
+                let (base_url, api_key) = p.endpoint.resolve(env);
+                let cfg = ProviderConfig {
+                    max_in_flight: p.max_in_flight.max(1),
+                    tool_calling: p.tool_calling,
+                    local: p.local,
+                    context_window: p.context_window,
+                    max_output_tokens: p.max_output_tokens,
+                    ..ProviderConfig::new(p.kind, &base_url, api_key)
+                };
+                (name.clone(), cfg)
+            })
+            .collect()
+    }
+}
+
+impl FileConfig {
+    /// What the research nodes share across runs: providers, prompts, search, process caps.
+    pub fn research_deps(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<ResearchDeps> {
+        let prompts_dir = Some(self.prompts.dir.trim()).filter(|d| !d.is_empty());
+        let prompts =
+            crate::research::prompts::Prompts::load(prompts_dir.map(std::path::Path::new))?;
+        let (base_url, api_key) = self.search.tavily.resolve(env);
+        let limits = &self.limits;
+        let tavily_config = TavilyConfig {
+            base_url,
+            api_key,
+            timeout: Duration::from_secs(limits.search_timeout_secs),
+            ..TavilyConfig::default()
+        };
+        let slots = |n: usize| Arc::new(Semaphore::new(n.max(1)));
+        Ok(ResearchDeps {
+            defaults: self.research.clone(),
+            locked: self.operator.locked.clone(),
+            allow_api_keys_from_config: self.operator.allow_api_keys_from_config,
+            providers: crate::llm::Providers::new(self.provider_configs(env)),
+            prompts,
+            prices: self.prices.clone(),
+            tavily_config,
+            http: crate::llm::http_client()?,
+            researcher_slots: slots(limits.max_concurrent_researchers),
+            summary_slots: slots(limits.max_concurrent_summaries),
+            search_slots: slots(limits.search_max_in_flight),
+            model_timeout: Duration::from_secs(limits.model_timeout_secs),
+            summary_timeout: Duration::from_secs(limits.summary_timeout_secs),
+            retry: crate::llm::RetryPolicy::default(),
+        })
+    }
+}
+
+fn parse(text: &str, path: &str) -> Result<Table, ConfigError> {
+    text.parse::<Table>().map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Deep-merges `over` into `base` (tables merge, everything else replaces).
+fn merge(base: &mut Table, over: Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(Value::Table(b)), Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(key, v);
+            }
+        }
+    }
+}
+
+/// Sets `SECTION__KEY` (lower-cased) to `raw` read as a TOML value, or as text.
+fn set_path(table: &mut Table, path: &str, raw: &str) -> Result<(), ConfigError> {
+    let parts: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
+    let Some((last, sections)) = parts.split_last() else {
+        return Ok(());
+    };
+    let mut node = table;
+    for section in sections {
+        let entry = node
+            .entry(section.clone())
+            .or_insert_with(|| Value::Table(Table::new()));
+        node = match entry {
+            Value::Table(t) => t,
+            _ => {
+                return Err(ConfigError::Invalid(format!(
+                    "DR__{path}: '{section}' is not a section"
+                )));
+            }
+        };
+    }
+    let value = format!("v = {raw}")
+        .parse::<Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| Value::String(raw.to_owned()));
+    node.insert(last.clone(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_load_and_layers_apply_in_order() {
+        let cfg = FileConfig::load(&[], &[]).unwrap();
+        assert_eq!(cfg.research, ResearchConfig::default());
+        assert!(cfg.providers.contains_key("openai") && cfg.providers.contains_key("anthropic"));
+        let file = "[research]\nmax_concurrent_research_units = 2\n[limits]\nmax_concurrent_summaries = 3\n";
+        let cfg = FileConfig::load(
+            &[(file, "x.toml")],
+            &env(&[
+                ("DR__RESEARCH__MAX_CONCURRENT_RESEARCH_UNITS", "4"),
+                ("DR__RESEARCH__RESEARCH_MODEL", "ollama:qwen3"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.research.max_concurrent_research_units, 4,
+            "env beats the file"
+        );
+        assert_eq!(
+            cfg.limits.max_concurrent_summaries, 3,
+            "the file beats the defaults"
+        );
+        assert_eq!(cfg.research.research_model, "ollama:qwen3");
+    }
+
+    #[test]
+    fn bad_values_are_reported() {
+        let e = FileConfig::load(&[], &env(&[("DR__RESEARCH__MAX_REACT_TOOL_CALLS", "99")]))
+            .unwrap_err();
+        assert!(e.to_string().contains("max_react_tool_calls"), "{e}");
+        let e = FileConfig::load(&[("[research]\nbogus = 1\n", "x.toml")], &[]).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+        let e =
+            FileConfig::load(&[("[operator]\nlocked = [\"nope\"]\n", "x.toml")], &[]).unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn endpoint_env_overrides_url_and_supplies_key() {
+        let cfg = FileConfig::load(&[], &[]).unwrap();
+        let lookup = |k: &str| match k {
+            "OPENAI_BASE_URL" => Some("http://127.0.0.1:9/v1/".to_owned()),
+            "OPENAI_API_KEY" => Some("sk-test".to_owned()),
+            _ => None,
+        };
+        let providers = cfg.provider_configs(&lookup);
+        assert_eq!(providers["openai"].base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(
+            providers["openai"]
+                .api_key
+                .as_ref()
+                .map(|k| k.expose_secret()),
+            Some("sk-test")
+        );
+        assert!(providers["ollama"].api_key.is_none());
+    }
+}

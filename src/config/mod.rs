@@ -1,0 +1,210 @@
+//! Service settings, one story with later layers winning:
+//! `config/default.toml` (compiled in) → a `--config FILE` → `DR__SECTION__KEY` environment
+//! variables → command-line flags (each with its conventional variable: `HOST`, `PORT`,
+//! `DATABASE_URL`, `DR_API_KEY`, …) → a run's `config.configurable` (research keys only).
+//! `file` reads and merges the layers; `Settings` is what the server runs with.
+
+pub mod file;
+
+use file::{ConfigError, FileConfig, LogFormat};
+use secrecy::{ExposeSecret, SecretString};
+use std::time::Duration;
+
+/// Where and how the service runs. Secrets are `SecretString`s: `Debug` prints `[REDACTED]`.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub host: String,
+    pub port: u16,
+    /// `postgres://…` or `sqlite://…`; `None` uses `sqlite_path`.
+    pub database_url: Option<SecretString>,
+    /// The embedded store's file when no database URL is set.
+    pub sqlite_path: String,
+    /// Database connections in the pool.
+    pub db_max_connections: u32,
+    /// How long a SQLite commit waits for the disk.
+    pub sqlite_sync: crate::store::SqliteSync,
+    /// Process-wide bound on concurrently executing runs (the worker count).
+    pub max_concurrent_runs: usize,
+    /// How long a claimed run stays ours without a renewal.
+    pub run_lease: Duration,
+    /// Interval of SSE `: heartbeat` comments and `/wait` keep-alive newlines.
+    pub heartbeat: Duration,
+    /// How often one idle worker looks for runs nothing woke it for (delayed runs, runs created
+    /// by other replicas).
+    pub poll_interval: Duration,
+    /// When set, every route but `/ok`, `/info`, `/docs`, `/metrics` and preflights needs
+    /// `x-api-key`.
+    pub api_key: Option<SecretString>,
+    /// Largest accepted request body in bytes.
+    pub max_body_bytes: usize,
+    /// Logs, traces and metrics.
+    pub telemetry: Telemetry,
+}
+
+/// How the service reports on itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Telemetry {
+    pub log_format: LogFormat,
+    /// OTLP/HTTP traces endpoint (`http://collector:4318`); `None` exports no traces.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported traces.
+    pub service_name: String,
+    /// Serve Prometheus metrics at `/metrics`.
+    pub metrics: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        // The compiled-in defaults always parse (a unit test holds them to it).
+        match FileConfig::load(&[], &[]).and_then(|cfg| Settings::from_file(&cfg)) {
+            Ok(settings) => settings,
+            Err(error) => panic!("config/default.toml is invalid: {error}"),
+        }
+    }
+}
+
+impl Settings {
+    /// The `[server]` and `[telemetry]` sections, checked.
+    pub fn from_file(cfg: &FileConfig) -> Result<Self, ConfigError> {
+        let s = &cfg.server;
+        let t = &cfg.telemetry;
+        let ms = Duration::from_millis;
+        let settings = Self {
+            host: s.host.clone(),
+            port: s.port,
+            database_url: non_empty(&s.database_url),
+            sqlite_path: s.sqlite_path.clone(),
+            db_max_connections: s.db_max_connections,
+            sqlite_sync: s.sqlite_sync.into(),
+            max_concurrent_runs: s.max_concurrent_runs,
+            run_lease: ms(s.run_lease_ms),
+            heartbeat: ms(s.heartbeat_ms),
+            poll_interval: ms(s.poll_interval_ms),
+            api_key: non_empty(&s.api_key),
+            max_body_bytes: s.max_body_bytes,
+            telemetry: Telemetry {
+                log_format: t.log_format,
+                otlp_endpoint: Some(t.otlp_endpoint.trim())
+                    .filter(|e| !e.is_empty())
+                    .map(|e| e.trim_end_matches('/').to_owned()),
+                service_name: t.service_name.clone(),
+                metrics: t.metrics,
+            },
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Rejects settings the service cannot run with.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.max_concurrent_runs == 0 {
+            return bad("server.max_concurrent_runs must be at least 1");
+        }
+        if self.db_max_connections == 0 {
+            return bad("server.db_max_connections must be at least 1");
+        }
+        if self.run_lease < Duration::from_secs(1) {
+            return bad("server.run_lease_ms must be at least 1000");
+        }
+        if self.heartbeat < Duration::from_millis(100) || self.heartbeat >= self.run_lease {
+            return bad("server.heartbeat_ms must be at least 100 and below run_lease_ms");
+        }
+        if self.poll_interval < Duration::from_millis(10) {
+            return bad("server.poll_interval_ms must be at least 10");
+        }
+        if self.max_body_bytes < 1024 {
+            return bad("server.max_body_bytes must be at least 1024");
+        }
+        Ok(())
+    }
+
+    /// The store URL actually used.
+    pub fn store_url(&self) -> SecretString {
+        match &self.database_url {
+            Some(url) => url.clone(),
+            None => SecretString::from(format!("sqlite://{}", self.sqlite_path)),
+        }
+    }
+
+    /// The store URL with any password replaced, for printing.
+    pub fn store_description(&self) -> String {
+        redact(self.store_url().expose_secret())
+    }
+}
+
+/// `None` for an empty or blank secret.
+pub fn non_empty(secret: &SecretString) -> Option<SecretString> {
+    let text = secret.expose_secret().trim();
+    (!text.is_empty()).then(|| SecretString::from(text.to_owned()))
+}
+
+/// Replaces the password of a URL (`scheme://user:pass@host`) with `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((creds, host)) = rest.split_once('@') else {
+        return url.to_owned();
+    };
+    match creds.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_passwords_only() {
+        assert_eq!(
+            redact("postgres://odr:secret@db:5432/odr"),
+            "postgres://odr:***@db:5432/odr"
+        );
+        assert_eq!(
+            redact("sqlite://deep-research.db"),
+            "sqlite://deep-research.db"
+        );
+    }
+
+    #[test]
+    fn defaults_parse_and_intervals_come_from_the_file() {
+        let d = Settings::default();
+        assert_eq!(d.port, 2024);
+        assert_eq!(d.run_lease, Duration::from_secs(30));
+        let env = [
+            ("DR__SERVER__RUN_LEASE_MS".to_owned(), "9000".to_owned()),
+            ("DR__SERVER__HEARTBEAT_MS".to_owned(), "250".to_owned()),
+            ("DR__SERVER__POLL_INTERVAL_MS".to_owned(), "50".to_owned()),
+            ("DR__SERVER__API_KEY".to_owned(), "k-123".to_owned()),
+        ];
+        let cfg = FileConfig::load(&[], &env).unwrap();
+        let s = Settings::from_file(&cfg).unwrap();
+        assert_eq!(s.run_lease, Duration::from_secs(9));
+        assert_eq!(s.heartbeat, Duration::from_millis(250));
+        assert_eq!(s.poll_interval, Duration::from_millis(50));
+        assert_eq!(s.api_key.as_ref().map(|k| k.expose_secret()), Some("k-123"));
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let s = Settings {
+            api_key: Some(SecretString::from("k-very-secret")),
+            database_url: Some(SecretString::from("postgres://u:pw-secret@db/x")),
+            ..Settings::default()
+        };
+        let printed = format!("{s:?}");
+        assert!(!printed.contains("very-secret") && !printed.contains("pw-secret"));
+        assert_eq!(s.store_description(), "postgres://u:***@db/x");
+    }
+
+    #[test]
+    fn impossible_intervals_are_refused() {
+        let env = [("DR__SERVER__HEARTBEAT_MS".to_owned(), "60000".to_owned())];
+        let cfg = FileConfig::load(&[], &env).unwrap();
+        let e = Settings::from_file(&cfg).unwrap_err();
+        assert!(e.to_string().contains("heartbeat_ms"), "{e}");
+    }
+}
