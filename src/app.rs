@@ -117,7 +117,9 @@ impl Application {
             .with_graceful_shutdown(token.cancelled_owned())
             .await?;
         for worker in self.workers {
-            let _ = worker.await;
+            if let Err(error) = worker.await {
+                tracing::error!(%error, "a background task ended abnormally");
+            }
         }
         Ok(())
     }

@@ -3,11 +3,11 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use deep_research::app::Application;
-use deep_research::config::file::{FileConfig, LogFormat};
+use deep_research::config::file::FileConfig;
 use deep_research::config::{Settings, non_empty};
 use deep_research::graph::Registry;
 use deep_research::store::SqliteSync;
-use deep_research::telemetry;
+use deep_research::telemetry::{self, LogFormat};
 use secrecy::SecretString;
 use std::sync::Arc;
 use std::time::Duration;

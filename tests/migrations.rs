@@ -3,7 +3,8 @@
 
 mod support;
 
-use deep_research::store::{EventId, SqlStore, Store, StoredEvent};
+use deep_research::store::EventLog;
+use deep_research::store::{EventId, SqlStore, StoredEvent};
 use sqlx::migrate::Migrator;
 use std::path::Path;
 use uuid::Uuid;

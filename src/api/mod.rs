@@ -3,8 +3,11 @@
 
 mod assistants;
 pub mod error;
+mod lookups;
 mod meta;
 pub mod openapi;
+mod query;
+mod responses;
 mod runs;
 mod threads;
 
@@ -13,18 +16,19 @@ use crate::graph::Registry;
 use crate::runs::Runner;
 use crate::store::Store;
 use crate::stream::Bus;
+use crate::telemetry::metrics;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use error::AppError;
 use secrecy::ExposeSecret;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tower_http::cors::{AllowHeaders, Any, CorsLayer};
-use tower_http::trace::TraceLayer;
+use tracing::Instrument;
 
 /// What every handler can reach; cheap to clone.
 #[derive(Clone)]
@@ -52,8 +56,35 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(limit))
         .layer(cors())
-        .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn(observe))
         .with_state(state)
+}
+
+/// A span per request named by its route (`POST /threads/{thread_id}/runs`, never the raw
+/// path), and the request count and latency metrics.
+async fn observe(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let method = req.method().clone();
+    let span = tracing::info_span!("request", otel.name = %format!("{method} {route}"),
+        otel.kind = "server", http.request.method = %method, http.route = %route,
+        http.response.status_code = tracing::field::Empty);
+    let started = Instant::now();
+    let response = next.run(req).instrument(span.clone()).await;
+    let status = response.status().as_u16();
+    span.record("http.response.status_code", status);
+    let took = started.elapsed();
+    metrics::http_request(method.as_str(), &route, status, took);
+    let ms = took.as_secs_f64() * 1000.0;
+    if status >= 500 {
+        tracing::warn!(parent: &span, status, ms, "request failed");
+    } else {
+        tracing::debug!(parent: &span, status, ms, "request");
+    }
+    response
 }
 
 /// The reference server's permissive CORS, plus `location` exposed so browser clients can
@@ -81,9 +112,9 @@ fn cors() -> CorsLayer {
         .max_age(Duration::from_secs(600))
 }
 
-/// Paths open without a key: health, server info and API docs.
+/// Paths open without a key: health, server info, metrics and API docs.
 fn is_public(path: &str) -> bool {
-    matches!(path, "/ok" | "/info" | "/openapi.json") || path.starts_with("/docs")
+    matches!(path, "/ok" | "/info" | "/metrics" | "/openapi.json") || path.starts_with("/docs")
 }
 
 async fn require_api_key(State(state): State<AppState>, req: Request, next: Next) -> Response {

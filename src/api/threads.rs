@@ -2,6 +2,8 @@
 //! history, state updates, and the thread-wide event stream.
 
 use super::error::{ApiResult, AppError, Body, parse_id};
+use super::lookups::{self, checkpoint_id_of};
+use super::responses::sse_response;
 use super::{AppState, SearchParams, optional_enum, paged, project};
 use crate::graph::state::{StateBuilder, empty_state};
 use crate::graph::{Graph, NullSink, RunScope, Start, update_state};
@@ -10,14 +12,13 @@ use crate::store::{
     CancelAction, CheckpointQuery, IfExists, JsonMap, Thread, ThreadQuery, ThreadStatus,
     ThreadSummary,
 };
+use crate::stream::thread_sse_body;
 use crate::time::Timestamp;
-use axum::body::Body as HttpBody;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -46,16 +47,6 @@ pub(super) fn router() -> Router<AppState> {
             get(history_get).post(history_post),
         )
         .route("/threads/{thread_id}/stream", get(stream))
-}
-
-/// The thread a path names, or the reference's 404.
-pub(crate) async fn load(state: &AppState, raw: &str) -> ApiResult<Thread> {
-    let id = parse_id(raw, "thread")?;
-    state
-        .store
-        .get_thread(id)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))
 }
 
 /// The graph that last ran on the thread (its metadata `graph_id`).
@@ -243,7 +234,7 @@ pub(super) async fn fetch(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Thread>> {
-    Ok(Json(load(&state, &id).await?))
+    Ok(Json(lookups::thread(&state, &id).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -303,7 +294,7 @@ pub(super) async fn remove(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let thread = load(&state, &id).await?;
+    let thread = lookups::thread(&state, &id).await?;
     stop_runs(&state, thread.thread_id).await?;
     state.store.delete_thread(thread.thread_id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -316,7 +307,7 @@ pub(super) async fn copy(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Thread>> {
-    let thread = load(&state, &id).await?;
+    let thread = lookups::thread(&state, &id).await?;
     state
         .store
         .copy_thread(thread.thread_id, ids::new_id(), Timestamp::now())
@@ -358,7 +349,7 @@ pub(super) async fn get_state(
     Path(id): Path<String>,
     Query(_q): Query<StateQuery>,
 ) -> ApiResult<Json<Value>> {
-    let thread = load(&state, &id).await?;
+    let thread = lookups::thread(&state, &id).await?;
     Ok(Json(state_of(&state, &thread, None).await?))
 }
 
@@ -370,7 +361,7 @@ pub(super) async fn state_at(
     State(state): State<AppState>,
     Path((id, checkpoint)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let thread = load(&state, &id).await?;
+    let thread = lookups::thread(&state, &id).await?;
     let cid = parse_id(&checkpoint, "checkpoint")?;
     Ok(Json(state_of(&state, &thread, Some(cid)).await?))
 }
@@ -383,20 +374,6 @@ pub(super) struct CheckpointBody {
     subgraphs: Option<bool>,
 }
 
-/// Reads `checkpoint_id` from any of the shapes clients send: a string, `{checkpoint_id}` or
-/// `{configurable: {checkpoint_id}}`.
-pub(crate) fn checkpoint_id_of(value: Option<&Value>) -> ApiResult<Option<Uuid>> {
-    let raw = match value {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::String(s)) => Some(s.as_str()),
-        Some(v) => v
-            .get("checkpoint_id")
-            .or_else(|| v.get("configurable").and_then(|c| c.get("checkpoint_id")))
-            .and_then(Value::as_str),
-    };
-    raw.map(|r| parse_id(r, "checkpoint")).transpose()
-}
-
 /// The thread's state at the checkpoint named in the body.
 #[utoipa::path(post, path = "/threads/{thread_id}/state/checkpoint", tag = "state", request_body = CheckpointBody,
     params(("thread_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
@@ -405,7 +382,7 @@ pub(super) async fn state_at_body(
     Path(id): Path<String>,
     Body(body): Body<CheckpointBody>,
 ) -> ApiResult<Json<Value>> {
-    let thread = load(&state, &id).await?;
+    let thread = lookups::thread(&state, &id).await?;
     let cid = checkpoint_id_of(body.checkpoint.as_ref())?;
     Ok(Json(state_of(&state, &thread, cid).await?))
 }
@@ -428,7 +405,7 @@ pub(super) async fn post_state(
     Path(id): Path<String>,
     Body(body): Body<StateUpdate>,
 ) -> ApiResult<Json<Value>> {
-    let thread = load(&state, &id).await?;
+    let thread = lookups::thread(&state, &id).await?;
     let graph = graph_of(&state, &thread).ok_or_else(|| {
         AppError::BadRequest(
             "Thread has no graph yet: start a run on it before updating its state".into(),
@@ -510,7 +487,7 @@ pub(super) struct HistoryBody {
 }
 
 async fn history(state: &AppState, raw_id: &str, body: HistoryBody) -> ApiResult<Json<Vec<Value>>> {
-    let thread = load(state, raw_id).await?;
+    let thread = lookups::thread(state, raw_id).await?;
     let limit = body.limit.unwrap_or(1);
     if !(1..=1000).contains(&limit) {
         return Err(AppError::Invalid(format!(
@@ -580,30 +557,8 @@ pub(super) async fn stream(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    let thread = load(&state, &id).await?;
-    let mut rx = state.bus.subscribe_thread(thread.thread_id);
-    let (tx, out) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    let heartbeat = state.settings.heartbeat;
-    let shutdown = state.shutdown.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
-        loop {
-            let bytes = tokio::select! {
-                frame = rx.recv() => match frame {
-                    Ok(frame) => frame.wire(true),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(_) => break,
-                },
-                _ = tick.tick() => Bytes::from_static(b": heartbeat\r\n\r\n"),
-                () = shutdown.cancelled() => break,
-            };
-            if tx.send(Ok(bytes)).await.is_err() {
-                break;
-            }
-        }
-    });
-    Ok(super::runs::sse_response(
-        HttpBody::from_stream(tokio_stream::wrappers::ReceiverStream::new(out)),
-        None,
-    ))
+    let thread = lookups::thread(&state, &id).await?;
+    let rx = state.bus.subscribe_thread(thread.thread_id);
+    let body = thread_sse_body(rx, state.settings.heartbeat, state.shutdown.clone());
+    Ok(sse_response(body, None))
 }

@@ -4,6 +4,7 @@ use crate::llm::{ProviderConfig, ProviderKind, ToolCalling};
 use crate::research::ResearchDeps;
 use crate::research::config::ResearchConfig;
 use crate::research::cost::Price;
+use crate::telemetry::LogFormat;
 use crate::tools::TavilyConfig;
 use secrecy::SecretString;
 use serde::Deserialize;
@@ -65,15 +66,6 @@ impl From<SqliteSyncChoice> for crate::store::SqliteSync {
             SqliteSyncChoice::Full => Self::Full,
         }
     }
-}
-
-/// Log lines as text (colours only on a terminal) or as one JSON object each.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
 }
 
 /// The `[telemetry]` section.

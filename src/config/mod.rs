@@ -6,7 +6,8 @@
 
 pub mod file;
 
-use file::{ConfigError, FileConfig, LogFormat};
+use crate::telemetry::TelemetryConfig;
+use file::{ConfigError, FileConfig};
 use secrecy::{ExposeSecret, SecretString};
 use std::time::Duration;
 
@@ -38,19 +39,7 @@ pub struct Settings {
     /// Largest accepted request body in bytes.
     pub max_body_bytes: usize,
     /// Logs, traces and metrics.
-    pub telemetry: Telemetry,
-}
-
-/// How the service reports on itself.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Telemetry {
-    pub log_format: LogFormat,
-    /// OTLP/HTTP traces endpoint (`http://collector:4318`); `None` exports no traces.
-    pub otlp_endpoint: Option<String>,
-    /// `service.name` of the exported traces.
-    pub service_name: String,
-    /// Serve Prometheus metrics at `/metrics`.
-    pub metrics: bool,
+    pub telemetry: TelemetryConfig,
 }
 
 impl Default for Settings {
@@ -82,7 +71,7 @@ impl Settings {
             poll_interval: ms(s.poll_interval_ms),
             api_key: non_empty(&s.api_key),
             max_body_bytes: s.max_body_bytes,
-            telemetry: Telemetry {
+            telemetry: TelemetryConfig {
                 log_format: t.log_format,
                 otlp_endpoint: Some(t.otlp_endpoint.trim())
                     .filter(|e| !e.is_empty())

@@ -6,6 +6,7 @@ use super::events::{EventKind, GraphEvent, MessageMeta, Sink};
 use super::messages::{is_message, message_id};
 use super::{Command, END, Graph, NodeError, START};
 use crate::store::{Checkpoint, JsonMap, Store, StoreError, StoredChunks};
+use crate::telemetry::metrics;
 use crate::time::Timestamp;
 use futures::future::join_all;
 use serde_json::{Value, json};
@@ -13,6 +14,7 @@ use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 /// Everything one run shares across its graphs and subgraphs.
@@ -497,7 +499,13 @@ async fn run_task(
         step,
         meta: Arc::default(),
     };
-    let result = node(state, ctx).await;
+    // One span per node: in a trace, the researcher subgraph's nodes nest under the supervisor
+    // node that started them.
+    let span = tracing::info_span!("node", otel.name = %task.name, graph_id = %inv.graph.id,
+        langgraph.node = %task.name, langgraph.checkpoint_ns = %inv.ns, langgraph.step = step);
+    let started = std::time::Instant::now();
+    let result = node(state, ctx).instrument(span).await;
+    metrics::node_finished(&inv.graph.id, &task.name, started.elapsed());
     if let Err(error) = &result
         && scope.sink.wants(&inv.ns, EventKind::Tasks)
     {

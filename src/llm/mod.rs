@@ -8,6 +8,7 @@ mod anthropic;
 mod coalesce;
 mod context;
 mod loop_guard;
+mod observed;
 mod openai;
 mod providers;
 mod retry;
@@ -149,6 +150,19 @@ pub enum FinishReason {
     Length,
     ContentFilter,
     Other,
+}
+
+impl FinishReason {
+    /// The OpenAI-style name (`stop`, `tool_calls`, `length`, `content_filter`, `other`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::ToolCalls => "tool_calls",
+            Self::Length => "length",
+            Self::ContentFilter => "content_filter",
+            Self::Other => "other",
+        }
+    }
 }
 
 /// A finished call.

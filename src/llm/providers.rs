@@ -6,6 +6,7 @@
 use super::adaptive::{Adaptive, ToolMemory};
 use super::anthropic::AnthropicModel;
 use super::context::ContextWindows;
+use super::observed::Observed;
 use super::openai::OpenAiModel;
 use super::{ChatModel, ChatResponse, FinishReason, LlmError, ModelName, Usage};
 use reqwest::header::HeaderMap;
@@ -137,12 +138,13 @@ impl Providers {
             ProviderKind::Openai => Arc::new(OpenAiModel::new(endpoint.clone(), &name.model)),
             ProviderKind::Anthropic => Arc::new(AnthropicModel::new(endpoint.clone(), &name.model)),
         };
-        Ok(Arc::new(Adaptive::new(
+        let adaptive = Adaptive::new(
             inner,
             name.clone(),
             endpoint.settings(),
             Arc::clone(&self.memory),
-        )))
+        );
+        Ok(Arc::new(Observed::new(Arc::new(adaptive), name.clone())))
     }
 
     /// The context window of `name` in tokens: configured, else asked of a local server once

@@ -41,8 +41,10 @@ impl CostMeter {
         entry.output_tokens += usage.output_tokens;
         if let Some(p) = price {
             entry.priced = true;
-            entry.usd +=
+            let usd =
                 (usage.input_tokens as f64 * p.input + usage.output_tokens as f64 * p.output) / 1e6;
+            entry.usd += usd;
+            crate::telemetry::metrics::model_cost(model, usd);
         }
         render(&models)
     }

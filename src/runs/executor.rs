@@ -11,10 +11,14 @@ use crate::store::{
     ThreadStatus, ThreadSummary,
 };
 use crate::stream::{Bus, Encoder, RunChannel, StreamModes};
+use crate::telemetry::metrics;
 use crate::time::Timestamp;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use tracing::Instrument;
 
 /// Encodes graph events for the run's stream modes and publishes them.
 struct RunSink {
@@ -47,10 +51,54 @@ enum Ending {
     Failed(RunError),
 }
 
+impl Ending {
+    /// The run's final status as metrics and traces name it (`left` when a shutdown stops the
+    /// run and leaves it for another worker).
+    fn label(&self, shutting_down: bool) -> &'static str {
+        match self {
+            Self::Done(_) => "success",
+            Self::Failed(_) => "error",
+            Self::Cancelled(Some(CancelAction::Rollback)) => "rolled_back",
+            Self::Cancelled(_) if shutting_down => "left",
+            Self::Cancelled(_) => "interrupted",
+        }
+    }
+}
+
 impl Runner {
+    /// Executes a claimed run under its own root span: one trace per run, whichever request
+    /// created it (runs outlive requests).
     pub(super) async fn execute(self: Arc<Self>, lease: Lease) {
         let run = lease.run;
-        let kwargs: RunKwargs = serde_json::from_value(run.kwargs.clone()).unwrap_or_default();
+        // A row that does not decode fails the run with the reason, never runs on defaults.
+        let (kwargs, corrupt) = match RunKwargs::decode(&run.kwargs) {
+            Ok(kwargs) => (kwargs, None),
+            Err(error) => (RunKwargs::default(), Some(error)),
+        };
+        let graph_id = kwargs.graph_id().unwrap_or("unknown").to_owned();
+        let span = tracing::info_span!(parent: None, "run", otel.name = %format!("run {graph_id}"),
+            run_id = %run.run_id, thread_id = %run.thread_id, graph_id = %graph_id,
+            status = tracing::field::Empty);
+        let waited = Timestamp::now()
+            .millis()
+            .saturating_sub(run.created_at.millis());
+        metrics::run_started(&graph_id, Duration::from_millis(waited.max(0) as u64));
+        let started = Instant::now();
+        let status = self
+            .execute_decoded(run, kwargs, corrupt)
+            .instrument(span.clone())
+            .await;
+        span.record("status", status);
+        metrics::run_finished(&graph_id, status, started.elapsed());
+    }
+
+    /// Runs the graph and records the end; returns the status label for metrics and traces.
+    async fn execute_decoded(
+        self: Arc<Self>,
+        run: Run,
+        kwargs: RunKwargs,
+        corrupt: Option<StoreError>,
+    ) -> &'static str {
         let channel = self
             .bus
             .open_for_execution(run.run_id, run.thread_id, kwargs.resumable);
@@ -72,22 +120,28 @@ impl Runner {
                 action: action.clone(),
             },
         );
-        let keeper = tokio::spawn(self.clone().keep_lease(
+        // Aborted on drop too, so a panicking run does not keep renewing its lease.
+        let keeper = AbortOnDropHandle::new(tokio::spawn(self.clone().keep_lease(
             run.run_id,
             cancel.clone(),
             action.clone(),
-        ));
-        let ending = self
-            .invoke_graph(&run, &kwargs, &channel, cancel.clone())
-            .await;
-        keeper.abort();
+        )));
+        let ending = match corrupt {
+            Some(error) => Ending::Failed(RunError::Store(error)),
+            None => {
+                self.invoke_graph(&run, &kwargs, &channel, cancel.clone())
+                    .await
+            }
+        };
+        drop(keeper);
         lock(&self.active).remove(&run.run_id);
 
         let ending = match ending {
             Ending::Cancelled(_) => Ending::Cancelled(*lock(&action)),
             other => other,
         };
-        let result = self.record_end(&run, &channel, ending).await;
+        let status = ending.label(self.shutdown.is_cancelled());
+        let result = self.record_end(&run, &kwargs, &channel, ending).await;
         // A stateless run's thread goes before the stream closes, so a client that saw the end
         // never finds the temporary thread.
         if kwargs.temporary
@@ -111,6 +165,33 @@ impl Runner {
             );
             let _ = tx.send(Arc::new(frame));
         }
+        status
+    }
+
+    /// Ends a run whose task panicked: its worker carries on, the run fails with the reason
+    /// instead of waiting for its lease to lapse.
+    pub(super) async fn fail_panicked(&self, run: &Run) {
+        lock(&self.active).remove(&run.run_id);
+        let detail = json!({"error": "InternalError",
+                            "message": "the run stopped on an internal error (a panic); see the server log"});
+        let summary = summary(ThreadStatus::Error, Value::Null, Some(detail.clone()));
+        let end = RunEnd::Finished(RunStatus::Error);
+        if let Err(error) = self
+            .store
+            .finish_run(run.run_id, &end, Some(&summary))
+            .await
+        {
+            tracing::error!(%error, run_id = %run.run_id, "could not record a panicked run");
+        }
+        if let Some(channel) = self.bus.get(run.run_id) {
+            channel.publish(
+                "error".into(),
+                detail.to_string(),
+                self.bus.thread_sender(run.thread_id).as_ref(),
+            );
+        }
+        self.bus
+            .close(run.run_id, Some(json!({"__error__": detail})));
     }
 
     async fn invoke_graph(
@@ -224,6 +305,7 @@ impl Runner {
     async fn record_end(
         &self,
         run: &Run,
+        kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
         ending: Ending,
     ) -> Option<Value> {
@@ -239,9 +321,9 @@ impl Runner {
                 .await
                 .map(|()| Value::Object(values))
             }
-            Ending::Failed(error) => self.record_failure(run, channel, error).await,
+            Ending::Failed(error) => self.record_failure(run, kwargs, channel, error).await,
             Ending::Cancelled(Some(CancelAction::Rollback)) => {
-                self.record_rollback(run, channel).await
+                self.record_rollback(run, kwargs, channel).await
             }
             Ending::Cancelled(_) if self.shutdown.is_cancelled() => {
                 // Leave the run `running`: its lease expires and the last checkpoint is the
@@ -249,7 +331,7 @@ impl Runner {
                 flush(&*self.store, channel).await;
                 Ok(json!({}))
             }
-            Ending::Cancelled(_) => self.record_interrupt(run, channel).await,
+            Ending::Cancelled(_) => self.record_interrupt(run, kwargs, channel).await,
         };
         match outcome {
             Ok(result) => Some(result),
@@ -263,6 +345,7 @@ impl Runner {
     async fn record_failure(
         &self,
         run: &Run,
+        kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
         error: RunError,
     ) -> Result<Value, StoreError> {
@@ -276,7 +359,7 @@ impl Runner {
             detail.to_string(),
             self.bus.thread_sender(run.thread_id).as_ref(),
         );
-        let values = self.head_values(run).await?;
+        let values = self.head_values(run, kwargs).await?;
         let summary = summary(ThreadStatus::Error, values, Some(detail.clone()));
         self.finish(
             run,
@@ -291,6 +374,7 @@ impl Runner {
     async fn record_interrupt(
         &self,
         run: &Run,
+        kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
     ) -> Result<Value, StoreError> {
         let head = self.store.latest_checkpoint(run.thread_id, "").await?;
@@ -298,7 +382,7 @@ impl Runner {
             Some(cp) if !cp.next.is_empty() => ThreadStatus::Interrupted,
             _ => ThreadStatus::Idle,
         };
-        let values = self.head_values(run).await?;
+        let values = self.head_values(run, kwargs).await?;
         let summary = summary(status, values.clone(), None);
         self.finish(
             run,
@@ -313,10 +397,11 @@ impl Runner {
     async fn record_rollback(
         &self,
         run: &Run,
+        kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
     ) -> Result<Value, StoreError> {
         self.finish(run, RunEnd::RolledBack, None, channel).await?;
-        let values = self.head_values(run).await?;
+        let values = self.head_values(run, kwargs).await?;
         let busy = !self.store.inflight_runs(run.thread_id).await?.is_empty();
         let status = if busy {
             ThreadStatus::Busy
@@ -349,8 +434,7 @@ impl Runner {
     }
 
     /// The values at the thread's latest root checkpoint (`{}` when there is none).
-    async fn head_values(&self, run: &Run) -> Result<Value, StoreError> {
-        let kwargs: RunKwargs = serde_json::from_value(run.kwargs.clone()).unwrap_or_default();
+    async fn head_values(&self, run: &Run, kwargs: &RunKwargs) -> Result<Value, StoreError> {
         let Some(graph) = kwargs.graph_id().and_then(|id| self.registry.get(id)) else {
             return Ok(json!({}));
         };

@@ -2,6 +2,7 @@
 //! a time), execute them with a renewed lease, and stop them promptly when asked to.
 
 mod executor;
+pub mod options;
 
 use crate::config::Settings;
 use crate::graph::Registry;
@@ -39,10 +40,19 @@ pub struct RunKwargs {
     pub subgraphs: bool,
     pub resumable: bool,
     pub checkpoint_during: bool,
-    pub durability: String,
+    pub durability: options::Durability,
 }
 
 impl RunKwargs {
+    /// Decodes a stored run's parameters; a row that does not decode is `Corrupt`, never
+    /// defaults.
+    pub fn decode(kwargs: &Value) -> Result<Self, crate::store::StoreError> {
+        serde_json::from_value(kwargs.clone()).map_err(|e| crate::store::StoreError::Corrupt {
+            what: "run kwargs",
+            detail: e.to_string(),
+        })
+    }
+
     fn configurable(&self, key: &str) -> Option<&str> {
         self.config.get("configurable")?.get(key)?.as_str()
     }
@@ -107,13 +117,7 @@ impl Runner {
     /// token fires.
     pub fn spawn_workers(self: &Arc<Self>) -> Vec<JoinHandle<()>> {
         let mut tasks: Vec<JoinHandle<()>> = (0..self.settings.max_concurrent_runs.max(1))
-            .map(|i| {
-                let me = self.clone();
-                tokio::spawn(
-                    me.worker_loop()
-                        .instrument(tracing::info_span!("worker", i)),
-                )
-            })
+            .map(|i| tokio::spawn(self.clone().supervise_worker(i)))
             .collect();
         tasks.push(tokio::spawn(self.clone().sweep_expired_leases()));
         tasks.push(tokio::spawn(self.clone().release_foreign_channels()));
@@ -199,6 +203,24 @@ impl Runner {
         self.wake.notify_one();
     }
 
+    /// Keeps worker `i` alive: a worker whose loop panics is logged and replaced.
+    async fn supervise_worker(self: Arc<Self>, i: usize) {
+        loop {
+            let worker = self.clone().worker_loop();
+            let task = tokio::spawn(worker.instrument(tracing::info_span!("worker", i)));
+            match task.await {
+                Ok(()) => return,
+                Err(error) if error.is_panic() && !self.shutdown.is_cancelled() => {
+                    tracing::error!(worker = i, "a worker panicked; starting a new one");
+                }
+                Err(error) => {
+                    tracing::error!(worker = i, %error, "a worker stopped");
+                    return;
+                }
+            }
+        }
+    }
+
     async fn worker_loop(self: Arc<Self>) {
         while !self.shutdown.is_cancelled() {
             match self
@@ -209,10 +231,7 @@ impl Runner {
                 Ok(Some(lease)) => {
                     // There may be more: hand the search on before starting this one.
                     self.wake();
-                    let run_id = lease.run.run_id;
-                    let span =
-                        tracing::info_span!("run", %run_id, thread_id = %lease.run.thread_id);
-                    self.clone().execute(lease).instrument(span).await;
+                    self.execute_guarded(lease).await;
                     continue;
                 }
                 Ok(None) => {}
@@ -223,6 +242,22 @@ impl Runner {
                 () = self.wake.notified() => {}
                 () = self.shutdown.cancelled() => {}
             }
+        }
+    }
+
+    /// Executes a run in a task of its own so that a panic in it is logged and the run failed,
+    /// while this worker goes on claiming runs.
+    async fn execute_guarded(self: &Arc<Self>, lease: crate::store::Lease) {
+        let run = lease.run.clone();
+        let task = tokio::spawn(self.clone().execute(lease));
+        match task.await {
+            Ok(()) => {}
+            Err(error) if error.is_panic() => {
+                tracing::error!(run_id = %run.run_id, thread_id = %run.thread_id,
+                    "a run panicked; it is marked failed and its worker carries on");
+                self.fail_panicked(&run).await;
+            }
+            Err(error) => tracing::error!(%error, run_id = %run.run_id, "a run's task stopped"),
         }
     }
 

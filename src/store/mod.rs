@@ -1,5 +1,6 @@
-//! Persistence: one `Store` trait over assistants, threads, runs, checkpoints and run events,
-//! implemented once in SQL for both Postgres and SQLite (`sql.rs`). Knows nothing about HTTP or graphs.
+//! Persistence: one small trait per concern (`AssistantStore`, `ThreadStore`, `RunStore`,
+//! `CheckpointStore`, `EventLog`), together the `Store`, implemented once in SQL for both
+//! Postgres and SQLite (`sql/`, one file per trait). Knows nothing about HTTP or graphs.
 
 mod blobs;
 mod model;
@@ -58,14 +59,9 @@ pub struct RunInsert {
     pub create_thread: bool,
 }
 
-/// The whole persistence surface. Every method is one transaction.
+/// Assistants: the graph plus its saved config.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// `postgres` or `sqlite`.
-    fn backend(&self) -> &'static str;
-
-    // ---- assistants ----
-
+pub trait AssistantStore: Send + Sync {
     /// Inserts an assistant. With `IfExists::Raise` an existing id is `Conflict`; with
     /// `DoNothing` the existing row is returned unchanged.
     async fn create_assistant(&self, a: &Assistant, if_exists: IfExists) -> StoreResult<Assistant>;
@@ -80,9 +76,11 @@ pub trait Store: Send + Sync + 'static {
     /// Returns whether a row was deleted.
     async fn delete_assistant(&self, id: Uuid) -> StoreResult<bool>;
     async fn search_assistants(&self, q: &AssistantQuery) -> StoreResult<Page<Assistant>>;
+}
 
-    // ---- threads ----
-
+/// Threads: metadata, status summary and their lifetime (copy, delete with everything on them).
+#[async_trait]
+pub trait ThreadStore: Send + Sync {
     /// Inserts a thread; `IfExists` as for assistants.
     async fn create_thread(&self, t: &Thread, if_exists: IfExists) -> StoreResult<Thread>;
     async fn get_thread(&self, id: Uuid) -> StoreResult<Option<Thread>>;
@@ -110,9 +108,11 @@ pub trait Store: Send + Sync + 'static {
         summary: &ThreadSummary,
         now: Timestamp,
     ) -> StoreResult<()>;
+}
 
-    // ---- runs ----
-
+/// Runs: the queue (insert with a multitask strategy, claim, lease, cancel, finish).
+#[async_trait]
+pub trait RunStore: Send + Sync {
     /// Inserts a pending run and applies its multitask strategy in the same transaction:
     /// `reject` fails with `Busy` when the thread has a pending or running run; `interrupt` and
     /// `rollback` request cancellation of those runs (pending ones end at once: interrupted or
@@ -162,9 +162,13 @@ pub trait Store: Send + Sync + 'static {
     /// Marks running runs whose lease expired before `now` as `error` (their worker died) and
     /// returns them.
     async fn fail_expired_runs(&self, now: Timestamp) -> StoreResult<Vec<Run>>;
+    /// Runs with this status, across all threads (the queue depth for `/metrics`).
+    async fn count_runs(&self, status: RunStatus) -> StoreResult<u64>;
+}
 
-    // ---- checkpoints ----
-
+/// Checkpoints: one per graph step and namespace, chained by parent ids.
+#[async_trait]
+pub trait CheckpointStore: Send + Sync {
     /// Writes a checkpoint with the chunks of its large strings. With `stored`, chunks it
     /// lists are not sent again and those written are added to it.
     async fn put_checkpoint(
@@ -197,9 +201,11 @@ pub trait Store: Send + Sync + 'static {
         ns: &str,
         id: Uuid,
     ) -> StoreResult<Vec<Checkpoint>>;
+}
 
-    // ---- run events ----
-
+/// The event log of resumable runs, read back on reconnect (`Last-Event-ID`).
+#[async_trait]
+pub trait EventLog: Send + Sync {
     async fn append_events(&self, events: &[StoredEvent]) -> StoreResult<()>;
     /// The id of a run's newest stored event, if any (where a live join on a replica that does
     /// not execute the run starts, without reading the log).
@@ -210,6 +216,15 @@ pub trait Store: Send + Sync + 'static {
         run_id: Uuid,
         after: Option<EventId>,
     ) -> StoreResult<Vec<StoredEvent>>;
+}
+
+/// The whole persistence surface: every concern's trait, on one backend. Every method of every
+/// trait is one transaction: it happens entirely or not at all.
+pub trait Store:
+    AssistantStore + ThreadStore + RunStore + CheckpointStore + EventLog + Send + Sync + 'static
+{
+    /// `postgres` or `sqlite`.
+    fn backend(&self) -> &'static str;
 }
 
 /// Opens the store `url` names (`postgres://…` or `sqlite://…`) and runs its migrations.

@@ -45,6 +45,7 @@ macro_rules! text_enum {
         }
     };
 }
+pub(crate) use text_enum;
 
 text_enum!(
     /// Where a thread stands, recomputed whenever one of its runs starts or ends.

@@ -102,19 +102,23 @@ pub fn model_call(provider: &str, model: &str, outcome: &str, took: Duration) {
     histogram!("dr_model_call_duration_seconds", &who).record(secs(took));
 }
 
-/// Tokens a call used and what they cost (`usd` only when the model has a price).
-pub fn model_usage(provider: &str, model: &str, input: u64, output: u64, usd: Option<f64>) {
+/// Tokens one call used.
+pub fn model_tokens(provider: &str, model: &str, input: u64, output: u64) {
     for (direction, n) in [("input", input), ("output", output)] {
         counter!("dr_model_tokens_total",
             "provider" => provider.to_owned(), "model" => model.to_owned(), "direction" => direction)
         .increment(n);
     }
-    if let Some(usd) = usd {
-        // Counters are integers in the facade; the USD total is kept as a gauge that only grows.
-        gauge!("dr_model_cost_usd_total",
-            "provider" => provider.to_owned(), "model" => model.to_owned())
-        .increment(usd);
-    }
+}
+
+/// The estimated cost of one call of a priced model (`provider:model` as the price table
+/// names it).
+pub fn model_cost(model: &str, usd: f64) {
+    let (provider, name) = model.split_once(':').unwrap_or(("", model));
+    // Counters are integers in the facade; the USD total is a gauge that only grows.
+    gauge!("dr_model_cost_usd_total",
+        "provider" => provider.to_owned(), "model" => name.to_owned())
+    .increment(usd);
 }
 
 /// One search request.

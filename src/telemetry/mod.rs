@@ -8,8 +8,6 @@
 
 pub mod metrics;
 
-use crate::config::Telemetry;
-use crate::config::file::LogFormat;
 use async_trait::async_trait;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
@@ -20,6 +18,27 @@ use std::time::Duration;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+
+/// Log lines as text (colours only on a terminal) or as one JSON object each.
+#[derive(Clone, Copy, Debug, Default, serde::Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// How the service reports on itself (`[telemetry]` in the configuration).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TelemetryConfig {
+    pub log_format: LogFormat,
+    /// OTLP/HTTP traces endpoint (`http://collector:4318`); `None` exports no traces.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported traces.
+    pub service_name: String,
+    /// Serve Prometheus metrics at `/metrics`.
+    pub metrics: bool,
+}
 
 /// The filter when `RUST_LOG` is not set.
 const DEFAULT_FILTER: &str = "deep_research=info,tower_http=warn";
@@ -42,7 +61,7 @@ impl TelemetryGuard {
 }
 
 /// Installs logging, the trace exporter (when configured) and the metrics recorder.
-pub fn init(cfg: &Telemetry) -> anyhow::Result<TelemetryGuard> {
+pub fn init(cfg: &TelemetryConfig) -> anyhow::Result<TelemetryGuard> {
     let tracer = match &cfg.otlp_endpoint {
         Some(endpoint) => Some(tracer_provider(endpoint, &cfg.service_name)?),
         None => None,

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Tool name the model sees.
 pub const TOOL_NAME: &str = "tavily_search";
@@ -108,6 +109,21 @@ pub enum SearchError {
     Cancelled,
 }
 
+impl SearchError {
+    /// A short class name for metrics and traces.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::RateLimited { .. } => "rate_limited",
+            Self::Auth(_) => "auth",
+            Self::BadRequest(_) => "bad_request",
+            Self::Transient(_) => "transient",
+            Self::InvalidResponse(_) => "invalid_response",
+            Self::MissingKey => "missing_key",
+            Self::Cancelled => "cancelled",
+        }
+    }
+}
+
 fn retry_hint(retry_after: &Option<Duration>) -> String {
     retry_after.map_or_else(String::new, |d| {
         format!(" (retry after {}s)", d.as_secs_f64())
@@ -135,8 +151,32 @@ impl Tavily {
         &self.config
     }
 
-    /// Runs one query, retrying rate limits and transient failures.
+    /// Runs one query, retrying rate limits and transient failures; traced and counted.
     pub async fn search(&self, query: &str) -> Result<Vec<SearchHit>, SearchError> {
+        let span = tracing::info_span!("search", otel.name = "search tavily", otel.kind = "client",
+            search.api = "tavily", search.results = tracing::field::Empty,
+            error.type = tracing::field::Empty);
+        let started = std::time::Instant::now();
+        let result = self
+            .search_with_retries(query)
+            .instrument(span.clone())
+            .await;
+        let outcome = match &result {
+            Ok(hits) => {
+                span.record("search.results", hits.len());
+                "ok"
+            }
+            Err(error) => {
+                let kind = error.kind();
+                span.record("error.type", kind);
+                kind
+            }
+        };
+        crate::telemetry::metrics::search_call("tavily", outcome, started.elapsed());
+        result
+    }
+
+    async fn search_with_retries(&self, query: &str) -> Result<Vec<SearchHit>, SearchError> {
         let key = self.api_key()?;
         let body = self.request_body(query);
         let mut attempt = 1;

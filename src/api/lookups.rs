@@ -1,0 +1,31 @@
+//! Finding what a request names: a thread by its path id, the checkpoint id in a body.
+
+use super::AppState;
+use super::error::{ApiResult, AppError, parse_id};
+use crate::store::Thread;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The thread a path names, or the reference's 404.
+pub(super) async fn thread(state: &AppState, raw: &str) -> ApiResult<Thread> {
+    let id = parse_id(raw, "thread")?;
+    state
+        .store
+        .get_thread(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))
+}
+
+/// Reads `checkpoint_id` from any of the shapes clients send: a string, `{checkpoint_id}` or
+/// `{configurable: {checkpoint_id}}`.
+pub(super) fn checkpoint_id_of(value: Option<&Value>) -> ApiResult<Option<Uuid>> {
+    let raw = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(v) => v
+            .get("checkpoint_id")
+            .or_else(|| v.get("configurable").and_then(|c| c.get("checkpoint_id")))
+            .and_then(Value::as_str),
+    };
+    raw.map(|r| parse_id(r, "checkpoint")).transpose()
+}

@@ -1,0 +1,386 @@
+//! Creating a run: the request body, what is checked before the store is touched, the run's
+//! config (assistant's, then the request's, then the ids nodes read), and the insert with its
+//! stream subscribed first.
+
+use super::super::AppState;
+use super::super::assistants::{parse_enum, resolve};
+use super::super::error::{ApiResult, AppError, parse_id};
+use super::super::lookups::checkpoint_id_of;
+use crate::ids;
+use crate::runs::RunKwargs;
+use crate::runs::options::{Durability, IfNotExists, OnCompletion, OnDisconnect};
+use crate::store::{
+    Assistant, CancelAction, JsonMap, MultitaskStrategy, Run, RunInsert, RunStatus, StoreError,
+};
+use crate::stream::{StreamModes, bus::Subscription};
+use crate::time::Timestamp;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+/// A run request (`RunCreate` in the reference), with every field the SDKs may send.
+#[derive(Clone, Deserialize, utoipa::ToSchema)]
+pub(in crate::api) struct NewRun {
+    assistant_id: String,
+    #[schema(value_type = Option<Object>)]
+    input: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    command: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    config: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    context: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+    #[schema(value_type = Option<Object>)]
+    stream_mode: Option<Value>,
+    stream_subgraphs: Option<bool>,
+    stream_resumable: Option<bool>,
+    #[schema(value_type = Option<Object>)]
+    interrupt_before: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    interrupt_after: Option<Value>,
+    multitask_strategy: Option<String>,
+    if_not_exists: Option<String>,
+    on_disconnect: Option<String>,
+    on_completion: Option<String>,
+    after_seconds: Option<f64>,
+    #[schema(value_type = Option<Object>)]
+    checkpoint: Option<Value>,
+    checkpoint_id: Option<String>,
+    durability: Option<String>,
+    checkpoint_during: Option<bool>,
+    webhook: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    feedback_keys: Option<Value>,
+}
+
+/// Where the run's thread comes from.
+#[derive(Clone, Copy)]
+pub(super) enum Target {
+    Thread(Uuid),
+    Stateless,
+}
+
+/// The run's final values, handed over by the worker that executes it here.
+type RunResult = watch::Receiver<Option<Option<Value>>>;
+
+/// A run that was inserted, with its stream subscribed before anything could be published.
+pub(super) struct Started {
+    pub(super) run: Run,
+    pub(super) subscription: Subscription,
+    pub(super) result: RunResult,
+    pub(super) resumable: bool,
+    pub(super) cancel_on_disconnect: bool,
+    pub(super) stateless: bool,
+}
+
+pub(super) fn object(value: Option<Value>, field: &str) -> ApiResult<JsonMap> {
+    match value {
+        None | Some(Value::Null) => Ok(JsonMap::new()),
+        Some(Value::Object(map)) => Ok(map),
+        Some(_) => Err(AppError::Invalid(format!("{field} must be an object"))),
+    }
+}
+
+/// Checks everything that can be checked without touching the store.
+pub(super) fn validate(body: &NewRun, target: Target) -> ApiResult<()> {
+    if body.command.as_ref().is_some_and(|c| !c.is_null()) {
+        if matches!(target, Target::Stateless) {
+            return Err(AppError::BadRequest(
+                "You must provide a thread_id when resuming.".into(),
+            ));
+        }
+        return Err(AppError::Invalid(
+            "command is not supported: the graphs served here do not use interrupts".into(),
+        ));
+    }
+    for (field, value) in [
+        ("interrupt_before", &body.interrupt_before),
+        ("interrupt_after", &body.interrupt_after),
+    ] {
+        if value.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(AppError::Invalid(format!(
+                "{field} is not supported by this server"
+            )));
+        }
+    }
+    if body.webhook.is_some() {
+        return Err(AppError::Invalid(
+            "webhook is not supported by this server".into(),
+        ));
+    }
+    if body
+        .after_seconds
+        .is_some_and(|s| !(0.0..=86_400.0 * 365.0).contains(&s))
+    {
+        return Err(AppError::Invalid(
+            "after_seconds must be between 0 and one year".into(),
+        ));
+    }
+    if matches!(target, Target::Stateless)
+        && (body.checkpoint.is_some() || body.checkpoint_id.is_some())
+    {
+        return Err(AppError::Invalid(
+            "checkpoint needs a thread: use /threads/{thread_id}/runs".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Builds the run's config: the assistant's, the request's, and the ids nodes may read.
+pub(super) fn run_config(
+    assistant_config: &Value,
+    body: &NewRun,
+    ids: &JsonMap,
+) -> ApiResult<Value> {
+    let mut config = assistant_config.as_object().cloned().unwrap_or_default();
+    let request = object(body.config.clone(), "config")?;
+    let mut configurable = config
+        .get("configurable")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let request_configurable = object(request.get("configurable").cloned(), "config.configurable")?;
+    let context = object(body.context.clone(), "context")?;
+    if !request_configurable.is_empty() && !context.is_empty() {
+        return Err(AppError::BadRequest(
+            "Cannot specify both configurable and context. Prefer setting context alone.".into(),
+        ));
+    }
+    for (k, v) in request {
+        if k != "configurable" {
+            config.insert(k, v);
+        }
+    }
+    configurable.extend(request_configurable);
+    configurable.extend(context);
+    configurable.extend(ids.clone());
+    if let Some(limit) = config.get("recursion_limit")
+        && !limit.as_i64().is_some_and(|l| (1..=10_000).contains(&l))
+    {
+        return Err(AppError::Invalid(
+            "config.recursion_limit must be an integer between 1 and 10000".into(),
+        ));
+    }
+    config.insert("configurable".into(), Value::Object(configurable));
+    Ok(Value::Object(config))
+}
+
+/// The options of a run request, parsed once.
+struct Options {
+    modes: StreamModes,
+    strategy: MultitaskStrategy,
+    if_not_exists: IfNotExists,
+    on_disconnect: OnDisconnect,
+    on_completion: OnCompletion,
+    durability: Durability,
+}
+
+impl Options {
+    fn parse(body: &NewRun) -> ApiResult<Self> {
+        Ok(Self {
+            modes: StreamModes::from_json(body.stream_mode.as_ref()).map_err(AppError::Invalid)?,
+            strategy: parse_enum(
+                body.multitask_strategy.as_deref(),
+                "multitask_strategy",
+                MultitaskStrategy::Enqueue,
+            )?,
+            if_not_exists: parse_enum(
+                body.if_not_exists.as_deref(),
+                "if_not_exists",
+                IfNotExists::Reject,
+            )?,
+            on_disconnect: parse_enum(
+                body.on_disconnect.as_deref(),
+                "on_disconnect",
+                OnDisconnect::Continue,
+            )?,
+            on_completion: parse_enum(
+                body.on_completion.as_deref(),
+                "on_completion",
+                OnCompletion::Delete,
+            )?,
+            durability: parse_enum(body.durability.as_deref(), "durability", Durability::Async)?,
+        })
+    }
+}
+
+/// Validates the request, inserts the run (applying its multitask strategy) and returns it with
+/// its stream already subscribed.
+pub(super) async fn start(state: &AppState, target: Target, body: NewRun) -> ApiResult<Started> {
+    validate(&body, target)?;
+    let options = Options::parse(&body)?;
+    let assistant = resolve(state, &body.assistant_id)
+        .await
+        .map_err(|e| match e {
+            AppError::NotFound(_) => AppError::NotFound("Thread or assistant not found.".into()),
+            other => other,
+        })?;
+    let (thread_id, stateless) = match target {
+        Target::Thread(id) => (id, false),
+        Target::Stateless => (ids::new_id(), true),
+    };
+    let checkpoint_id = start_checkpoint(state, &body, thread_id).await?;
+    let run = build_run(
+        state,
+        &body,
+        &options,
+        &assistant,
+        thread_id,
+        stateless,
+        checkpoint_id,
+    )?;
+    let mut thread_metadata = JsonMap::new();
+    thread_metadata.insert("graph_id".into(), json!(assistant.graph_id));
+    thread_metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
+    let insert = RunInsert {
+        run,
+        thread_metadata,
+        create_thread: stateless || options.if_not_exists == IfNotExists::Create,
+    };
+    let resumable = body.stream_resumable.unwrap_or(false);
+    let (subscription, result) =
+        insert_subscribed(state, &insert, options.strategy, resumable).await?;
+    Ok(Started {
+        run: insert.run,
+        subscription,
+        result,
+        resumable,
+        cancel_on_disconnect: options.on_disconnect == OnDisconnect::Cancel,
+        stateless,
+    })
+}
+
+/// The checkpoint the run starts from (`checkpoint_id`, or the one named in `checkpoint`),
+/// which must exist on the thread.
+async fn start_checkpoint(
+    state: &AppState,
+    body: &NewRun,
+    thread_id: Uuid,
+) -> ApiResult<Option<Uuid>> {
+    let checkpoint_id = match body.checkpoint_id.as_deref() {
+        Some(raw) => Some(parse_id(raw, "checkpoint")?),
+        None => checkpoint_id_of(body.checkpoint.as_ref())?,
+    };
+    if let Some(cid) = checkpoint_id
+        && state
+            .store
+            .get_checkpoint(thread_id, "", cid)
+            .await?
+            .is_none()
+    {
+        return Err(AppError::NotFound(format!(
+            "Checkpoint {cid} not found on thread {thread_id}"
+        )));
+    }
+    Ok(checkpoint_id)
+}
+
+/// The pending run: its config (checked by the graph), metadata and stored parameters.
+fn build_run(
+    state: &AppState,
+    body: &NewRun,
+    options: &Options,
+    assistant: &Assistant,
+    thread_id: Uuid,
+    stateless: bool,
+    checkpoint_id: Option<Uuid>,
+) -> ApiResult<Run> {
+    let run_id = ids::new_id();
+    let mut id_fields = JsonMap::new();
+    id_fields.insert("run_id".into(), json!(run_id));
+    id_fields.insert("thread_id".into(), json!(thread_id));
+    id_fields.insert("graph_id".into(), json!(assistant.graph_id));
+    id_fields.insert("assistant_id".into(), json!(assistant.assistant_id));
+    if let Some(cid) = checkpoint_id {
+        id_fields.insert("checkpoint_id".into(), json!(cid));
+        id_fields.insert("checkpoint_ns".into(), json!(""));
+    }
+    let config = run_config(&assistant.config, body, &id_fields)?;
+    if let Some(graph) = state.registry.get(&assistant.graph_id) {
+        graph.check_config(&config).map_err(AppError::Invalid)?;
+    }
+    let mut metadata = object(config.get("metadata").cloned(), "config.metadata")?;
+    metadata.extend(object(
+        body.metadata.clone().map(Value::Object),
+        "metadata",
+    )?);
+    for reserved in ["thread_id", "assistant_id", "run_id", "cron_id"] {
+        metadata.remove(reserved);
+    }
+    metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
+    let kwargs = RunKwargs {
+        input: body.input.clone().unwrap_or(Value::Null),
+        command: Value::Null,
+        config,
+        context: Value::Object(object(body.context.clone(), "context")?),
+        stream_mode: options
+            .modes
+            .names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        interrupt_before: Value::Null,
+        interrupt_after: Value::Null,
+        webhook: Value::Null,
+        feedback_keys: body.feedback_keys.clone().unwrap_or(Value::Null),
+        temporary: stateless,
+        delete_on_completion: stateless && options.on_completion == OnCompletion::Delete,
+        subgraphs: body.stream_subgraphs.unwrap_or(false),
+        resumable: body.stream_resumable.unwrap_or(false),
+        checkpoint_during: body.checkpoint_during.unwrap_or(true),
+        durability: options.durability,
+    };
+    let now = Timestamp::now();
+    Ok(Run {
+        run_id,
+        thread_id,
+        assistant_id: assistant.assistant_id,
+        created_at: now.plus_secs(body.after_seconds.unwrap_or(0.0)),
+        updated_at: now,
+        status: RunStatus::Pending,
+        metadata,
+        multitask_strategy: options.strategy,
+        kwargs: serde_json::to_value(&kwargs).map_err(|e| AppError::Internal(e.into()))?,
+    })
+}
+
+/// Inserts the run with its stream subscribed first (a worker may start it the moment it is
+/// committed), then applies the multitask strategy's cancellations and wakes a worker.
+async fn insert_subscribed(
+    state: &AppState,
+    insert: &RunInsert,
+    strategy: MultitaskStrategy,
+    resumable: bool,
+) -> ApiResult<(Subscription, RunResult)> {
+    let (run_id, thread_id) = (insert.run.run_id, insert.run.thread_id);
+    let channel = state.bus.open(run_id, thread_id, resumable);
+    let subscription = channel.subscribe();
+    let result = channel.result();
+    // The first event goes out now, not when a worker claims the run: a queued run's client
+    // learns its run id at once. The worker sees the channel is not fresh and does not repeat it.
+    let thread_tx = state.bus.thread_sender(thread_id);
+    let metadata = json!({"run_id": run_id, "attempt": 1});
+    channel.publish("metadata".into(), metadata.to_string(), thread_tx.as_ref());
+    let affected = match state.store.insert_run(insert).await {
+        Ok(affected) => affected,
+        Err(error) => {
+            state.bus.close(run_id, None);
+            return Err(match error {
+                StoreError::NotFound(_) => {
+                    AppError::NotFound("Thread or assistant not found.".into())
+                }
+                other => other.into(),
+            });
+        }
+    };
+    let action = match strategy {
+        MultitaskStrategy::Rollback => CancelAction::Rollback,
+        _ => CancelAction::Interrupt,
+    };
+    state.runner.cancelled(&affected, action).await;
+    state.runner.wake();
+    Ok((subscription, result))
+}

@@ -1,0 +1,241 @@
+//! Checkpoints in SQL, with the chunks of their large strings stored once per thread (see `store::blobs`).
+
+use super::codec::*;
+use super::query::*;
+use super::*;
+use crate::store::blobs;
+use crate::store::{Checkpoint, CheckpointQuery, StoreResult};
+use crate::telemetry::metrics::StoreTimer;
+use async_trait::async_trait;
+use sqlx::AnyConnection;
+use std::collections::{BTreeSet, HashMap};
+use uuid::Uuid;
+
+#[async_trait]
+impl crate::store::CheckpointStore for SqlStore {
+    async fn put_checkpoint(
+        &self,
+        cp: &Checkpoint,
+        stored: Option<&blobs::StoredChunks>,
+    ) -> StoreResult<()> {
+        let _timer = StoreTimer::start("put_checkpoint");
+        let (writes, mut chunks) =
+            blobs::externalize(&cp.writes).map_err(|e| corrupt("checkpoint writes", e))?;
+        if let Some(stored) = stored {
+            chunks = stored.unsent(cp.thread_id, chunks);
+        }
+        let sent: Vec<String> = match stored {
+            Some(_) => chunks.iter().map(|c| c.hash.clone()).collect(),
+            None => Vec::new(),
+        };
+        if self.dialect == Dialect::Postgres {
+            // One statement, one round trip, one shape for any number of chunks (a VALUES list
+            // per chunk count made Postgres prepare a new statement for most checkpoints).
+            let pairs: Vec<[&str; 2]> = chunks.iter().map(|b| [&*b.hash, &*b.data]).collect();
+            let sql = format!(
+                "WITH chunks AS (INSERT INTO checkpoint_blobs (thread_id, hash, data) \
+                 SELECT $1, c->>0, c->>1 FROM json_array_elements($13::json) AS c \
+                 ON CONFLICT (thread_id, hash) DO NOTHING) {UPSERT_CHECKPOINT}"
+            );
+            bind_checkpoint(q(sql), cp, writes)?
+                .bind(to_json(&pairs)?)
+                .execute(&self.pool)
+                .await?;
+        } else {
+            // Chunks and checkpoint in one write transaction, as the trait promises.
+            let mut tx = self.write_tx().await?;
+            put_blobs(&mut tx, cp.thread_id, chunks).await?;
+            bind_checkpoint(q(UPSERT_CHECKPOINT.to_owned()), cp, writes)?
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        }
+        if let Some(stored) = stored {
+            stored.record(cp.thread_id, sent);
+        }
+        Ok(())
+    }
+
+    async fn get_checkpoint(
+        &self,
+        thread_id: Uuid,
+        ns: &str,
+        id: Uuid,
+    ) -> StoreResult<Option<Checkpoint>> {
+        let _timer = StoreTimer::start("get_checkpoint");
+        let sql = format!(
+            "SELECT {CHECKPOINT_COLS} FROM checkpoints \
+             WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3"
+        );
+        let query = q(sql)
+            .bind(thread_id.to_string())
+            .bind(ns.to_string())
+            .bind(id.to_string());
+        let found = one(&self.pool, query, checkpoint_row).await?;
+        Ok(self
+            .with_blobs(thread_id, found.into_iter().collect())
+            .await?
+            .pop())
+    }
+
+    async fn latest_checkpoint(
+        &self,
+        thread_id: Uuid,
+        ns: &str,
+    ) -> StoreResult<Option<Checkpoint>> {
+        let _timer = StoreTimer::start("latest_checkpoint");
+        let sql = format!(
+            "SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2 \
+             ORDER BY checkpoint_id DESC LIMIT 1"
+        );
+        let query = q(sql).bind(thread_id.to_string()).bind(ns.to_string());
+        let found = one(&self.pool, query, checkpoint_row).await?;
+        Ok(self
+            .with_blobs(thread_id, found.into_iter().collect())
+            .await?
+            .pop())
+    }
+
+    async fn list_checkpoints(
+        &self,
+        thread_id: Uuid,
+        query: &CheckpointQuery,
+    ) -> StoreResult<Vec<Checkpoint>> {
+        let _timer = StoreTimer::start("list_checkpoints");
+        let mut sql = Sql::new(&format!(
+            "SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE thread_id = $1 AND checkpoint_ns = $2"
+        ));
+        sql.arg(thread_id);
+        sql.arg(query.checkpoint_ns.as_str());
+        if let Some(before) = query.before {
+            // Hyphenated UUIDv7 text sorts in creation order.
+            let p = sql.arg(before);
+            sql.push(&format!(" AND checkpoint_id < {p}"));
+        }
+        self.push_contains(&mut sql, "metadata", &query.metadata)?;
+        sql.push(" ORDER BY checkpoint_id DESC");
+        // A zero limit (the `Default`) means "all", unlike searches, where it means "count only".
+        if query.limit > 0 {
+            let l = sql.arg(query.limit);
+            sql.push(&format!(" LIMIT {l}"));
+        }
+        let found = all(&self.pool, sql.query(), checkpoint_row).await?;
+        self.with_blobs(thread_id, found).await
+    }
+
+    async fn checkpoint_bytes(&self, thread_id: Uuid) -> StoreResult<u64> {
+        let _timer = StoreTimer::start("checkpoint_bytes");
+        let len = |col: &str| match self.dialect {
+            Dialect::Postgres => format!("octet_length({col})"),
+            Dialect::Sqlite => format!("length(CAST({col} AS BLOB))"),
+        };
+        let sql = format!(
+            "SELECT CAST(coalesce((SELECT sum({} + {} + {} + {}) FROM checkpoints WHERE thread_id = $1), 0) \
+             + coalesce((SELECT sum({} + {}) FROM checkpoint_blobs WHERE thread_id = $1), 0) AS BIGINT)",
+            len("writes"),
+            len("metadata"),
+            len("tasks"),
+            len("next_nodes"),
+            len("hash"),
+            len("data"),
+        );
+        let bytes = count(&self.pool, q(sql).bind(thread_id.to_string())).await?;
+        Ok(u64::try_from(bytes).unwrap_or_default())
+    }
+
+    async fn checkpoint_lineage(
+        &self,
+        thread_id: Uuid,
+        ns: &str,
+        id: Uuid,
+    ) -> StoreResult<Vec<Checkpoint>> {
+        let _timer = StoreTimer::start("checkpoint_lineage");
+        // The depth bound guards against a corrupt parent cycle.
+        let sql = format!(
+            "WITH RECURSIVE chain (cid, depth) AS (\
+               SELECT checkpoint_id, 0 FROM checkpoints \
+               WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3 \
+               UNION ALL \
+               SELECT c.parent_checkpoint_id, chain.depth + 1 FROM checkpoints c \
+               JOIN chain ON c.checkpoint_id = chain.cid \
+               WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 \
+               AND c.parent_checkpoint_id IS NOT NULL AND chain.depth < 100000) \
+             SELECT {CHECKPOINT_COLS} FROM checkpoints JOIN chain ON checkpoint_id = chain.cid \
+             WHERE thread_id = $1 AND checkpoint_ns = $2 ORDER BY chain.depth DESC"
+        );
+        let query = q(sql)
+            .bind(thread_id.to_string())
+            .bind(ns.to_string())
+            .bind(id.to_string());
+        let found = all(&self.pool, query, checkpoint_row).await?;
+        self.with_blobs(thread_id, found).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint chunks (see `blobs`).
+
+/// Chunks per statement: three parameters each, well under both backends' limits.
+pub(super) const BLOB_BATCH: usize = 300;
+
+/// Inserts chunks not yet stored for the thread, in batches, on `conn`.
+async fn put_blobs(
+    conn: &mut AnyConnection,
+    thread_id: Uuid,
+    mut chunks: Vec<blobs::Blob>,
+) -> StoreResult<()> {
+    {
+        while !chunks.is_empty() {
+            let batch: Vec<blobs::Blob> = chunks.drain(..chunks.len().min(BLOB_BATCH)).collect();
+            let rows: Vec<String> = (0..batch.len())
+                .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
+                .collect();
+            let sql = format!(
+                "INSERT INTO checkpoint_blobs (thread_id, hash, data) VALUES {} \
+                 ON CONFLICT (thread_id, hash) DO NOTHING",
+                rows.join(", ")
+            );
+            let mut query = q(sql);
+            for blob in batch {
+                query = query
+                    .bind(thread_id.to_string())
+                    .bind(blob.hash)
+                    .bind(blob.data);
+            }
+            query.execute(&mut *conn).await?;
+        }
+    }
+    Ok(())
+}
+
+impl SqlStore {
+    /// Replaces chunk references in the checkpoints' writes by their text.
+    pub(super) async fn with_blobs(
+        &self,
+        thread_id: Uuid,
+        mut cps: Vec<Checkpoint>,
+    ) -> StoreResult<Vec<Checkpoint>> {
+        let mut wanted = BTreeSet::new();
+        for cp in &cps {
+            blobs::references(&cp.writes, &mut wanted);
+        }
+        if wanted.is_empty() {
+            return Ok(cps);
+        }
+        let wanted: Vec<String> = wanted.into_iter().collect();
+        let mut chunks = HashMap::with_capacity(wanted.len());
+        for batch in wanted.chunks(BLOB_BATCH) {
+            let mut sql = Sql::new("SELECT hash, data FROM checkpoint_blobs WHERE thread_id = $1");
+            sql.arg(thread_id);
+            let params: Vec<String> = batch.iter().map(|h| sql.arg(h.as_str())).collect();
+            sql.push(&format!(" AND hash IN ({})", params.join(", ")));
+            for row in sql.query().fetch_all(&self.pool).await? {
+                chunks.insert(text(&row, "hash")?, text(&row, "data")?);
+            }
+        }
+        for cp in &mut cps {
+            blobs::internalize(&mut cp.writes, &chunks).map_err(|e| corrupt("checkpoint", e))?;
+        }
+        Ok(cps)
+    }
+}

@@ -1,0 +1,275 @@
+//! Rows to values and back: every column is a portable type (TEXT ids, JSON, timestamps).
+
+use super::query::*;
+use super::*;
+use crate::store::pages;
+use crate::store::{
+    Assistant, CancelAction, Checkpoint, JsonMap, Run, StoreError, StoreResult, StoredEvent, Thread,
+};
+use crate::time::Timestamp;
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::any::AnyRow;
+use std::str::FromStr;
+use uuid::Uuid;
+
+// ---------------------------------------------------------------------------------------------
+// Encoding and decoding.
+
+pub(super) fn corrupt(what: &'static str, detail: impl ToString) -> StoreError {
+    StoreError::Corrupt {
+        what,
+        detail: detail.to_string(),
+    }
+}
+
+pub(super) fn to_json<T: Serialize + ?Sized>(value: &T) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(|e| corrupt("json", e))
+}
+
+/// `None` and JSON `null` are both stored as SQL NULL, so filters never match a missing value.
+pub(super) fn opt_json(value: &Option<Value>) -> StoreResult<Option<String>> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => to_json(v).map(Some),
+    }
+}
+
+pub(super) fn text(row: &AnyRow, col: &'static str) -> StoreResult<String> {
+    Ok(row.try_get::<String, _>(col)?)
+}
+
+pub(super) fn opt_text(row: &AnyRow, col: &'static str) -> StoreResult<Option<String>> {
+    Ok(row.try_get::<Option<String>, _>(col)?)
+}
+
+pub(super) fn int(row: &AnyRow, col: &'static str) -> StoreResult<i64> {
+    Ok(row.try_get::<i64, _>(col)?)
+}
+
+pub(super) fn parse_uuid(col: &'static str, s: &str) -> StoreResult<Uuid> {
+    Uuid::parse_str(s).map_err(|e| corrupt(col, format!("{s}: {e}")))
+}
+
+pub(super) fn uuid(row: &AnyRow, col: &'static str) -> StoreResult<Uuid> {
+    parse_uuid(col, &text(row, col)?)
+}
+
+pub(super) fn opt_uuid(row: &AnyRow, col: &'static str) -> StoreResult<Option<Uuid>> {
+    opt_text(row, col)?.map(|s| parse_uuid(col, &s)).transpose()
+}
+
+pub(super) fn ts(row: &AnyRow, col: &'static str) -> StoreResult<Timestamp> {
+    let s = text(row, col)?;
+    Timestamp::parse(&s).ok_or_else(|| corrupt(col, s))
+}
+
+pub(super) fn json<T: serde::de::DeserializeOwned>(
+    row: &AnyRow,
+    col: &'static str,
+) -> StoreResult<T> {
+    serde_json::from_str(&text(row, col)?).map_err(|e| corrupt(col, e))
+}
+
+pub(super) fn opt_json_col(row: &AnyRow, col: &'static str) -> StoreResult<Option<Value>> {
+    let Some(s) = opt_text(row, col)? else {
+        return Ok(None);
+    };
+    let v: Value = serde_json::from_str(&s).map_err(|e| corrupt(col, e))?;
+    Ok((!v.is_null()).then_some(v))
+}
+
+pub(super) fn parse_enum<T: FromStr<Err = String>>(col: &'static str, s: &str) -> StoreResult<T> {
+    s.parse().map_err(|e| corrupt(col, e))
+}
+
+pub(super) fn enum_col<T: FromStr<Err = String>>(
+    row: &AnyRow,
+    col: &'static str,
+) -> StoreResult<T> {
+    parse_enum(col, &text(row, col)?)
+}
+
+pub(super) fn assistant_row(row: &AnyRow) -> StoreResult<Assistant> {
+    Ok(Assistant {
+        assistant_id: uuid(row, "assistant_id")?,
+        graph_id: text(row, "graph_id")?,
+        config: json(row, "config")?,
+        context: json(row, "context")?,
+        metadata: json(row, "metadata")?,
+        name: text(row, "name")?,
+        description: opt_text(row, "description")?,
+        version: int(row, "version")?,
+        created_at: ts(row, "created_at")?,
+        updated_at: ts(row, "updated_at")?,
+    })
+}
+
+pub(super) fn thread_row(row: &AnyRow) -> StoreResult<Thread> {
+    Ok(Thread {
+        thread_id: uuid(row, "thread_id")?,
+        created_at: ts(row, "created_at")?,
+        updated_at: ts(row, "updated_at")?,
+        state_updated_at: ts(row, "state_updated_at")?,
+        metadata: json(row, "metadata")?,
+        status: enum_col(row, "status")?,
+        config: json(row, "config")?,
+        values: opt_json_col(row, "state_values")?,
+        error: opt_json_col(row, "error")?,
+        interrupts: json(row, "interrupts")?,
+    })
+}
+
+pub(super) fn run_row(row: &AnyRow) -> StoreResult<Run> {
+    Ok(Run {
+        run_id: uuid(row, "run_id")?,
+        thread_id: uuid(row, "thread_id")?,
+        assistant_id: uuid(row, "assistant_id")?,
+        created_at: ts(row, "created_at")?,
+        updated_at: ts(row, "updated_at")?,
+        status: enum_col(row, "status")?,
+        metadata: json(row, "metadata")?,
+        multitask_strategy: enum_col(row, "multitask_strategy")?,
+        kwargs: json(row, "kwargs")?,
+    })
+}
+
+pub(super) fn checkpoint_row(row: &AnyRow) -> StoreResult<Checkpoint> {
+    Ok(Checkpoint {
+        thread_id: uuid(row, "thread_id")?,
+        checkpoint_ns: text(row, "checkpoint_ns")?,
+        checkpoint_id: uuid(row, "checkpoint_id")?,
+        parent_checkpoint_id: opt_uuid(row, "parent_checkpoint_id")?,
+        run_id: opt_uuid(row, "run_id")?,
+        step: int(row, "step")?,
+        source: text(row, "source")?,
+        metadata: json(row, "metadata")?,
+        writes: json(row, "writes")?,
+        next: json(row, "next_nodes")?,
+        tasks: json(row, "tasks")?,
+        created_at: ts(row, "created_at")?,
+    })
+}
+
+pub(super) fn event_page_row(row: &AnyRow) -> StoreResult<Vec<StoredEvent>> {
+    pages::unpack(
+        uuid(row, "run_id")?,
+        uuid(row, "thread_id")?,
+        &text(row, "frames")?,
+    )
+}
+
+pub(super) fn thread_id_row(row: &AnyRow) -> StoreResult<Uuid> {
+    uuid(row, "thread_id")
+}
+
+pub(super) fn metadata_row(row: &AnyRow) -> StoreResult<JsonMap> {
+    json(row, "metadata")
+}
+
+pub(super) fn cancel_row(row: &AnyRow) -> StoreResult<Option<CancelAction>> {
+    opt_text(row, "cancel_action")?
+        .map(|s| parse_enum("cancel_action", &s))
+        .transpose()
+}
+
+pub(super) fn merge(into: &mut JsonMap, from: &JsonMap) {
+    for (k, v) in from {
+        into.insert(k.clone(), v.clone());
+    }
+}
+
+pub(super) fn insert_assistant_query(a: &Assistant) -> StoreResult<AnyQuery> {
+    let sql = format!(
+        "INSERT INTO assistants ({ASSISTANT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+         ON CONFLICT (assistant_id) DO NOTHING"
+    );
+    Ok(q(sql)
+        .bind(a.assistant_id.to_string())
+        .bind(a.graph_id.clone())
+        .bind(to_json(&a.config)?)
+        .bind(to_json(&a.context)?)
+        .bind(to_json(&a.metadata)?)
+        .bind(a.name.clone())
+        .bind(a.description.clone())
+        .bind(a.version)
+        .bind(a.created_at.to_string())
+        .bind(a.updated_at.to_string()))
+}
+
+pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
+    let sql = format!(
+        "INSERT INTO threads ({THREAD_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+         ON CONFLICT (thread_id) DO NOTHING"
+    );
+    Ok(q(sql)
+        .bind(t.thread_id.to_string())
+        .bind(t.created_at.to_string())
+        .bind(t.updated_at.to_string())
+        .bind(t.state_updated_at.to_string())
+        .bind(to_json(&t.metadata)?)
+        .bind(t.status.as_str())
+        .bind(to_json(&t.config)?)
+        .bind(opt_json(&t.values)?)
+        .bind(opt_json(&t.error)?)
+        .bind(to_json(&t.interrupts)?))
+}
+
+/// Inserts a run ($1–$9, see `bind_run`).
+pub(super) fn insert_run_sql() -> String {
+    format!("INSERT INTO runs ({RUN_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
+}
+
+/// Marks a thread busy; the arguments name the parameters holding its id, its merged
+/// metadata and the time.
+pub(super) fn mark_thread_busy_sql(id: &str, metadata: &str, now: &str) -> String {
+    format!(
+        "UPDATE threads SET status = 'busy', metadata = {metadata}, updated_at = {now} \
+         WHERE thread_id = {id}"
+    )
+}
+
+pub(super) fn bind_run(query: AnyQuery, r: &Run) -> StoreResult<AnyQuery> {
+    Ok(query
+        .bind(r.run_id.to_string())
+        .bind(r.thread_id.to_string())
+        .bind(r.assistant_id.to_string())
+        .bind(r.created_at.to_string())
+        .bind(r.updated_at.to_string())
+        .bind(r.status.as_str())
+        .bind(to_json(&r.metadata)?)
+        .bind(r.multitask_strategy.as_str())
+        .bind(to_json(&r.kwargs)?))
+}
+
+/// Writes a checkpoint row, replacing one with the same key ($1–$12, see `bind_checkpoint`).
+pub(super) const UPSERT_CHECKPOINT: &str = "INSERT INTO checkpoints (thread_id, checkpoint_ns, \
+    checkpoint_id, parent_checkpoint_id, run_id, step, source, metadata, writes, next_nodes, \
+    tasks, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET \
+    parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, \
+    step = excluded.step, source = excluded.source, metadata = excluded.metadata, \
+    writes = excluded.writes, next_nodes = excluded.next_nodes, tasks = excluded.tasks, \
+    created_at = excluded.created_at";
+
+/// Binds $1–$12 of `UPSERT_CHECKPOINT`; `writes` is the checkpoint's writes as stored JSON
+/// (large strings replaced by chunk references).
+pub(super) fn bind_checkpoint(
+    query: AnyQuery,
+    c: &Checkpoint,
+    writes: String,
+) -> StoreResult<AnyQuery> {
+    Ok(query
+        .bind(c.thread_id.to_string())
+        .bind(c.checkpoint_ns.clone())
+        .bind(c.checkpoint_id.to_string())
+        .bind(c.parent_checkpoint_id.map(|u| u.to_string()))
+        .bind(c.run_id.map(|u| u.to_string()))
+        .bind(c.step)
+        .bind(c.source.clone())
+        .bind(to_json(&c.metadata)?)
+        .bind(writes)
+        .bind(to_json(&c.next)?)
+        .bind(to_json(&c.tasks)?)
+        .bind(c.created_at.to_string()))
+}

@@ -1,0 +1,194 @@
+//! Threads in SQL: create, patch, search, copy, delete and their status summary.
+
+use super::codec::*;
+use super::filters::*;
+use super::query::*;
+use super::*;
+use crate::store::{
+    IfExists, JsonMap, Page, StoreError, StoreResult, Thread, ThreadQuery, ThreadStatus,
+    ThreadSummary,
+};
+use crate::telemetry::metrics::StoreTimer;
+use crate::time::Timestamp;
+use async_trait::async_trait;
+use uuid::Uuid;
+
+#[async_trait]
+impl crate::store::ThreadStore for SqlStore {
+    async fn create_thread(&self, t: &Thread, if_exists: IfExists) -> StoreResult<Thread> {
+        let _timer = StoreTimer::start("create_thread");
+        let mut tx = self.write_tx().await?;
+        let inserted = insert_thread_query(t)?
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            > 0;
+        if !inserted && if_exists == IfExists::Raise {
+            return Err(StoreError::Conflict("thread"));
+        }
+        let sql = format!("SELECT {THREAD_COLS} FROM threads WHERE thread_id = $1");
+        let stored = one(&mut *tx, q(sql).bind(t.thread_id.to_string()), thread_row).await?;
+        tx.commit().await?;
+        stored.ok_or(StoreError::NotFound("thread"))
+    }
+
+    async fn get_thread(&self, id: Uuid) -> StoreResult<Option<Thread>> {
+        let _timer = StoreTimer::start("get_thread");
+        let sql = format!("SELECT {THREAD_COLS} FROM threads WHERE thread_id = $1");
+        one(&self.pool, q(sql).bind(id.to_string()), thread_row).await
+    }
+
+    async fn patch_thread(
+        &self,
+        id: Uuid,
+        metadata: &JsonMap,
+        now: Timestamp,
+    ) -> StoreResult<Option<Thread>> {
+        let _timer = StoreTimer::start("patch_thread");
+        let mut tx = self.write_tx().await?;
+        let Some(mut merged) = self.lock_thread(&mut tx, id).await? else {
+            return Ok(None);
+        };
+        merge(&mut merged, metadata);
+        sqlx::query("UPDATE threads SET metadata = $2, updated_at = $3 WHERE thread_id = $1")
+            .bind(id.to_string())
+            .bind(to_json(&merged)?)
+            .bind(now.to_string())
+            .execute(&mut *tx)
+            .await?;
+        let sql = format!("SELECT {THREAD_COLS} FROM threads WHERE thread_id = $1");
+        let thread = one(&mut *tx, q(sql).bind(id.to_string()), thread_row).await?;
+        tx.commit().await?;
+        Ok(thread)
+    }
+
+    async fn delete_thread(&self, id: Uuid) -> StoreResult<bool> {
+        let _timer = StoreTimer::start("delete_thread");
+        // Explicit deletes rather than relying on ON DELETE CASCADE alone, so the outcome does
+        // not depend on SQLite's foreign_keys pragma.
+        let mut tx = self.write_tx().await?;
+        for table in ["run_event_pages", "checkpoint_blobs", "checkpoints", "runs"] {
+            q(format!("DELETE FROM {table} WHERE thread_id = $1"))
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        let done = sqlx::query("DELETE FROM threads WHERE thread_id = $1")
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn search_threads(&self, query: &ThreadQuery) -> StoreResult<Page<Thread>> {
+        let _timer = StoreTimer::start("search_threads");
+        let mut filter = Sql::new(" WHERE 1 = 1");
+        if !query.ids.is_empty() {
+            let params: Vec<String> = query.ids.iter().map(|id| filter.arg(*id)).collect();
+            filter.push(&format!(" AND thread_id IN ({})", params.join(", ")));
+        }
+        if let Some(status) = query.status {
+            let p = filter.arg(status.as_str());
+            filter.push(&format!(" AND status = {p}"));
+        }
+        self.push_contains(&mut filter, "metadata", &query.metadata)?;
+        self.push_contains(&mut filter, "state_values", &query.values)?;
+        let order = order_by(
+            query.sort_by.as_deref(),
+            query.sort_order,
+            &[
+                "thread_id",
+                "status",
+                "created_at",
+                "updated_at",
+                "state_updated_at",
+            ],
+            "updated_at",
+            "thread_id",
+        );
+        let (limit, offset) = (query.limit, query.offset);
+        self.page(
+            THREAD_COLS,
+            "threads",
+            filter,
+            &order,
+            limit,
+            offset,
+            thread_row,
+        )
+        .await
+    }
+
+    async fn copy_thread(
+        &self,
+        from: Uuid,
+        to: Uuid,
+        now: Timestamp,
+    ) -> StoreResult<Option<Thread>> {
+        let _timer = StoreTimer::start("copy_thread");
+        let mut tx = self.write_tx().await?;
+        let sql = format!("SELECT {THREAD_COLS} FROM threads WHERE thread_id = $1");
+        let Some(source) = one(&mut *tx, q(sql).bind(from.to_string()), thread_row).await? else {
+            return Ok(None);
+        };
+        let copy = Thread {
+            thread_id: to,
+            created_at: now,
+            updated_at: now,
+            state_updated_at: now,
+            // Runs are not copied, so the copy cannot be busy.
+            status: match source.status {
+                ThreadStatus::Busy => ThreadStatus::Idle,
+                other => other,
+            },
+            ..source
+        };
+        if insert_thread_query(&copy)?
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            == 0
+        {
+            return Err(StoreError::Conflict("thread"));
+        }
+        let sql = format!(
+            "INSERT INTO checkpoints ({CHECKPOINT_COLS}) SELECT $1, checkpoint_ns, checkpoint_id, \
+             parent_checkpoint_id, run_id, step, source, metadata, writes, next_nodes, tasks, \
+             created_at FROM checkpoints WHERE thread_id = $2"
+        );
+        q(sql)
+            .bind(to.to_string())
+            .bind(from.to_string())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO checkpoint_blobs (thread_id, hash, data) \
+             SELECT $1, hash, data FROM checkpoint_blobs WHERE thread_id = $2",
+        )
+        .bind(to.to_string())
+        .bind(from.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Some(copy))
+    }
+
+    async fn set_thread_summary(
+        &self,
+        id: Uuid,
+        summary: &ThreadSummary,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        let _timer = StoreTimer::start("set_thread_summary");
+        let mut tx = self.write_tx().await?;
+        let changed = self
+            .write_summary(&mut tx, id, summary.status, summary, now)
+            .await?;
+        if changed == 0 {
+            return Err(StoreError::NotFound("thread"));
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
