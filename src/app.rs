@@ -59,6 +59,9 @@ impl Application {
                 "marked runs of a stopped worker as failed"
             );
         }
+        if settings.telemetry.metrics {
+            crate::telemetry::metrics::install();
+        }
         let settings = Arc::new(settings);
         let shutdown = CancellationToken::new();
         let bus = Bus::new();

@@ -153,7 +153,7 @@ async fn main() -> anyhow::Result<()> {
             let telemetry = telemetry::init(&settings.telemetry)?;
             let registry = research_registry(&cfg)?;
             let result = serve(settings, registry).await;
-            telemetry.shutdown();
+            telemetry.shutdown().await;
             result
         }
         Command::Research(cmd) => {

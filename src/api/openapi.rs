@@ -16,6 +16,7 @@ use utoipa_swagger_ui::SwaggerUi;
     paths(
         meta::ok,
         meta::info,
+        meta::prometheus,
         assistants::create,
         assistants::search,
         assistants::count,

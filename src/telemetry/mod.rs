@@ -50,12 +50,16 @@ pub struct TelemetryGuard {
 }
 
 impl TelemetryGuard {
-    /// Sends the spans still buffered and stops the exporter.
-    pub fn shutdown(self) {
-        if let Some(provider) = self.tracer
-            && let Err(error) = provider.shutdown()
-        {
-            eprintln!("could not flush traces: {error}");
+    /// Sends the spans still buffered and stops the exporter. The exporter's thread sends
+    /// through the Tokio runtime, so the blocking shutdown runs off the runtime's workers.
+    pub async fn shutdown(self) {
+        let Some(provider) = self.tracer else {
+            return;
+        };
+        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => eprintln!("could not flush traces: {error}"),
+            Err(error) => eprintln!("could not flush traces: {error}"),
         }
     }
 }
