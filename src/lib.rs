@@ -1,17 +1,17 @@
 //! deep-research: Open Deep Research served over the LangGraph Server API.
 //!
-//! Layout (data flows top to bottom):
-//! - `api`: axum routes, errors as `{"detail": …}`, OpenAPI.
+//! Layout (data flows top to bottom; ARCHITECTURE.md maps every file):
+//! - `config`: one configuration story (defaults file → `--config` → `DR__…` env → flags → per run).
+//! - `api`: axum routes, errors as `{"detail": …}`, OpenAPI; runs under `api::runs`.
 //! - `runs`: the run queue and worker pool (claim, lease, cancel, multitask strategies).
 //! - `research`: the deep-research graph (clarify, brief, supervisor, researchers, compress,
 //!   report), its settings, cost meter, fallback counts and citation checks.
 //! - `graph`: a small graph runtime (nodes, reducers, subgraphs, checkpoints, events).
 //! - `llm`: chat models (OpenAI-compatible, Anthropic) behind one trait, wrapped in the adaptive
-//!   ladder for weak models (`llm::adaptive`: calls from text, prompted tools, JSON repair,
-//!   runaway guard); `tools`: Tavily search with page summaries.
-//! - `stream`: per-run event bus and SSE framing.
-//! - `store`: persistence over Postgres or SQLite.
-//! - `config`: settings from file and environment.
+//!   ladder for weak models and observed (spans, metrics); `tools`: Tavily search.
+//! - `store`: persistence, one trait per concern, over Postgres or SQLite; `stream`: per-run
+//!   event bus and SSE framing.
+//! - `telemetry`: logs, OTLP traces and Prometheus metrics (a leaf every layer records into).
 
 pub mod api;
 pub mod app;

@@ -14,7 +14,8 @@
 //! The provider setting `tool_calling = "auto" | "native" | "prompted"` overrides what is
 //! learned. Each answer lists the fallbacks it needed, for the run's counts.
 
-use super::providers::{EndpointSettings, ToolCalling};
+use super::endpoint::EndpointSettings;
+use super::endpoint::ToolCalling;
 use super::text_calls;
 use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError, ModelName,
@@ -319,7 +320,7 @@ fn recover_text_calls(
         return answer;
     }
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    let text = super::providers::content_text(&answer.message["content"]);
+    let text = super::history::content_text(&answer.message["content"]);
     let Some(found) = text_calls::recover(&text, &names) else {
         return answer;
     };
@@ -349,7 +350,7 @@ fn prompted_messages(req: &ChatRequest, single_call: bool) -> Vec<Value> {
         Some(first) if kind(first) == "system" => {
             let text = format!(
                 "{}\n\n{instructions}",
-                super::providers::content_text(&first["content"])
+                super::history::content_text(&first["content"])
             );
             *first = json!({"type": "system", "content": text});
         }
@@ -378,7 +379,7 @@ fn flatten_history(messages: &[Value]) -> Vec<Value> {
                 let result = format!(
                     "Result of your `{}` call:\n{}",
                     message["name"].as_str().unwrap_or("tool"),
-                    super::providers::content_text(&message["content"])
+                    super::history::content_text(&message["content"])
                 );
                 // Results of one turn's calls share one user turn.
                 match out.last_mut() {
@@ -419,7 +420,7 @@ fn kind(message: &Value) -> &str {
 
 /// An earlier assistant turn as text: what it said, then its calls as JSON.
 fn calls_as_text(message: &Value) -> String {
-    let text = super::providers::content_text(&message["content"]);
+    let text = super::history::content_text(&message["content"]);
     let list = |key: &str| message[key].as_array().cloned().unwrap_or_default();
     let calls: Vec<Value> = list("tool_calls")
         .into_iter()
@@ -474,7 +475,7 @@ fn append_to_last_human(messages: &mut Vec<Value>, text: &str) {
         Some(i) => {
             let joined = format!(
                 "{}{text}",
-                super::providers::content_text(&messages[i]["content"])
+                super::history::content_text(&messages[i]["content"])
             );
             messages[i] = json!({"type": "human", "content": joined});
         }
@@ -539,7 +540,7 @@ mod tests {
 
     #[test]
     fn calls_in_text_become_tool_calls() {
-        let answer = super::super::providers::AiTurn {
+        let answer = super::super::history::AiTurn {
             id: Some("x".into()),
             model: "m".into(),
             content:

@@ -2,10 +2,8 @@
 //! structured output through a forced tool, native web search, and SSE streaming.
 
 use super::coalesce::Coalescer;
-use super::providers::{
-    AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_text, exact_body,
-    identifier, role, runaway_limit,
-};
+use super::endpoint::{Endpoint, ErrorContext, classify, exact_body};
+use super::history::{AiTurn, RawToolCall, Role, content_text, identifier, role, runaway_limit};
 use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
     ToolChoice, Usage,

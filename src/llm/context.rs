@@ -2,7 +2,7 @@
 //! (llama.cpp `GET /props`, Ollama `POST /api/show`). The research graph uses them to size what
 //! it sends after a context overflow, instead of guessing from the model's name.
 
-use super::providers::Endpoint;
+use super::endpoint::Endpoint;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::Duration;

@@ -7,6 +7,8 @@ mod adaptive;
 mod anthropic;
 mod coalesce;
 mod context;
+mod endpoint;
+mod history;
 mod loop_guard;
 mod observed;
 mod openai;
@@ -15,7 +17,8 @@ mod retry;
 mod structured;
 pub mod text_calls;
 
-pub use providers::{ProviderConfig, ProviderKind, Providers, ToolCalling, http_client};
+pub use endpoint::http_client;
+pub use providers::{ProviderConfig, ProviderKind, Providers, ToolCalling};
 pub use retry::{RetryPolicy, chat_with_retry};
 pub use structured::structured;
 

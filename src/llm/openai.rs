@@ -1,11 +1,11 @@
 //! OpenAI chat completions (and compatible endpoints: Ollama, vLLM, Groq, DeepSeek, …).
 
 use super::coalesce::Coalescer;
-use super::loop_guard;
-use super::providers::{
-    AiTurn, Endpoint, ErrorContext, RawToolCall, Role, classify, content_str, content_text,
-    exact_body, identifier, role, runaway_limit,
+use super::endpoint::{Endpoint, ErrorContext, classify, exact_body};
+use super::history::{
+    AiTurn, RawToolCall, Role, content_str, content_text, identifier, role, runaway_limit,
 };
+use super::loop_guard;
 use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError, NativeTool,
     OnDelta, ToolChoice, ToolSpec, Usage,

@@ -1,7 +1,7 @@
 //! Structured output: ask for JSON matching a schema, check it by deserialising into the target
 //! type, and on a mismatch tell the model what was wrong and ask again.
 
-use super::providers::content_text;
+use super::history::content_text;
 use super::{
     ChatModel, ChatRequest, ChatResponse, Fallback, LlmError, OnDelta, RetryPolicy, chat_with_retry,
 };
