@@ -21,6 +21,9 @@ mod fake_tavily;
 #[path = "../tests/support/workload.rs"]
 mod workload;
 
+#[path = "../tests/support/pg.rs"]
+mod pg;
+
 use deep_research::sse::{SseDecoder, SseEvent};
 use fake_llm::{FakeLlm, FakeReply, Responder};
 use fake_tavily::FakeTavily;
@@ -80,30 +83,55 @@ struct Opts {
     keep: bool,
 }
 
-const HELP: &str = "\
-Load benchmark of deep-research (the server runs as a child process).
-
-  --k LIST              concurrent runs per scenario, e.g. 1,10,200,1000 (`none` skips the
-                        matrix). K=1 is always measured first: it is the critical path.
-  --latency-ms LIST     provider latency (every model call and every search), e.g. 0,200
-  --store LIST          sqlite,postgres (postgres needs BENCH_DATABASE_URL, an admin URL that
-                        may CREATE DATABASE)
-  --turns N             the conversation scenario: N sequential runs on one thread (0 skips)
-  --subscribers N       N live subscribers joined to one run (0 skips)
-  --chunk-ms MS         pause before each streamed model chunk in the K-runs matrix and the
-                        conversation (default 0: each answer streams at once)
-  --sub-latency-ms MS   provider latency of the subscriber scenario (default 200)
-  --sub-chunk-ms LIST   pause before each streamed model chunk in the subscriber scenario,
-                        e.g. 0,1 (default 0: the fake streams each answer at once, so the
-                        13 KB report's 3,250 chunks arrive as one burst)
-  --timeout-s S         per-scenario limit (default 900)
-  --db-max-connections N  passed to the server (default: the server's own default)
-  --keep                keep each scenario's SQLite file / Postgres database and server log
-  --quick               smoke preset: --k 1,5 --latency-ms 0 --turns 3 --subscribers 20
-                        --timeout-s 120 (later flags still override)
-Defaults: --k 1,10,200 --latency-ms 0,200 --store sqlite[,postgres if BENCH_DATABASE_URL]
-          --turns 10 --subscribers 1000
-";
+/// Load benchmark of deep-research (the server runs as a child process).
+#[derive(clap::Parser, Debug)]
+#[command(name = "load")]
+struct Args {
+    /// Concurrent runs per scenario, e.g. 1,10,200,1000 (`none` skips the matrix). K=1 is
+    /// always measured first: it is the critical path. [default: 1,10,200]
+    #[arg(long = "k")]
+    k: Option<String>,
+    /// Provider latency (every model call and every search), e.g. 0,200 [default: 0,200]
+    #[arg(long)]
+    latency_ms: Option<String>,
+    /// sqlite,postgres (postgres needs BENCH_DATABASE_URL, an admin URL that may CREATE
+    /// DATABASE) [default: sqlite, plus postgres when BENCH_DATABASE_URL is set]
+    #[arg(long)]
+    store: Option<String>,
+    /// The conversation scenario: N sequential runs on one thread (0 skips) [default: 10]
+    #[arg(long)]
+    turns: Option<usize>,
+    /// N live subscribers joined to one run (0 skips) [default: 1000]
+    #[arg(long)]
+    subscribers: Option<usize>,
+    /// Pause before each streamed model chunk in the K-runs matrix and the conversation
+    /// (0: each answer streams at once)
+    #[arg(long, default_value_t = 0)]
+    chunk_ms: u64,
+    /// Provider latency of the subscriber scenario
+    #[arg(long, default_value_t = 200)]
+    sub_latency_ms: u64,
+    /// Pause before each streamed model chunk in the subscriber scenario, e.g. 0,1 (0: the fake
+    /// streams each answer at once, so the 13 KB report's 3,250 chunks arrive as one burst)
+    #[arg(long, default_value = "0")]
+    sub_chunk_ms: String,
+    /// Per-scenario limit in seconds [default: 900]
+    #[arg(long)]
+    timeout_s: Option<u64>,
+    /// Passed to the server (default: the server's own default)
+    #[arg(long)]
+    db_max_connections: Option<u32>,
+    /// Keep each scenario's SQLite file / Postgres database and server log
+    #[arg(long)]
+    keep: bool,
+    /// Smoke preset: --k 1,5 --latency-ms 0 --turns 3 --subscribers 20 --timeout-s 120 (flags
+    /// given too still win)
+    #[arg(long)]
+    quick: bool,
+    /// Passed by `cargo bench` to every bench binary; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
 
 fn parse_list<T: std::str::FromStr>(flag: &str, value: &str) -> Vec<T> {
     if value == "none" || value.is_empty() {
@@ -119,85 +147,50 @@ fn parse_list<T: std::str::FromStr>(flag: &str, value: &str) -> Vec<T> {
         .collect()
 }
 
+fn parse_stores(value: &str) -> Vec<StoreKind> {
+    value
+        .split(',')
+        .map(|s| match s.trim() {
+            "sqlite" => StoreKind::Sqlite,
+            "postgres" | "pg" => StoreKind::Postgres,
+            other => panic!("--store: unknown store {other:?}"),
+        })
+        .collect()
+}
+
 fn parse_opts() -> Opts {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = <Args as clap::Parser>::parse();
     let pg_admin = std::env::var("BENCH_DATABASE_URL")
         .ok()
         .filter(|u| !u.is_empty());
-    let mut opts = Opts {
-        ks: vec![1, 10, 200],
-        latencies_ms: vec![0, 200],
-        stores: if pg_admin.is_some() {
-            vec![StoreKind::Sqlite, StoreKind::Postgres]
-        } else {
-            vec![StoreKind::Sqlite]
-        },
-        turns: 10,
-        subscribers: 1000,
-        sub_latency_ms: 200,
-        sub_chunk_ms: vec![0],
-        chunk_ms: 0,
-        timeout: Duration::from_secs(900),
-        db_max_connections: None,
-        pg_admin,
-        keep: false,
+    let quick = args.quick;
+    let default_stores = if pg_admin.is_some() {
+        vec![StoreKind::Sqlite, StoreKind::Postgres]
+    } else {
+        vec![StoreKind::Sqlite]
     };
-    if args.iter().any(|a| a == "--quick") {
-        opts.ks = vec![1, 5];
-        opts.latencies_ms = vec![0];
-        opts.turns = 3;
-        opts.subscribers = 20;
-        opts.timeout = Duration::from_secs(120);
-    }
-    let mut it = args.into_iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
-            None => (arg.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .unwrap_or_else(|| panic!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            // `cargo bench` passes `--bench` to every bench binary.
-            "--bench" | "--quick" => {}
-            "--keep" => opts.keep = true,
-            "--help" | "-h" => {
-                print!("{HELP}");
-                std::process::exit(0);
-            }
-            "--k" => opts.ks = parse_list(&flag, &value()),
-            "--latency-ms" => opts.latencies_ms = parse_list(&flag, &value()),
-            "--store" => {
-                opts.stores = value()
-                    .split(',')
-                    .map(|s| match s.trim() {
-                        "sqlite" => StoreKind::Sqlite,
-                        "postgres" | "pg" => StoreKind::Postgres,
-                        other => panic!("--store: unknown store {other:?}"),
-                    })
-                    .collect()
-            }
-            "--turns" => opts.turns = value().parse().expect("--turns: a number"),
-            "--subscribers" => opts.subscribers = value().parse().expect("--subscribers: a number"),
-            "--chunk-ms" => opts.chunk_ms = value().parse().expect("--chunk-ms: a number"),
-            "--sub-chunk-ms" => opts.sub_chunk_ms = parse_list(&flag, &value()),
-            "--sub-latency-ms" => {
-                opts.sub_latency_ms = value().parse().expect("--sub-latency-ms: a number")
-            }
-            "--timeout-s" => {
-                opts.timeout = Duration::from_secs(value().parse().expect("--timeout-s: a number"))
-            }
-            "--db-max-connections" => {
-                opts.db_max_connections =
-                    Some(value().parse().expect("--db-max-connections: a number"))
-            }
-            other => panic!("unknown argument {other:?}; see --help"),
-        }
-    }
+    let opts = Opts {
+        ks: match &args.k {
+            Some(v) => parse_list("--k", v),
+            None if quick => vec![1, 5],
+            None => vec![1, 10, 200],
+        },
+        latencies_ms: match &args.latency_ms {
+            Some(v) => parse_list("--latency-ms", v),
+            None if quick => vec![0],
+            None => vec![0, 200],
+        },
+        stores: args.store.as_deref().map_or(default_stores, parse_stores),
+        turns: args.turns.unwrap_or(if quick { 3 } else { 10 }),
+        subscribers: args.subscribers.unwrap_or(if quick { 20 } else { 1000 }),
+        sub_latency_ms: args.sub_latency_ms,
+        sub_chunk_ms: parse_list("--sub-chunk-ms", &args.sub_chunk_ms),
+        chunk_ms: args.chunk_ms,
+        timeout: Duration::from_secs(args.timeout_s.unwrap_or(if quick { 120 } else { 900 })),
+        db_max_connections: args.db_max_connections,
+        pg_admin,
+        keep: args.keep,
+    };
     assert!(
         !opts.stores.contains(&StoreKind::Postgres) || opts.pg_admin.is_some(),
         "--store postgres needs BENCH_DATABASE_URL (an admin URL that may CREATE DATABASE)"
@@ -393,25 +386,6 @@ fn server_in_group(group: u32, bin: &str) -> Option<u32> {
         })
 }
 
-/// Creates a fresh database on the admin URL's server; returns its name and URL.
-async fn fresh_postgres(admin: &str) -> (String, String) {
-    use sqlx::Connection;
-    let name = format!("dr_bench_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = sqlx::PgConnection::connect(admin)
-        .await
-        .expect("connect to BENCH_DATABASE_URL");
-    // The name is generated above from a uuid, never from input.
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-        .execute(&mut conn)
-        .await
-        .expect("create the benchmark database");
-    let _ = conn.close().await;
-    let base = admin.split_once('?').map_or(admin, |(b, _)| b);
-    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
-    let url = format!("{root}/{name}?sslmode=disable");
-    (name, url)
-}
-
 impl Server {
     async fn start(opts: &Opts, store: StoreKind, max_runs: usize, config: &str) -> Self {
         let dir = tempfile::TempDir::new().expect("temp dir");
@@ -459,7 +433,7 @@ impl Server {
             }
             StoreKind::Postgres => {
                 let admin = opts.pg_admin.clone().expect("BENCH_DATABASE_URL");
-                let (name, url) = fresh_postgres(&admin).await;
+                let (name, url) = pg::create_database(&admin, "dr_bench").await;
                 cmd.env("DATABASE_URL", &url);
                 Db::Postgres { admin, name, url }
             }

@@ -103,10 +103,10 @@ async fn sqlite_run_events_move_into_pages() {
 
 #[tokio::test]
 async fn postgres_run_events_move_into_pages() {
-    let Some(admin) = support::postgres_admin_url() else {
+    let Some(admin) = support::pg::admin_url() else {
         return;
     };
-    let url = support::fresh_postgres_url(&admin).await;
+    let url = support::pg::create_database(&admin, "dr_test").await.1;
     let pool = sqlx::PgPool::connect(&url).await.expect("open postgres");
     migrate_to_0002("postgres", &pool).await;
     for sql in OLD_ROWS {

@@ -1,6 +1,9 @@
 //! Contract tests for `Store`, written once and run against SQLite (a temp file) and Postgres
 //! (a fresh database per test under `TEST_DATABASE_URL`).
 
+#[path = "support/pg.rs"]
+mod pg;
+
 use deep_research::store::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery, EventId,
     IfExists, JsonMap, LeaseState, MultitaskStrategy, Run, RunEnd, RunInsert, RunStatus, SortOrder,
@@ -28,51 +31,15 @@ where
     body(Arc::new(store)).await;
 }
 
-/// The admin URL, or `None` (skip) when it is unset and Postgres is not required.
-fn postgres_admin_url() -> Option<String> {
-    match std::env::var("TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("DR_REQUIRE_POSTGRES").as_deref() == Ok("1") => {
-            panic!("DR_REQUIRE_POSTGRES=1 but TEST_DATABASE_URL is not set")
-        }
-        _ => {
-            eprintln!("skipping postgres: TEST_DATABASE_URL not set");
-            None
-        }
-    }
-}
-
-/// `url` with its database (path) replaced by `db`, keeping any query string.
-fn with_database(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (url, String::new()),
-    };
-    let host_start = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[host_start..]
-        .find('/')
-        .map_or(base.len(), |i| host_start + i);
-    format!("{}/{db}{query}", &base[..path_start])
-}
-
 async fn run_postgres<F, Fut>(body: F)
 where
     F: FnOnce(Arc<dyn Store>) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    use sqlx::Connection;
-    let Some(admin) = postgres_admin_url() else {
+    let Some(admin) = pg::admin_url() else {
         return;
     };
-    let name = format!("dr_test_{}", Uuid::new_v4().simple());
-    let mut conn = sqlx::postgres::PgConnection::connect(&admin)
-        .await
-        .expect("connect to TEST_DATABASE_URL");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-        .execute(&mut conn)
-        .await
-        .expect("create test database");
-    let url = with_database(&admin, &name);
+    let (name, url) = pg::create_database(&admin, "dr_test").await;
     // Run connect + body as a task so the database is dropped even when either panics.
     let result = tokio::spawn(async move {
         let store = SqlStore::connect(&url, 8)
@@ -83,12 +50,7 @@ where
         store.close().await;
     })
     .await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE \"{name}\" WITH (FORCE)"
-    )))
-    .execute(&mut conn)
-    .await
-    .expect("drop test database");
+    pg::drop_database(&admin, &name).await;
     if let Err(e) = result {
         std::panic::resume_unwind(e.into_panic());
     }

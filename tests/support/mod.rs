@@ -7,6 +7,7 @@
 pub mod fake_llm;
 pub mod fake_tavily;
 pub mod graphs;
+pub mod pg;
 pub mod research;
 pub mod workload;
 
@@ -64,42 +65,6 @@ pub async fn body_text(request: reqwest::RequestBuilder) -> String {
     request.send().await.unwrap().text().await.unwrap()
 }
 
-/// The admin URL of the test Postgres server, if configured. With `DR_REQUIRE_POSTGRES=1`
-/// a missing URL fails the test instead of skipping Postgres.
-pub fn postgres_admin_url() -> Option<String> {
-    match std::env::var("TEST_DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("DR_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-                "DR_REQUIRE_POSTGRES=1 but TEST_DATABASE_URL is not set"
-            );
-            eprintln!("skipping postgres: TEST_DATABASE_URL not set");
-            None
-        }
-    }
-}
-
-/// Creates a fresh database on the test server and returns its URL.
-pub async fn fresh_postgres_url(admin: &str) -> String {
-    use sqlx::Connection;
-    let name = format!("dr_test_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = sqlx::PgConnection::connect(admin)
-        .await
-        .expect("connect to TEST_DATABASE_URL");
-    // The name is generated above from a uuid, never from input.
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-        .execute(&mut conn)
-        .await
-        .expect("create test database");
-    let (base, query) = match admin.split_once('?') {
-        Some((b, q)) => (b, format!("?{q}")),
-        None => (admin, String::new()),
-    };
-    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
-    format!("{root}/{name}{query}")
-}
-
 /// Starts the service with the test graphs on `backend`; `None` when that backend is not
 /// available here (Postgres without TEST_DATABASE_URL).
 pub async fn spawn_app_on(backend: Backend, settings: Settings) -> Option<TestApp> {
@@ -120,7 +85,10 @@ pub async fn spawn_with(
                 Some(dir),
             )
         }
-        Backend::Postgres => (fresh_postgres_url(&postgres_admin_url()?).await, None),
+        Backend::Postgres => (
+            pg::create_database(&pg::admin_url()?, "dr_test").await.1,
+            None,
+        ),
     };
     let store: Arc<dyn Store> = Arc::new(
         store::connect(&url, 5, store::SqliteSync::default())
