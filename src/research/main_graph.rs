@@ -4,6 +4,7 @@
 use super::citations::{self, normalize};
 use super::cost::CostMeter;
 use super::fallbacks::FallbackMeter;
+use super::keys;
 use super::messages::{self as msg, human, system};
 use super::model::{Caller, Deps, Role, run_config};
 use super::stream_fields::FieldStreamer;
@@ -22,15 +23,19 @@ pub fn build(id: &str, deps: Deps) -> Graph {
     let sup = Arc::new(supervisor::graph(deps.clone()));
     let (d1, d2, d4) = (deps.clone(), deps.clone(), deps.clone());
     Graph::builder(id)
-        .channel("messages", Reducer::Messages, json!([]))
-        .channel("supervisor_messages", Reducer::AppendOrOverride, json!([]))
-        .channel("research_brief", Reducer::Override, Value::Null)
-        .channel("raw_notes", Reducer::AppendOrOverride, json!([]))
-        .channel("notes", Reducer::AppendOrOverride, json!([]))
-        .channel("final_report", Reducer::Override, Value::Null)
-        .channel("sources", Reducer::AppendOrOverride, json!([]))
-        .channel("usage", Reducer::Override, Value::Null)
-        .channel("fallbacks", Reducer::Override, Value::Null)
+        .channel(keys::MESSAGES, Reducer::Messages, json!([]))
+        .channel(
+            keys::SUPERVISOR_MESSAGES,
+            Reducer::AppendOrOverride,
+            json!([]),
+        )
+        .channel(keys::RESEARCH_BRIEF, Reducer::Override, Value::Null)
+        .channel(keys::RAW_NOTES, Reducer::AppendOrOverride, json!([]))
+        .channel(keys::NOTES, Reducer::AppendOrOverride, json!([]))
+        .channel(keys::FINAL_REPORT, Reducer::Override, Value::Null)
+        .channel(keys::SOURCES, Reducer::AppendOrOverride, json!([]))
+        .channel(keys::USAGE, Reducer::Override, Value::Null)
+        .channel(keys::FALLBACKS, Reducer::Override, Value::Null)
         .node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
         .node("write_research_brief", move |s, c| brief(d2.clone(), s, c))
         .node("research_supervisor", move |s, c| {
@@ -55,9 +60,9 @@ fn usage(ctx: &NodeContext) -> Value {
 
 fn update(ctx: &NodeContext, pairs: Vec<(&str, Value)>) -> JsonMap {
     let mut map: JsonMap = pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-    map.insert("usage".into(), usage(ctx));
+    map.insert(keys::USAGE.into(), usage(ctx));
     map.insert(
-        "fallbacks".into(),
+        keys::FALLBACKS.into(),
         ctx.scope.local::<FallbackMeter>().snapshot(),
     );
     map
@@ -90,7 +95,7 @@ async fn clarify(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Co
         return Ok(Command::update(update(&ctx, vec![])).goto("write_research_brief"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let history = msg::buffer_string(msg::slice(&state, "messages"));
+    let history = msg::buffer_string(msg::slice(&state, keys::MESSAGES));
     let date = msg::today();
     let prompt = deps.prompts.render(
         "clarify_with_user",
@@ -108,12 +113,15 @@ async fn clarify(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Co
     // The message keeps the id its streamed tokens carried.
     let reply = |text: &str| ai_message(streamer.id(), text);
     if answer.need_clarification && !answer.question.trim().is_empty() {
-        let upd = update(&ctx, vec![("messages", json!([reply(&answer.question)]))]);
+        let upd = update(
+            &ctx,
+            vec![(keys::MESSAGES, json!([reply(&answer.question)]))],
+        );
         return Ok(Command::update(upd).goto(END));
     }
     let mut pairs = vec![];
     if !answer.verification.trim().is_empty() {
-        pairs.push(("messages", json!([reply(&answer.verification)])));
+        pairs.push((keys::MESSAGES, json!([reply(&answer.verification)])));
     }
     Ok(Command::update(update(&ctx, pairs)).goto("write_research_brief"))
 }
@@ -126,7 +134,7 @@ struct ResearchQuestion {
 async fn brief(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let history = msg::buffer_string(msg::slice(&state, "messages"));
+    let history = msg::buffer_string(msg::slice(&state, keys::MESSAGES));
     let date = msg::today();
     let prompt = deps
         .prompts
@@ -166,8 +174,8 @@ async fn brief(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
     let upd = update(
         &ctx,
         vec![
-            ("research_brief", json!(answer.research_brief)),
-            ("supervisor_messages", sup),
+            (keys::RESEARCH_BRIEF, json!(answer.research_brief)),
+            (keys::SUPERVISOR_MESSAGES, sup),
         ],
     );
     Ok(Command::update(upd).goto("research_supervisor"))
@@ -179,8 +187,8 @@ async fn research(
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let input = json!({
-        "supervisor_messages": state.get("supervisor_messages").cloned().unwrap_or(json!([])),
-        "research_brief": state.get("research_brief").cloned().unwrap_or(Value::Null),
+        (keys::SUPERVISOR_MESSAGES): state.get(keys::SUPERVISOR_MESSAGES).cloned().unwrap_or(json!([])),
+        (keys::RESEARCH_BRIEF): state.get(keys::RESEARCH_BRIEF).cloned().unwrap_or(Value::Null),
     });
     let out = ctx.subgraph(&sup, input).await?;
     // Only what this round added flows back (ODR re-applied the whole subgraph state through
@@ -189,18 +197,21 @@ async fn research(
         &ctx,
         vec![
             (
-                "supervisor_messages",
-                json!({"type": "override", "value": out.get("supervisor_messages").cloned().unwrap_or(json!([]))}),
+                keys::SUPERVISOR_MESSAGES,
+                json!({"type": "override", "value": out.get(keys::SUPERVISOR_MESSAGES).cloned().unwrap_or(json!([]))}),
             ),
             (
-                "notes",
-                json!({"type": "override", "value": out.get("notes").cloned().unwrap_or(json!([]))}),
+                keys::NOTES,
+                json!({"type": "override", "value": out.get(keys::NOTES).cloned().unwrap_or(json!([]))}),
             ),
             (
-                "raw_notes",
-                out.get("raw_notes").cloned().unwrap_or(json!([])),
+                keys::RAW_NOTES,
+                out.get(keys::RAW_NOTES).cloned().unwrap_or(json!([])),
             ),
-            ("sources", out.get("sources").cloned().unwrap_or(json!([]))),
+            (
+                keys::SOURCES,
+                out.get(keys::SOURCES).cloned().unwrap_or(json!([])),
+            ),
         ],
     );
     Ok(Command::update(upd))
@@ -208,7 +219,7 @@ async fn research(
 
 /// What the research phase did, for the error of a run that found nothing.
 fn what_research_did(state: &JsonMap) -> String {
-    let history = msg::slice(state, "supervisor_messages");
+    let history = msg::slice(state, keys::SUPERVISOR_MESSAGES);
     let delegated = history
         .iter()
         .filter(|m| msg::kind(m) == "tool" && m["name"] == "ConductResearch")
@@ -278,7 +289,7 @@ fn cut(text: &str, chars: usize) -> &str {
 
 async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
-    let sources = msg::slice(&state, "sources");
+    let sources = msg::slice(&state, keys::SOURCES);
     if sources.is_empty() && cfg.search_api != SearchApi::None {
         return Err(NodeError::new(
             "NoSourcesError",
@@ -290,7 +301,7 @@ async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Com
             ),
         ));
     }
-    let findings = msg::list(&state, "notes")
+    let findings = msg::list(&state, keys::NOTES)
         .iter()
         .filter_map(|n| n.as_str().map(str::to_owned))
         .collect::<Vec<_>>()
@@ -318,9 +329,9 @@ async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Com
     let upd = update(
         &ctx,
         vec![
-            ("final_report", json!(checked.report)),
-            ("messages", json!([message])),
-            ("notes", json!({"type": "override", "value": []})),
+            (keys::FINAL_REPORT, json!(checked.report)),
+            (keys::MESSAGES, json!([message])),
+            (keys::NOTES, json!({"type": "override", "value": []})),
         ],
     );
     Ok(Command::update(upd))
@@ -335,8 +346,8 @@ async fn write_report(
     findings: &str,
 ) -> Result<crate::llm::ChatResponse, NodeError> {
     let caller = Caller::new(deps, ctx, cfg);
-    let brief = msg::string(state, "research_brief");
-    let history = msg::buffer_string(&msg::list(state, "messages"));
+    let brief = msg::string(state, keys::RESEARCH_BRIEF);
+    let history = msg::buffer_string(&msg::list(state, keys::MESSAGES));
     let date = msg::today();
     let mut budget: Option<usize> = None;
     for _ in 0..4 {

@@ -7,6 +7,7 @@ pub mod citations;
 pub mod config;
 pub mod cost;
 pub mod fallbacks;
+pub mod keys;
 mod main_graph;
 mod messages;
 mod model;

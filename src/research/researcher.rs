@@ -3,6 +3,7 @@
 
 use super::config::SearchApi;
 use super::fallbacks::{self, AgentFallback};
+use super::keys;
 use super::messages::{self as msg, ToolCall, human, system, tool};
 use super::model::{Caller, Deps, Role, node_error, run_config};
 use super::{ResearchDeps, research_complete_tool, think_tool};
@@ -19,12 +20,12 @@ use std::sync::Arc;
 pub fn graph(deps: Deps) -> Graph {
     let (d1, d2, d3) = (deps.clone(), deps.clone(), deps);
     Graph::builder("researcher")
-        .channel("researcher_messages", Reducer::Append, json!([]))
-        .channel("tool_call_iterations", Reducer::Override, json!(0))
-        .channel("research_topic", Reducer::Override, Value::Null)
-        .channel("compressed_research", Reducer::Override, Value::Null)
-        .channel("raw_notes", Reducer::AppendOrOverride, json!([]))
-        .channel("sources", Reducer::AppendOrOverride, json!([]))
+        .channel(keys::RESEARCHER_MESSAGES, Reducer::Append, json!([]))
+        .channel(keys::TOOL_CALL_ITERATIONS, Reducer::Override, json!(0))
+        .channel(keys::RESEARCH_TOPIC, Reducer::Override, Value::Null)
+        .channel(keys::COMPRESSED_RESEARCH, Reducer::Override, Value::Null)
+        .channel(keys::RAW_NOTES, Reducer::AppendOrOverride, json!([]))
+        .channel(keys::SOURCES, Reducer::AppendOrOverride, json!([]))
         .node("researcher", move |s, c| researcher(d1.clone(), s, c))
         .node("researcher_tools", move |s, c| tools(d2.clone(), s, c))
         .node("compress_research", move |s, c| compress(d3.clone(), s, c))
@@ -88,14 +89,14 @@ async fn researcher(
             ("search_tools", note),
         ],
     );
-    let history = msg::slice(&state, "researcher_messages");
+    let history = msg::slice(&state, keys::RESEARCHER_MESSAGES);
     let mut messages = vec![system(&prompt)];
     messages.extend(history.iter().cloned());
     let offers_search = tools.iter().any(|t| t.name == tavily::TOOL_NAME);
     let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
     let mut message = caller.act(req).await?.message;
     let iterations = state
-        .get("tool_call_iterations")
+        .get(keys::TOOL_CALL_ITERATIONS)
         .and_then(Value::as_u64)
         .unwrap_or(0)
         + 1;
@@ -107,8 +108,8 @@ async fn researcher(
         search_the_plan(&ctx, &state, &mut message);
     }
     let mut upd = JsonMap::new();
-    upd.insert("researcher_messages".into(), json!([message]));
-    upd.insert("tool_call_iterations".into(), json!(iterations));
+    upd.insert(keys::RESEARCHER_MESSAGES.into(), json!([message]));
+    upd.insert(keys::TOOL_CALL_ITERATIONS.into(), json!(iterations));
     Ok(Command::update(upd).goto("researcher_tools"))
 }
 
@@ -132,7 +133,7 @@ fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value) {
     let said = msg::text(message);
     let mut queries = listed_queries(&said);
     if queries.is_empty() {
-        queries.push(msg::excerpt(&msg::string(state, "research_topic"), 300));
+        queries.push(msg::excerpt(&msg::string(state, keys::RESEARCH_TOPIC), 300));
     }
     if queries.iter().all(|q| q.trim().is_empty()) {
         return;
@@ -177,7 +178,7 @@ fn listed_queries(text: &str) -> Vec<String> {
 
 async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
-    let last = msg::slice(&state, "researcher_messages")
+    let last = msg::slice(&state, keys::RESEARCHER_MESSAGES)
         .last()
         .cloned()
         .unwrap_or(Value::Null);
@@ -210,14 +211,14 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
         ));
     }
     let iterations = state
-        .get("tool_call_iterations")
+        .get(keys::TOOL_CALL_ITERATIONS)
         .and_then(Value::as_u64)
         .unwrap_or(0);
     let done = iterations >= u64::from(cfg.max_react_tool_calls)
         || calls.iter().any(|c| c.name == "ResearchComplete");
     let mut upd = JsonMap::new();
-    upd.insert("researcher_messages".into(), Value::Array(messages));
-    upd.insert("sources".into(), Value::Array(sources));
+    upd.insert(keys::RESEARCHER_MESSAGES.into(), Value::Array(messages));
+    upd.insert(keys::SOURCES.into(), Value::Array(sources));
     Ok(Command::update(upd).goto(if done {
         "compress_research"
     } else {
@@ -360,7 +361,7 @@ fn before_last_ai(messages: &[Value]) -> Vec<Value> {
 async fn compress(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let mut history = msg::list(&state, "researcher_messages");
+    let mut history = msg::list(&state, keys::RESEARCHER_MESSAGES);
     let system_prompt = deps
         .prompts
         .render("compress_system", &[("date", &msg::today())]);
@@ -392,8 +393,8 @@ fn compressed(history: &[Value], text: &str) -> Command {
         .map(msg::text)
         .collect();
     let mut upd = JsonMap::new();
-    upd.insert("compressed_research".into(), json!(text));
-    upd.insert("raw_notes".into(), json!([raw.join("\n")]));
+    upd.insert(keys::COMPRESSED_RESEARCH.into(), json!(text));
+    upd.insert(keys::RAW_NOTES.into(), json!([raw.join("\n")]));
     Command::update(upd).goto(END)
 }
 

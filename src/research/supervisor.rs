@@ -2,6 +2,7 @@
 //! (reflections, parallel researchers, exit checks).
 
 use super::fallbacks::{self, AgentFallback};
+use super::keys;
 use super::messages::{self as msg, ToolCall, tool};
 use super::model::{Caller, Deps, Role, run_config};
 use super::{research_complete_tool, researcher, think_tool};
@@ -14,12 +15,16 @@ pub fn graph(deps: Deps) -> Graph {
     let researcher = Arc::new(researcher::graph(deps.clone()));
     let (d1, d2) = (deps.clone(), deps);
     Graph::builder("supervisor")
-        .channel("supervisor_messages", Reducer::AppendOrOverride, json!([]))
-        .channel("research_brief", Reducer::Override, Value::Null)
-        .channel("notes", Reducer::AppendOrOverride, json!([]))
-        .channel("research_iterations", Reducer::Override, json!(0))
-        .channel("raw_notes", Reducer::AppendOrOverride, json!([]))
-        .channel("sources", Reducer::AppendOrOverride, json!([]))
+        .channel(
+            keys::SUPERVISOR_MESSAGES,
+            Reducer::AppendOrOverride,
+            json!([]),
+        )
+        .channel(keys::RESEARCH_BRIEF, Reducer::Override, Value::Null)
+        .channel(keys::NOTES, Reducer::AppendOrOverride, json!([]))
+        .channel(keys::RESEARCH_ITERATIONS, Reducer::Override, json!(0))
+        .channel(keys::RAW_NOTES, Reducer::AppendOrOverride, json!([]))
+        .channel(keys::SOURCES, Reducer::AppendOrOverride, json!([]))
         .node("supervisor", move |s, c| supervisor(d1.clone(), s, c))
         .node("supervisor_tools", move |s, c| {
             tools(d2.clone(), researcher.clone(), s, c)
@@ -47,7 +52,7 @@ async fn supervisor(
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let req = caller.request(Role::Research, msg::list(&state, "supervisor_messages"))?;
+    let req = caller.request(Role::Research, msg::list(&state, keys::SUPERVISOR_MESSAGES))?;
     let req = caller.with_tools(
         req,
         vec![
@@ -58,18 +63,18 @@ async fn supervisor(
         vec![],
     );
     let mut message = caller.act(req).await?.message;
-    let history = msg::slice(&state, "supervisor_messages");
+    let history = msg::slice(&state, keys::SUPERVISOR_MESSAGES);
     if !msg::acted(&message) && !msg::has_result_of(history, "ConductResearch") {
         delegate_brief(&ctx, &state, &mut message);
     }
     let iterations = state
-        .get("research_iterations")
+        .get(keys::RESEARCH_ITERATIONS)
         .and_then(Value::as_u64)
         .unwrap_or(0)
         + 1;
     let mut upd = crate::store::JsonMap::new();
-    upd.insert("supervisor_messages".into(), json!([message]));
-    upd.insert("research_iterations".into(), json!(iterations));
+    upd.insert(keys::SUPERVISOR_MESSAGES.into(), json!([message]));
+    upd.insert(keys::RESEARCH_ITERATIONS.into(), json!(iterations));
     Ok(Command::update(upd).goto("supervisor_tools"))
 }
 
@@ -77,7 +82,7 @@ async fn supervisor(
 /// even after a corrective turn): rather than a run with no sources, the brief is researched as
 /// one topic, and the run says so.
 fn delegate_brief(ctx: &NodeContext, state: &crate::store::JsonMap, message: &mut Value) {
-    let brief = msg::string(state, "research_brief");
+    let brief = msg::string(state, keys::RESEARCH_BRIEF);
     if brief.trim().is_empty() {
         return;
     }
@@ -113,7 +118,7 @@ fn notes(messages: &[Value]) -> Vec<Value> {
 fn finish(messages: &[Value]) -> Command {
     let mut upd = crate::store::JsonMap::new();
     upd.insert(
-        "notes".into(),
+        keys::NOTES.into(),
         json!({"type": "override", "value": notes(messages)}),
     );
     Command::update(upd).goto(END)
@@ -134,12 +139,12 @@ async fn tools(
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
-    let history = msg::slice(&state, "supervisor_messages");
+    let history = msg::slice(&state, keys::SUPERVISOR_MESSAGES);
     let last = history.last().cloned().unwrap_or(Value::Null);
     let calls = msg::tool_calls(&last);
     let invalid = msg::invalid_tool_calls(&last);
     let iterations = state
-        .get("research_iterations")
+        .get(keys::RESEARCH_ITERATIONS)
         .and_then(Value::as_u64)
         .unwrap_or(0);
     let exhausted = iterations > u64::from(cfg.max_researcher_iterations);
@@ -193,9 +198,12 @@ async fn tools(
         ));
     }
     let mut upd = crate::store::JsonMap::new();
-    upd.insert("supervisor_messages".into(), Value::Array(round.messages));
-    upd.insert("raw_notes".into(), Value::Array(round.raw_notes));
-    upd.insert("sources".into(), Value::Array(round.sources));
+    upd.insert(
+        keys::SUPERVISOR_MESSAGES.into(),
+        Value::Array(round.messages),
+    );
+    upd.insert(keys::RAW_NOTES.into(), Value::Array(round.raw_notes));
+    upd.insert(keys::SOURCES.into(), Value::Array(round.sources));
     Ok(Command::update(upd).goto("supervisor"))
 }
 
@@ -211,12 +219,12 @@ impl Round {
         match outcome {
             Ok(out) => {
                 let compressed = out
-                    .get("compressed_research")
+                    .get(keys::COMPRESSED_RESEARCH)
                     .and_then(Value::as_str)
                     .unwrap_or_default();
                 self.messages
                     .push(tool(compressed, "ConductResearch", &call.id));
-                let raw: Vec<String> = msg::slice(&out, "raw_notes")
+                let raw: Vec<String> = msg::slice(&out, keys::RAW_NOTES)
                     .iter()
                     .filter_map(|v| v.as_str().map(str::to_owned))
                     .collect();
@@ -224,7 +232,7 @@ impl Round {
                     self.raw_notes.push(json!(raw.join("\n")));
                 }
                 self.sources
-                    .extend(msg::slice(&out, "sources").iter().cloned());
+                    .extend(msg::slice(&out, keys::SOURCES).iter().cloned());
             }
             Err(e) => {
                 let text = format!(
@@ -260,7 +268,8 @@ async fn run_researcher(
         permit = deps.researcher_slots.clone().acquire_owned() => permit.map_err(|_| NodeError::Cancelled)?,
         () = ctx.cancelled().cancelled() => return Err(NodeError::Cancelled),
     };
-    let input = json!({"researcher_messages": [msg::human(&topic)], "research_topic": topic});
+    let input =
+        json!({(keys::RESEARCHER_MESSAGES): [msg::human(&topic)], (keys::RESEARCH_TOPIC): topic});
     let outcome = ctx.subgraph_named("researcher", graph, input).await;
     drop(permit);
     match outcome {

@@ -1,0 +1,19 @@
+//! The research graphs' state keys (main graph, supervisor and researcher subgraphs), one
+//! constant each: a misspelt key is a compile error, and one search finds every reader and
+//! writer of a key. Prompt names, prompt placeholders and tool arguments are other namespaces
+//! and stay literals.
+
+pub const MESSAGES: &str = "messages";
+pub const SUPERVISOR_MESSAGES: &str = "supervisor_messages";
+pub const RESEARCH_BRIEF: &str = "research_brief";
+pub const RAW_NOTES: &str = "raw_notes";
+pub const NOTES: &str = "notes";
+pub const FINAL_REPORT: &str = "final_report";
+pub const SOURCES: &str = "sources";
+pub const USAGE: &str = "usage";
+pub const FALLBACKS: &str = "fallbacks";
+pub const RESEARCHER_MESSAGES: &str = "researcher_messages";
+pub const RESEARCH_TOPIC: &str = "research_topic";
+pub const COMPRESSED_RESEARCH: &str = "compressed_research";
+pub const RESEARCH_ITERATIONS: &str = "research_iterations";
+pub const TOOL_CALL_ITERATIONS: &str = "tool_call_iterations";
