@@ -796,3 +796,49 @@ async fn a_queued_run_announces_itself_at_once(app: &TestApp) {
     assert_eq!(rest.matches("event: metadata").count(), 0, "announced once");
     assert!(rest.contains("event: values"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_run_fails_with_the_reason_and_its_worker_goes_on() {
+    // One worker: if the panic took it down, the second run would never start.
+    let settings = deep_research::config::Settings {
+        max_concurrent_runs: 1,
+        ..support::test_settings()
+    };
+    let app = support::spawn_app_on(support::Backend::Sqlite, settings)
+        .await
+        .unwrap();
+    let tid = new_thread(&app).await;
+    let client = reqwest::Client::new();
+    let url = app.url(&format!("/threads/{tid}/runs/wait"));
+    let panicking = json!({"assistant_id": "err", "input": {"messages": []},
+                           "config": {"configurable": {"panic": true}}});
+    let result: Value = client
+        .post(&url)
+        .json(&panicking)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(result["__error__"]["error"], "InternalError", "{result}");
+    let runs = app.get_json(&format!("/threads/{tid}/runs")).await;
+    assert_eq!(runs[0]["status"], "error", "{runs}");
+    let thread = app.get_json(&format!("/threads/{tid}")).await;
+    assert_eq!(thread["status"], "error", "{thread}");
+
+    let next: Value = client
+        .post(&url)
+        .json(&json!({"assistant_id": "agent", "input": {"messages": [
+            {"role": "user", "content": "hi"}]}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        next["messages"].as_array().is_some_and(|m| m.len() == 2),
+        "{next}"
+    );
+}

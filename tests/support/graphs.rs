@@ -58,7 +58,11 @@ async fn slow(_state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeErr
     Ok(update(ai_message(&Uuid::new_v4().to_string(), "slow done")))
 }
 
-async fn fail(_state: Arc<JsonMap>, _ctx: NodeContext) -> Result<Command, NodeError> {
+/// Fails; with `configurable.panic: true` it panics instead, as a node with a bug would.
+async fn fail(_state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+    if ctx.config()["configurable"]["panic"] == json!(true) {
+        panic!("a bug in a node");
+    }
     Err(NodeError::new("ValueError", "kaboom"))
 }
 
