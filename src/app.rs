@@ -45,6 +45,10 @@ impl Application {
         settings: Settings,
         registry: Registry,
     ) -> anyhow::Result<Self> {
+        // Before the first store call, so every series is recorded.
+        if settings.telemetry.metrics {
+            crate::telemetry::metrics::install();
+        }
         let now = Timestamp::now();
         for graph_id in registry.ids() {
             let assistant = api::system_assistant(graph_id, now);
@@ -58,9 +62,6 @@ impl Application {
                 count = orphans.len(),
                 "marked runs of a stopped worker as failed"
             );
-        }
-        if settings.telemetry.metrics {
-            crate::telemetry::metrics::install();
         }
         let settings = Arc::new(settings);
         let shutdown = CancellationToken::new();

@@ -20,8 +20,10 @@
 //! | `dr_http_requests_total` | counter | `method`, `route`, `status` |
 //! | `dr_http_request_duration_seconds` | histogram | `method`, `route` |
 
-use metrics::{counter, gauge, histogram};
+use metrics::{Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -40,7 +42,10 @@ pub fn install() -> Option<&'static PrometheusHandle> {
         .get_or_init(|| {
             let builder = PrometheusBuilder::new().set_buckets(BUCKETS).ok()?;
             match builder.install_recorder() {
-                Ok(handle) => Some(handle),
+                Ok(handle) => {
+                    upkeep(handle.clone());
+                    Some(handle)
+                }
                 Err(error) => {
                     tracing::warn!(%error, "metrics recorder not installed");
                     None
@@ -48,6 +53,22 @@ pub fn install() -> Option<&'static PrometheusHandle> {
             }
         })
         .as_ref()
+}
+
+/// Histograms keep their raw samples until upkeep folds them into buckets: without it a server
+/// nobody scrapes would hold every sample. A plain thread, so no runtime is needed to install.
+fn upkeep(handle: PrometheusHandle) {
+    let spawned = std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_secs(5));
+                handle.run_upkeep();
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "metrics upkeep thread not started");
+    }
 }
 
 /// The Prometheus text exposition of every metric recorded so far.
@@ -161,8 +182,21 @@ impl StoreTimer {
 
 impl Drop for StoreTimer {
     fn drop(&mut self) {
-        histogram!("dr_store_operation_duration_seconds", "operation" => self.operation)
-            .record(secs(self.started.elapsed()));
+        // Store calls are the hottest path recorded (hundreds per run): each thread keeps the
+        // handle per operation instead of looking the series up in the registry every time.
+        thread_local! {
+            static HANDLES: RefCell<HashMap<&'static str, Histogram>> = RefCell::new(HashMap::new());
+        }
+        let took = secs(self.started.elapsed());
+        HANDLES.with(|handles| {
+            handles
+                .borrow_mut()
+                .entry(self.operation)
+                .or_insert_with(|| {
+                    histogram!("dr_store_operation_duration_seconds", "operation" => self.operation)
+                })
+                .record(took);
+        });
     }
 }
 
