@@ -28,10 +28,13 @@ impl Application {
     pub async fn build(settings: Settings, registry: Registry) -> anyhow::Result<Self> {
         let listener = TcpListener::bind((settings.host.as_str(), settings.port)).await?;
         let store: Arc<dyn Store> = Arc::new(
-            store::connect(
+            store::SqlStore::open(
                 settings.store_url().expose_secret(),
-                settings.db_max_connections,
-                settings.sqlite_sync,
+                &store::StoreOptions {
+                    max_connections: settings.db_max_connections,
+                    sqlite_sync: settings.sqlite_sync,
+                    statement_timeout: settings.statement_timeout,
+                },
             )
             .await?,
         );
@@ -55,13 +58,6 @@ impl Application {
             store
                 .create_assistant(&assistant, IfExists::DoNothing)
                 .await?;
-        }
-        let orphans = store.fail_expired_runs(now).await?;
-        if !orphans.is_empty() {
-            tracing::warn!(
-                count = orphans.len(),
-                "marked runs of a stopped worker as failed"
-            );
         }
         let settings = Arc::new(settings);
         let shutdown = CancellationToken::new();

@@ -95,7 +95,7 @@ contract_tests!(
     renew_lease_ownership,
     finish_run_thread_status,
     finish_run_rollback_deletes_writes,
-    fail_expired_runs,
+    lapsed_leases_are_taken_over_then_given_up,
     cancel_runs,
     checkpoints,
     large_strings_are_stored_once,
@@ -188,7 +188,7 @@ async fn add_run(s: &Arc<dyn Store>, thread_id: Uuid, secs: f64) -> Run {
 const LEASE: Duration = Duration::from_secs(30);
 
 async fn claim(s: &Arc<dyn Store>, worker: &str) -> Run {
-    s.claim_run(worker, LEASE)
+    s.claim_run(worker, LEASE, 3)
         .await
         .unwrap()
         .expect("a claimable run")
@@ -702,7 +702,7 @@ mod contract {
             s.insert_run(&insert(&r2, json!({}))).await,
             Err(StoreError::Busy(_))
         ));
-        s.finish_run(r1.run_id, &RunEnd::Finished(RunStatus::Success), None)
+        s.finish_run(r1.run_id, None, &RunEnd::Finished(RunStatus::Success), None)
             .await
             .unwrap();
         assert!(
@@ -812,7 +812,7 @@ mod contract {
         add_run(&s, other, -40.0).await;
         assert_eq!(claim(&s, "w").await.thread_id, other);
         assert_eq!(claim(&s, "w").await.run_id, r1.run_id);
-        s.finish_run(r1.run_id, &RunEnd::Finished(RunStatus::Success), None)
+        s.finish_run(r1.run_id, None, &RunEnd::Finished(RunStatus::Success), None)
             .await
             .unwrap();
 
@@ -865,10 +865,14 @@ mod contract {
         let b2 = add_run(&s, tb, -5.0).await;
 
         let before = Timestamp::now();
-        let lease = s.claim_run("w1", LEASE).await.unwrap().expect("claimable");
+        let lease = s
+            .claim_run("w1", LEASE, 3)
+            .await
+            .unwrap()
+            .expect("claimable");
         assert_eq!(lease.run.run_id, a1.run_id, "oldest first");
         assert_eq!(lease.run.status, RunStatus::Running);
-        assert_eq!(lease.worker, "w1");
+        assert_eq!(lease.fence.worker, "w1");
         assert!(lease.expires_at >= before.plus_secs(29.0) && lease.expires_at <= at(31.0));
         assert_eq!(
             s.get_run(a1.run_id).await.unwrap().expect("kept").status,
@@ -877,29 +881,29 @@ mod contract {
 
         assert_eq!(claim(&s, "w2").await.run_id, b1.run_id, "a2 waits for a1");
         assert!(
-            s.claim_run("w3", LEASE).await.unwrap().is_none(),
+            s.claim_run("w3", LEASE, 3).await.unwrap().is_none(),
             "both threads busy"
         );
 
-        s.finish_run(a1.run_id, &RunEnd::Finished(RunStatus::Success), None)
+        s.finish_run(a1.run_id, None, &RunEnd::Finished(RunStatus::Success), None)
             .await
             .unwrap();
         assert_eq!(claim(&s, "w3").await.run_id, a2.run_id);
-        s.finish_run(b1.run_id, &RunEnd::Finished(RunStatus::Error), None)
+        s.finish_run(b1.run_id, None, &RunEnd::Finished(RunStatus::Error), None)
             .await
             .unwrap();
         assert_eq!(claim(&s, "w3").await.run_id, b2.run_id);
-        assert!(s.claim_run("w3", LEASE).await.unwrap().is_none());
+        assert!(s.claim_run("w3", LEASE, 3).await.unwrap().is_none());
     }
 
     pub async fn claim_skips_future_runs(s: Arc<dyn Store>) {
         let tid = new_thread(&s).await;
         let other = new_thread(&s).await;
         let later = add_run(&s, tid, 3600.0).await;
-        assert!(s.claim_run("w", LEASE).await.unwrap().is_none());
+        assert!(s.claim_run("w", LEASE, 3).await.unwrap().is_none());
         let now = add_run(&s, other, -1.0).await;
         assert_eq!(claim(&s, "w").await.run_id, now.run_id);
-        assert!(s.claim_run("w", LEASE).await.unwrap().is_none());
+        assert!(s.claim_run("w", LEASE, 3).await.unwrap().is_none());
         let still = s.get_run(later.run_id).await.unwrap().expect("kept");
         assert_eq!(still.status, RunStatus::Pending);
     }
@@ -925,8 +929,11 @@ mod contract {
         s.renew_lease(r.run_id, "w1", Duration::from_secs(3600))
             .await
             .unwrap();
-        assert!(s.fail_expired_runs(at(60.0)).await.unwrap().is_empty());
-        s.finish_run(r.run_id, &RunEnd::Finished(RunStatus::Success), None)
+        assert!(
+            s.claim_run("w2", LEASE, 3).await.unwrap().is_none(),
+            "not lapsed"
+        );
+        s.finish_run(r.run_id, None, &RunEnd::Finished(RunStatus::Success), None)
             .await
             .unwrap();
         assert_eq!(
@@ -943,6 +950,7 @@ mod contract {
         let sum1 = summary(ThreadStatus::Idle, json!({"x": 1}));
         s.finish_run(
             r1.run_id,
+            None,
             &RunEnd::Finished(RunStatus::Success),
             Some(&sum1),
         )
@@ -964,6 +972,7 @@ mod contract {
         };
         s.finish_run(
             r2.run_id,
+            None,
             &RunEnd::Finished(RunStatus::Interrupted),
             Some(&sum2),
         )
@@ -989,9 +998,14 @@ mod contract {
             error: Some(json!({"error": "Boom", "message": "bad"})),
             interrupts: json!({}),
         };
-        s.finish_run(r3.run_id, &RunEnd::Finished(RunStatus::Error), Some(&sum3))
-            .await
-            .unwrap();
+        s.finish_run(
+            r3.run_id,
+            None,
+            &RunEnd::Finished(RunStatus::Error),
+            Some(&sum3),
+        )
+        .await
+        .unwrap();
         let t3 = s.get_thread(tid).await.unwrap().expect("exists");
         assert_eq!(
             (t3.status, t3.error.clone()),
@@ -1000,7 +1014,7 @@ mod contract {
 
         let r4 = add_run(&s, tid, -1.0).await;
         claim(&s, "w").await;
-        s.finish_run(r4.run_id, &RunEnd::Finished(RunStatus::Success), None)
+        s.finish_run(r4.run_id, None, &RunEnd::Finished(RunStatus::Success), None)
             .await
             .unwrap();
         let t4 = s.get_thread(tid).await.unwrap().expect("exists");
@@ -1012,7 +1026,7 @@ mod contract {
         assert_eq!(t4.error, sum3.error);
 
         let err = s
-            .finish_run(Uuid::new_v4(), &RunEnd::RolledBack, None)
+            .finish_run(Uuid::new_v4(), None, &RunEnd::RolledBack, None)
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::NotFound("run")), "{err}");
@@ -1022,22 +1036,27 @@ mod contract {
         let tid = new_thread(&s).await;
         let r0 = add_run(&s, tid, -20.0).await;
         claim(&s, "w").await;
-        s.put_checkpoint(&checkpoint(tid, "", 1, None, Some(r0.run_id)), None)
+        s.put_checkpoint(&checkpoint(tid, "", 1, None, Some(r0.run_id)), None, None)
             .await
             .unwrap();
         s.append_events(&[event(&r0, 1, 0)]).await.unwrap();
-        s.finish_run(r0.run_id, &RunEnd::Finished(RunStatus::Success), None)
+        s.finish_run(r0.run_id, None, &RunEnd::Finished(RunStatus::Success), None)
             .await
             .unwrap();
 
         let r1 = add_run(&s, tid, -10.0).await;
         let r2 = add_run(&s, tid, -5.0).await;
         claim(&s, "w").await;
-        s.put_checkpoint(&checkpoint(tid, "", 2, Some(1), Some(r1.run_id)), None)
-            .await
-            .unwrap();
+        s.put_checkpoint(
+            &checkpoint(tid, "", 2, Some(1), Some(r1.run_id)),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
         s.put_checkpoint(
             &checkpoint(tid, "researcher:1", 3, None, Some(r1.run_id)),
+            None,
             None,
         )
         .await
@@ -1046,7 +1065,7 @@ mod contract {
             .await
             .unwrap();
 
-        s.finish_run(r1.run_id, &RunEnd::RolledBack, None)
+        s.finish_run(r1.run_id, None, &RunEnd::RolledBack, None)
             .await
             .unwrap();
         assert!(s.get_run(r1.run_id).await.unwrap().is_none());
@@ -1075,7 +1094,7 @@ mod contract {
 
         claim(&s, "w").await;
         let sum = summary(ThreadStatus::Idle, json!({"y": 1}));
-        s.finish_run(r2.run_id, &RunEnd::RolledBack, Some(&sum))
+        s.finish_run(r2.run_id, None, &RunEnd::RolledBack, Some(&sum))
             .await
             .unwrap();
         let t = s.get_thread(tid).await.unwrap().expect("exists");
@@ -1089,81 +1108,111 @@ mod contract {
         );
     }
 
-    pub async fn fail_expired_runs(s: Arc<dyn Store>) {
-        let (t1, t2, t3) = (
-            new_thread(&s).await,
-            new_thread(&s).await,
-            new_thread(&s).await,
-        );
+    /// A lapsed lease (by the database's clock) is taken over by another worker as a new
+    /// attempt; the old claim's writes are fenced off; a hand-back lapses at once and does not
+    /// count; after `max_attempts` the run is given up with the reason on its thread.
+    pub async fn lapsed_leases_are_taken_over_then_given_up(s: Arc<dyn Store>) {
+        let (t1, t2) = (new_thread(&s).await, new_thread(&s).await);
         let r1 = add_run(&s, t1, -30.0).await;
         let r2 = add_run(&s, t2, -20.0).await;
-        let r4 = add_run(&s, t3, -10.0).await;
-        let short = Duration::from_secs(1);
-        for worker in ["w1", "w2"] {
-            s.claim_run(worker, short)
-                .await
-                .unwrap()
-                .expect("claimable");
-        }
-        s.claim_run("w3", Duration::from_secs(3600))
+        let short = Duration::from_millis(1000);
+        let first = s.claim_run("w1", short, 3).await.unwrap().expect("r1");
+        assert_eq!((first.run.run_id, first.fence.attempt), (r1.run_id, 1));
+        let other = s
+            .claim_run("w3", Duration::from_secs(3600), 3)
             .await
-            .unwrap()
-            .expect("claimable");
-        let r3 = add_run(&s, t2, -1.0).await;
+            .unwrap();
+        assert_eq!(other.map(|l| l.run.run_id), Some(r2.run_id));
+        assert!(
+            s.claim_run("w2", short, 3).await.unwrap().is_none(),
+            "nothing lapsed yet"
+        );
+        tokio::time::sleep(Duration::from_millis(1200)).await;
 
         assert!(
-            s.fail_expired_runs(at(-60.0)).await.unwrap().is_empty(),
-            "nothing expired yet"
+            s.fail_expired_runs(3).await.unwrap().is_empty(),
+            "attempts left"
         );
-        let now = at(10.0);
-        let failed = s.fail_expired_runs(now).await.unwrap();
+        assert!(
+            s.claim_run("w1", short, 3).await.unwrap().is_none(),
+            "a worker does not take over its own run: it still executes it"
+        );
+        let second = s
+            .claim_run("w2", short, 3)
+            .await
+            .unwrap()
+            .expect("taken over");
+        assert_eq!(second.run.run_id, r1.run_id);
+        assert_eq!(second.run.status, RunStatus::Running);
         assert_eq!(
-            sorted(ids(&failed, |r| r.run_id)),
-            sorted(vec![r1.run_id, r2.run_id])
+            (second.fence.worker.as_str(), second.fence.attempt),
+            ("w2", 2)
         );
-        assert!(failed.iter().all(|r| r.status == RunStatus::Error));
-        for r in [&r1, &r2] {
-            assert_eq!(
-                s.get_run(r.run_id).await.unwrap().expect("kept").status,
-                RunStatus::Error
-            );
-        }
+
+        // The first claim can no longer write anything for the run.
+        let cp = checkpoint(t1, "", 1, None, Some(r1.run_id));
+        let refused = s.put_checkpoint(&cp, None, Some(&first.fence)).await;
+        assert!(
+            matches!(refused, Err(StoreError::LeaseLost(_))),
+            "{refused:?}"
+        );
+        assert!(s.latest_checkpoint(t1, "").await.unwrap().is_none());
+        let end = RunEnd::Finished(RunStatus::Success);
+        let refused = s
+            .finish_run(r1.run_id, Some(&first.fence), &end, None)
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::LeaseLost(_))),
+            "{refused:?}"
+        );
         assert_eq!(
             s.renew_lease(r1.run_id, "w1", LEASE).await.unwrap(),
             LeaseState::Lost
         );
+        assert!(!s.release_lease(&first.fence).await.unwrap());
+        s.put_checkpoint(&cp, None, Some(&second.fence))
+            .await
+            .unwrap();
         assert_eq!(
-            s.get_run(r4.run_id).await.unwrap().expect("kept").status,
+            s.get_run(r1.run_id).await.unwrap().expect("kept").status,
             RunStatus::Running
         );
-        assert_eq!(
-            s.get_run(r3.run_id).await.unwrap().expect("kept").status,
-            RunStatus::Pending
-        );
 
+        // Handed back: claimable at once, and the attempt is given back.
+        assert!(s.release_lease(&second.fence).await.unwrap());
+        let third = s
+            .claim_run("w4", short, 3)
+            .await
+            .unwrap()
+            .expect("handed back");
+        assert_eq!((third.run.run_id, third.fence.attempt), (r1.run_id, 2));
+
+        // Lapsed again with max_attempts = 2: nobody may take it; the sweep gives it up.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(s.claim_run("w5", short, 2).await.unwrap().is_none());
+        let failed = s.fail_expired_runs(2).await.unwrap();
+        assert_eq!(ids(&failed, |r| r.run_id), vec![r1.run_id]);
+        assert!(failed.iter().all(|r| r.status == RunStatus::Error));
         let lost = json!({
             "error": "WorkerLost",
-            "message": "the worker running this run stopped before it finished",
+            "message": "the run was given up after 2 attempts: each time, the worker running it \
+                        stopped before it finished (max_attempts)",
         });
         let th1 = s.get_thread(t1).await.unwrap().expect("exists");
+        assert_eq!((th1.status, th1.error), (ThreadStatus::Error, Some(lost)));
         assert_eq!(
-            (th1.status, th1.error),
-            (ThreadStatus::Error, Some(lost.clone()))
-        );
-        let th2 = s.get_thread(t2).await.unwrap().expect("exists");
-        assert_eq!(
-            (th2.status, th2.error),
-            (ThreadStatus::Busy, Some(lost)),
-            "r3 still pending"
-        );
-        assert_eq!(
-            s.get_thread(t3).await.unwrap().expect("exists").status,
-            ThreadStatus::Busy
+            s.get_run(r2.run_id).await.unwrap().expect("kept").status,
+            RunStatus::Running,
+            "a live lease is left alone"
         );
         assert!(
-            s.fail_expired_runs(now).await.unwrap().is_empty(),
+            s.fail_expired_runs(2).await.unwrap().is_empty(),
             "only once"
         );
+        let fenced_end = s
+            .finish_run(r1.run_id, Some(&third.fence), &end, None)
+            .await;
+        assert!(matches!(fenced_end, Err(StoreError::LeaseLost(_))));
     }
 
     pub async fn cancel_runs(s: Arc<dyn Store>) {
@@ -1174,7 +1223,7 @@ mod contract {
         );
         let r4 = add_run(&s, v, -40.0).await;
         claim(&s, "w").await;
-        s.finish_run(r4.run_id, &RunEnd::Finished(RunStatus::Success), None)
+        s.finish_run(r4.run_id, None, &RunEnd::Finished(RunStatus::Success), None)
             .await
             .unwrap();
         let r1 = add_run(&s, t, -30.0).await;
@@ -1244,7 +1293,7 @@ mod contract {
         let s1 = checkpoint(tid, "researcher:abc", 5, None, None);
         let o1 = checkpoint(other, "", 9, None, None);
         for c in [&c3, &c1, &c4, &c2, &s1, &o1] {
-            s.put_checkpoint(c, None).await.unwrap();
+            s.put_checkpoint(c, None, None).await.unwrap();
         }
         assert_eq!(
             s.get_checkpoint(tid, "", cp_id(2)).await.unwrap(),
@@ -1349,7 +1398,7 @@ mod contract {
         let mut c3b = c3.clone();
         c3b.metadata = map(json!({"source": "update"}));
         c3b.writes = json!([["x", 1]]);
-        s.put_checkpoint(&c3b, None).await.unwrap();
+        s.put_checkpoint(&c3b, None, None).await.unwrap();
         assert_eq!(
             s.get_checkpoint(tid, "", cp_id(3)).await.unwrap(),
             Some(c3b),
@@ -1363,7 +1412,7 @@ mod contract {
         let text: String = (0..2000).map(|i| format!("finding {i}; ")).collect();
         let mut c1 = checkpoint(tid, "", 1, None, None);
         c1.writes = json!([["notes", [text]]]);
-        s.put_checkpoint(&c1, None).await.unwrap();
+        s.put_checkpoint(&c1, None, None).await.unwrap();
         let one = s.checkpoint_bytes(tid).await.unwrap() as usize;
         assert!(one > text.len() && one < text.len() * 11 / 10, "{one} B");
 
@@ -1375,8 +1424,8 @@ mod contract {
         ]);
         let mut c3 = checkpoint(tid, "researcher:1", 3, None, None);
         c3.writes = json!([["compressed", text]]);
-        s.put_checkpoint(&c2, None).await.unwrap();
-        s.put_checkpoint(&c3, None).await.unwrap();
+        s.put_checkpoint(&c2, None, None).await.unwrap();
+        s.put_checkpoint(&c3, None, None).await.unwrap();
         let all = s.checkpoint_bytes(tid).await.unwrap() as usize;
         assert!(
             all - one < text.len() / 5,
@@ -1409,7 +1458,7 @@ mod contract {
         let text: String = (0..2000).map(|i| format!("source {i}; ")).collect();
         let mut c1 = checkpoint(tid, "", 1, None, None);
         c1.writes = json!([["notes", [text]]]);
-        s.put_checkpoint(&c1, Some(&stored)).await.unwrap();
+        s.put_checkpoint(&c1, Some(&stored), None).await.unwrap();
         let one = s.checkpoint_bytes(tid).await.unwrap() as usize;
 
         // The second write sends only the chunks around the embedding, yet reads back whole.
@@ -1418,7 +1467,7 @@ mod contract {
             ["raw_notes", [format!("Notes:\n{text}\nEnd.")]],
             ["again", text]
         ]);
-        s.put_checkpoint(&c2, Some(&stored)).await.unwrap();
+        s.put_checkpoint(&c2, Some(&stored), None).await.unwrap();
         let read = s.latest_checkpoint(tid, "researcher:1").await.unwrap();
         assert_eq!(read.map(|c| c.writes), Some(c2.writes.clone()));
         let two = s.checkpoint_bytes(tid).await.unwrap() as usize;
@@ -1428,7 +1477,7 @@ mod contract {
         let other = new_thread(&s).await;
         let mut c3 = checkpoint(other, "", 3, None, None);
         c3.writes = c2.writes.clone();
-        s.put_checkpoint(&c3, Some(&stored)).await.unwrap();
+        s.put_checkpoint(&c3, Some(&stored), None).await.unwrap();
         let read = s.get_checkpoint(other, "", cp_id(3)).await.unwrap();
         assert_eq!(read.map(|c| c.writes), Some(c2.writes));
     }
@@ -1512,7 +1561,7 @@ mod contract {
             checkpoint(tid, "", 2, Some(1), Some(r.run_id)),
             checkpoint(tid, "sub:1", 3, None, Some(r.run_id)),
         ] {
-            s.put_checkpoint(&c, None).await.unwrap();
+            s.put_checkpoint(&c, None, None).await.unwrap();
         }
         let to = Uuid::new_v4();
         let now = at(0.0);
@@ -1580,10 +1629,10 @@ mod contract {
         let mut runs = Vec::new();
         for t in [tid, keep] {
             let r = add_run(&s, t, -10.0).await;
-            s.put_checkpoint(&checkpoint(t, "", 1, None, Some(r.run_id)), None)
+            s.put_checkpoint(&checkpoint(t, "", 1, None, Some(r.run_id)), None, None)
                 .await
                 .unwrap();
-            s.put_checkpoint(&checkpoint(t, "ns:1", 2, None, Some(r.run_id)), None)
+            s.put_checkpoint(&checkpoint(t, "ns:1", 2, None, Some(r.run_id)), None, None)
                 .await
                 .unwrap();
             s.append_events(&[event(&r, 1, 0)]).await.unwrap();
@@ -1639,7 +1688,7 @@ mod contract {
         let claims: Vec<_> = (0..16)
             .map(|i| {
                 let s = s.clone();
-                tokio::spawn(async move { s.claim_run(&format!("w{i}"), LEASE).await.unwrap() })
+                tokio::spawn(async move { s.claim_run(&format!("w{i}"), LEASE, 3).await.unwrap() })
             })
             .collect();
         let mut first = Vec::new();
@@ -1668,9 +1717,14 @@ mod contract {
                 .entry(l.run.thread_id)
                 .or_default()
                 .push(l.run.run_id);
-            s.finish_run(l.run.run_id, &RunEnd::Finished(RunStatus::Success), None)
-                .await
-                .unwrap();
+            s.finish_run(
+                l.run.run_id,
+                None,
+                &RunEnd::Finished(RunStatus::Success),
+                None,
+            )
+            .await
+            .unwrap();
             done.fetch_add(1, Ordering::SeqCst);
         }
         let workers: Vec<_> = (0..6)
@@ -1682,7 +1736,7 @@ mod contract {
                         if done.load(Ordering::SeqCst) == total {
                             return;
                         }
-                        let Some(lease) = s.claim_run(&worker, LEASE).await.unwrap() else {
+                        let Some(lease) = s.claim_run(&worker, LEASE, 3).await.unwrap() else {
                             tokio::time::sleep(Duration::from_millis(2)).await;
                             continue;
                         };
@@ -1696,7 +1750,7 @@ mod contract {
                         // Release before finishing: a new claim can only succeed after finish.
                         held.lock().unwrap().remove(&tid);
                         let end = RunEnd::Finished(RunStatus::Success);
-                        s.finish_run(rid, &end, None).await.unwrap();
+                        s.finish_run(rid, None, &end, None).await.unwrap();
                         done.fetch_add(1, Ordering::SeqCst);
                     }
                     panic!("worker gave up before all runs finished");

@@ -27,6 +27,9 @@ pub enum AppError {
     TooLarge(String),
     #[error("Missing or invalid API key: send it in the x-api-key header")]
     Unauthorized,
+    /// Something the request needs is down for now (503, with Retry-After).
+    #[error("{0}")]
+    Unavailable(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -45,6 +48,8 @@ impl AppError {
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(StoreError::Busy(_) | StoreError::Conflict(_)) => StatusCode::CONFLICT,
             Self::Store(StoreError::NotFound(_)) => StatusCode::NOT_FOUND,
             Self::Store(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -54,6 +59,9 @@ impl AppError {
     fn detail(&self) -> String {
         match self {
             Self::Store(StoreError::Busy(_)) => BUSY.to_owned(),
+            Self::Store(e) if e.is_transient() => {
+                "The database is unavailable right now; try again shortly.".to_owned()
+            }
             other => other.to_string(),
         }
     }
@@ -62,6 +70,11 @@ impl AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = self.status();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(error = %self, "request refused: a dependency is unavailable");
+            let retry = [(axum::http::header::RETRY_AFTER, "5")];
+            return (status, retry, Json(json!({ "detail": self.detail() }))).into_response();
+        }
         let detail = if status.is_server_error() {
             tracing::error!(error = ?self, "request failed");
             "internal error".to_owned()

@@ -2,9 +2,10 @@
 
 use super::AppState;
 use super::error::{ApiResult, AppError};
+use super::query::{query_flag, query_pairs};
 use crate::store::RunStatus;
 use crate::telemetry::metrics;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -43,10 +44,30 @@ pub(super) async fn prometheus(State(state): State<AppState>) -> ApiResult<Respo
     Ok(response)
 }
 
-/// Liveness: the process answers.
-#[utoipa::path(get, path = "/ok", tag = "meta", responses((status = 200, description = "Alive")))]
-pub(super) async fn ok() -> Json<Value> {
-    Json(json!({"ok": true}))
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Read by hand (`query_flag`); declared for the spec.
+pub(super) struct OkQuery {
+    /// `1` / `true`: also check that the database answers (readiness).
+    check_db: Option<String>,
+}
+
+/// Liveness, or with `check_db=1` readiness (the database answers too; 503 while it does not).
+#[utoipa::path(get, path = "/ok", tag = "meta", params(OkQuery),
+    responses((status = 200, description = "Alive (and ready)"),
+              (status = 422, description = "Invalid check_db"),
+              (status = 503, description = "The database does not answer")))]
+pub(super) async fn ok(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> ApiResult<Json<Value>> {
+    if query_flag(&query_pairs(raw.as_deref()), "check_db")? {
+        state.store.ping().await.map_err(|error| {
+            tracing::warn!(%error, "readiness check: the database does not answer");
+            AppError::Unavailable("the database does not answer".into())
+        })?;
+    }
+    Ok(Json(json!({"ok": true})))
 }
 
 /// Server version and feature flags, as the SDKs read them.

@@ -49,6 +49,12 @@ pub struct Server {
     pub run_lease_ms: u64,
     pub heartbeat_ms: u64,
     pub poll_interval_ms: u64,
+    pub max_attempts: u32,
+    pub drain_timeout_ms: u64,
+    pub store_patience_ms: u64,
+    pub statement_timeout_ms: u64,
+    pub run_events_retention_hours: u64,
+    pub sweep_interval_ms: u64,
 }
 
 /// `normal` or `full` (see `store::SqliteSync`).

@@ -33,6 +33,18 @@ pub struct Settings {
     /// How often one idle worker looks for runs nothing woke it for (delayed runs, runs created
     /// by other replicas).
     pub poll_interval: Duration,
+    /// Claims of a run whose worker died before it is given up.
+    pub max_attempts: u32,
+    /// How long a shutdown lets runs reach their next checkpoint before handing them back.
+    pub drain_timeout: Duration,
+    /// How long runs retry writes while the database is unreachable or busy.
+    pub store_patience: Duration,
+    /// Postgres `statement_timeout` (zero: none).
+    pub statement_timeout: Duration,
+    /// How long finished runs keep their stored events (zero: forever).
+    pub run_events_retention: Duration,
+    /// Interval of the thread-ttl and event-retention sweep.
+    pub sweep_interval: Duration,
     /// When set, every route but `/ok`, `/info`, `/docs`, `/metrics` and preflights needs
     /// `x-api-key`.
     pub api_key: Option<SecretString>,
@@ -69,6 +81,12 @@ impl Settings {
             run_lease: ms(s.run_lease_ms),
             heartbeat: ms(s.heartbeat_ms),
             poll_interval: ms(s.poll_interval_ms),
+            max_attempts: s.max_attempts,
+            drain_timeout: ms(s.drain_timeout_ms),
+            store_patience: ms(s.store_patience_ms),
+            statement_timeout: ms(s.statement_timeout_ms),
+            run_events_retention: Duration::from_secs(s.run_events_retention_hours * 3600),
+            sweep_interval: ms(s.sweep_interval_ms),
             api_key: non_empty(&s.api_key),
             max_body_bytes: s.max_body_bytes,
             telemetry: TelemetryConfig {
@@ -101,6 +119,12 @@ impl Settings {
         }
         if self.poll_interval < Duration::from_millis(10) {
             return bad("server.poll_interval_ms must be at least 10");
+        }
+        if self.max_attempts == 0 {
+            return bad("server.max_attempts must be at least 1");
+        }
+        if self.sweep_interval < Duration::from_millis(100) {
+            return bad("server.sweep_interval_ms must be at least 100");
         }
         if self.max_body_bytes < 1024 {
             return bad("server.max_body_bytes must be at least 1024");

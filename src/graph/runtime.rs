@@ -5,7 +5,8 @@ use super::channels::{ChannelError, writes_from_json, writes_to_json};
 use super::events::{EventKind, GraphEvent, MessageMeta, Sink};
 use super::messages::{is_message, message_id};
 use super::{Command, END, Graph, NodeError, START};
-use crate::store::{Checkpoint, JsonMap, Store, StoreError, StoredChunks};
+use crate::store::retry::patiently;
+use crate::store::{Checkpoint, Fence, JsonMap, Store, StoreError, StoredChunks};
 use crate::telemetry::metrics;
 use crate::time::Timestamp;
 use futures::future::join_all;
@@ -13,6 +14,7 @@ use serde_json::{Value, json};
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -28,6 +30,13 @@ pub struct RunScope {
     pub metadata: JsonMap,
     pub sink: Sink,
     pub cancel: CancellationToken,
+    /// Fired when the process shuts down: every graph of the run stops before its next step,
+    /// so what is done is checkpointed and another worker resumes the rest.
+    pub drain: CancellationToken,
+    /// The run's claim; its checkpoints are written only while it holds.
+    pub fence: Option<Fence>,
+    /// How long store calls are retried while the database is away.
+    pub store_patience: Duration,
     /// Supersteps allowed per graph invocation.
     pub recursion_limit: i64,
     seen_messages: Mutex<HashSet<String>>,
@@ -59,11 +68,28 @@ impl RunScope {
             metadata,
             sink,
             cancel,
+            drain: CancellationToken::new(),
+            fence: None,
+            store_patience: Duration::ZERO,
             recursion_limit,
             seen_messages: Mutex::new(HashSet::new()),
             stored_chunks: StoredChunks::new(thread_id),
             locals: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A scope for a claimed run: checkpoints fenced by its lease, a drain signal, and store
+    /// calls retried for `store_patience` while the database is away.
+    pub fn leased(
+        mut self,
+        fence: Fence,
+        drain: CancellationToken,
+        store_patience: Duration,
+    ) -> Self {
+        self.fence = Some(fence);
+        self.drain = drain;
+        self.store_patience = store_patience;
+        self
     }
 
     /// The run's shared value of type `T`, created on first use (e.g. a cost meter).
@@ -100,6 +126,10 @@ pub enum Start {
     Head,
     /// A given checkpoint; with no input this forks it and reruns its pending nodes.
     From(Uuid),
+    /// A subgraph's start: the namespace's head if it has one — the task that runs this
+    /// subgraph is being re-run after its run was resumed, so go on from there (or return its
+    /// final state when it had finished) — otherwise the input.
+    Resume,
 }
 
 /// One call of a graph.
@@ -129,6 +159,9 @@ pub enum RunError {
     Node { node: String, error: NodeError },
     #[error("run cancelled")]
     Cancelled,
+    /// The process is shutting down; the run stopped at a step boundary for another worker.
+    #[error("run handed back: the server is shutting down")]
+    Drained,
     #[error("Recursion limit of {0} reached without hitting a stop condition")]
     Recursion(i64),
     #[error("invalid input: {0}")]
@@ -152,6 +185,7 @@ impl RunError {
             Self::Recursion(_) => ("GraphRecursionError".into(), self.to_string()),
             Self::Input(_) | Self::Channel(_) => ("InvalidUpdateError".into(), self.to_string()),
             Self::CheckpointNotFound(_) => ("EmptyInputError".into(), self.to_string()),
+            Self::Drained => ("CancelledError".into(), self.to_string()),
             Self::Cancelled
             | Self::Node {
                 error: NodeError::Cancelled,
@@ -245,15 +279,19 @@ impl NodeContext {
         self.run_child(graph, self.node_ns(), input).await
     }
 
-    /// Runs `graph` under a fresh namespace `name:<uuid>` below this node's graph, so several
-    /// subgraphs can run side by side from one node.
-    pub async fn subgraph_named(
+    /// Runs `graph` under the namespace `name:<uuid>` below this node's graph, so several
+    /// subgraphs can run side by side from one node. The uuid derives from this task and `key`
+    /// (which must differ between the node's subgraphs), so a task re-run after its run was
+    /// resumed finds each subgraph's checkpoints again.
+    pub async fn subgraph_keyed(
         &self,
         name: &str,
+        key: &str,
         graph: &Graph,
         input: Value,
     ) -> Result<JsonMap, NodeError> {
-        let ns = join_ns(&self.node_ns(), &format!("{name}:{}", Uuid::now_v7()));
+        let id = Uuid::new_v5(&self.task_id, key.as_bytes());
+        let ns = join_ns(&self.node_ns(), &format!("{name}:{id}"));
         self.run_child(graph, ns, input).await
     }
 
@@ -267,13 +305,17 @@ impl NodeContext {
             graph,
             ns,
             input: Some(input),
-            start: Start::Head,
+            start: Start::Resume,
             parents: JsonMap::new(),
         };
         match Box::pin(invoke(&self.scope, inv)).await {
             Ok(outcome) => Ok(outcome.values),
             Err(RunError::Node { error, .. }) => Err(error),
-            Err(RunError::Cancelled) => Err(NodeError::Cancelled),
+            // Stopping is not the subgraph failing: the parent stops too, without recording a
+            // failure into its state.
+            Err(
+                RunError::Cancelled | RunError::Drained | RunError::Store(StoreError::LeaseLost(_)),
+            ) => Err(NodeError::Cancelled),
             Err(other) => {
                 let (kind, message) = other.describe();
                 Err(NodeError::new(kind, message))
@@ -330,21 +372,29 @@ async fn load(
     inv: &Invocation<'_>,
 ) -> Result<(JsonMap, Option<Checkpoint>), RunError> {
     let store = &scope.store;
+    let (patience, stop) = (scope.store_patience, &scope.cancel);
     let head = match inv.start {
-        Start::Head => store.latest_checkpoint(scope.thread_id, &inv.ns).await?,
+        Start::Head | Start::Resume => {
+            patiently(patience, stop, "load the head", || {
+                store.latest_checkpoint(scope.thread_id, &inv.ns)
+            })
+            .await?
+        }
         Start::From(id) => Some(
-            store
-                .get_checkpoint(scope.thread_id, &inv.ns, id)
-                .await?
-                .ok_or(RunError::CheckpointNotFound(id))?,
+            patiently(patience, stop, "load a checkpoint", || {
+                store.get_checkpoint(scope.thread_id, &inv.ns, id)
+            })
+            .await?
+            .ok_or(RunError::CheckpointNotFound(id))?,
         ),
     };
     let Some(head) = head else {
         return Ok((inv.graph.channels.initial_state(), None));
     };
-    let lineage = store
-        .checkpoint_lineage(scope.thread_id, &inv.ns, head.checkpoint_id)
-        .await?;
+    let lineage = patiently(patience, stop, "load the lineage", || {
+        store.checkpoint_lineage(scope.thread_id, &inv.ns, head.checkpoint_id)
+    })
+    .await?;
     Ok((replay(inv.graph, &lineage), Some(without_writes(head))))
 }
 
@@ -372,6 +422,9 @@ pub async fn invoke(scope: &Arc<RunScope>, inv: Invocation<'_>) -> Result<Outcom
         }
         if scope.cancel.is_cancelled() {
             return Err(RunError::Cancelled);
+        }
+        if scope.drain.is_cancelled() {
+            return Err(RunError::Drained);
         }
         next = run_step(scope, &inv, &mut writer, &mut state).await?;
     }
@@ -619,7 +672,15 @@ impl<'a> CheckpointWriter<'a> {
         input: Option<Value>,
         start: Start,
     ) -> Result<Option<Vec<String>>, RunError> {
+        let resuming = start == Start::Resume && self.head.is_some();
         let next = match (input, start) {
+            (_, Start::Resume) if resuming => match &self.head {
+                Some(head) if !head.next.is_empty() => {
+                    self.report_values(state);
+                    head.next.clone()
+                }
+                _ => return Ok(None),
+            },
             (Some(input), _) => {
                 let Value::Object(update) = input else {
                     return Err(RunError::Input(format!("expected an object, got {input}")));
@@ -643,7 +704,7 @@ impl<'a> CheckpointWriter<'a> {
                 self.write("fork", &[], &next, state, pending_input).await?;
                 next
             }
-            (None, Start::Head) => match &self.head {
+            (None, Start::Head | Start::Resume) => match &self.head {
                 Some(head) if !head.next.is_empty() => {
                     self.report_values(state);
                     head.next.clone()
@@ -700,10 +761,18 @@ impl<'a> CheckpointWriter<'a> {
             tasks: Value::Array(tasks),
             created_at: Timestamp::now(),
         };
-        self.scope
-            .store
-            .put_checkpoint(&cp, Some(&self.scope.stored_chunks))
-            .await?;
+        let scope = self.scope;
+        patiently(
+            scope.store_patience,
+            &scope.cancel,
+            "write a checkpoint",
+            || {
+                scope
+                    .store
+                    .put_checkpoint(&cp, Some(&scope.stored_chunks), scope.fence.as_ref())
+            },
+        )
+        .await?;
         let sink = &self.scope.sink;
         let payload = sink
             .wants(&self.ns, EventKind::Checkpoints)

@@ -163,7 +163,8 @@ async fn tools(
     let results = join_all(
         allowed
             .iter()
-            .map(|c| run_researcher(&deps, &researcher, &ctx, c)),
+            .enumerate()
+            .map(|(i, c)| run_researcher(&deps, &researcher, &ctx, i, c)),
     )
     .await;
     let mut round = Round::default();
@@ -251,6 +252,7 @@ async fn run_researcher(
     deps: &Deps,
     graph: &Graph,
     ctx: &NodeContext,
+    index: usize,
     call: &ToolCall,
 ) -> Result<Result<crate::store::JsonMap, NodeError>, NodeError> {
     let topic = call.args["research_topic"]
@@ -270,7 +272,11 @@ async fn run_researcher(
     };
     let input =
         json!({(keys::RESEARCHER_MESSAGES): [msg::human(&topic)], (keys::RESEARCH_TOPIC): topic});
-    let outcome = ctx.subgraph_named("researcher", graph, input).await;
+    // The call's position and id name its researcher's checkpoints: a resumed run re-running
+    // this step finds finished researchers done and goes on with the others. (Weak models
+    // repeat or omit ids; the position keeps keys apart.)
+    let key = format!("{index}:{}", call.id);
+    let outcome = ctx.subgraph_keyed("researcher", &key, graph, input).await;
     drop(permit);
     match outcome {
         Err(NodeError::Cancelled) => Err(NodeError::Cancelled),

@@ -2,18 +2,19 @@
 //! ended (final status before the stream closes, as clients expect).
 
 use super::{Active, RunKwargs, Runner, lock};
+use crate::graph::Start as GraphStart;
 use crate::graph::state::StateBuilder;
-use crate::graph::{
-    EventKind, EventSink, GraphEvent, Invocation, RunError, RunScope, Start, invoke,
-};
+use crate::graph::{EventKind, EventSink, GraphEvent, Invocation, RunError, RunScope, invoke};
+use crate::store::retry::patiently;
 use crate::store::{
-    CancelAction, EventId, JsonMap, Lease, LeaseState, Run, RunEnd, RunStatus, StoreError,
+    CancelAction, EventId, Fence, JsonMap, Lease, LeaseState, Run, RunEnd, RunStatus, StoreError,
     ThreadStatus, ThreadSummary,
 };
 use crate::stream::{Bus, Encoder, RunChannel, StreamModes};
 use crate::telemetry::metrics;
 use crate::time::Timestamp;
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -49,27 +50,40 @@ enum Ending {
     Done(JsonMap),
     Cancelled(Option<CancelAction>),
     Failed(RunError),
+    /// The process is shutting down: the run is handed back for another worker to resume.
+    Left,
+    /// Another worker holds the run now: nothing more is written by this one.
+    Lost,
 }
 
 impl Ending {
-    /// The run's final status as metrics and traces name it (`left` when a shutdown stops the
-    /// run and leaves it for another worker).
-    fn label(&self, shutting_down: bool) -> &'static str {
+    /// The run's final status as metrics and traces name it (`left` when a shutdown hands the
+    /// run to another worker, `lost` when another worker took it over).
+    fn label(&self) -> &'static str {
         match self {
             Self::Done(_) => "success",
             Self::Failed(_) => "error",
             Self::Cancelled(Some(CancelAction::Rollback)) => "rolled_back",
-            Self::Cancelled(_) if shutting_down => "left",
             Self::Cancelled(_) => "interrupted",
+            Self::Left => "left",
+            Self::Lost => "lost",
         }
     }
+}
+
+/// Where a claimed run's graph starts.
+struct StartPoint {
+    input: Option<Value>,
+    start: GraphStart,
+    /// The run already wrote checkpoints (an earlier attempt): it goes on from them.
+    resumed: bool,
 }
 
 impl Runner {
     /// Executes a claimed run under its own root span: one trace per run, whichever request
     /// created it (runs outlive requests).
     pub(super) async fn execute(self: Arc<Self>, lease: Lease) {
-        let run = lease.run;
+        let Lease { run, fence, .. } = lease;
         // A row that does not decode fails the run with the reason, never runs on defaults.
         let (kwargs, corrupt) = match RunKwargs::decode(&run.kwargs) {
             Ok(kwargs) => (kwargs, None),
@@ -85,7 +99,7 @@ impl Runner {
         metrics::run_started(&graph_id, Duration::from_millis(waited.max(0) as u64));
         let started = Instant::now();
         let status = self
-            .execute_decoded(run, kwargs, corrupt)
+            .execute_decoded(run, fence, kwargs, corrupt)
             .instrument(span.clone())
             .await;
         span.record("status", status);
@@ -96,23 +110,23 @@ impl Runner {
     async fn execute_decoded(
         self: Arc<Self>,
         run: Run,
+        fence: Fence,
         kwargs: RunKwargs,
         corrupt: Option<StoreError>,
     ) -> &'static str {
         let channel = self
             .bus
             .open_for_execution(run.run_id, run.thread_id, kwargs.resumable);
-        let publish = |event: &str, data: Value| {
-            let thread_tx = self.bus.thread_sender(run.thread_id);
-            channel.publish(event.to_owned(), data.to_string(), thread_tx.as_ref());
+        let start = match corrupt {
+            Some(error) => Err(RunError::Store(error)),
+            None => self.start_point(&run, &kwargs).await,
         };
-        // Runs created through this process's API already announced themselves.
-        if channel.is_fresh() {
-            publish("metadata", json!({"run_id": run.run_id, "attempt": 1}));
-        }
+        let resumed = start.as_ref().is_ok_and(|s| s.resumed);
+        self.announce(&run, &fence, &channel, resumed).await;
 
         let cancel = CancellationToken::new();
         let action = Arc::new(Mutex::new(None));
+        let lost = Arc::new(AtomicBool::new(false));
         lock(&self.active).insert(
             run.run_id,
             Active {
@@ -125,11 +139,13 @@ impl Runner {
             run.run_id,
             cancel.clone(),
             action.clone(),
+            lost.clone(),
+            resumed,
         )));
-        let ending = match corrupt {
-            Some(error) => Ending::Failed(RunError::Store(error)),
-            None => {
-                self.invoke_graph(&run, &kwargs, &channel, cancel.clone())
+        let ending = match start {
+            Err(error) => Ending::Failed(error),
+            Ok(start) => {
+                self.invoke_graph(&run, &fence, &kwargs, &channel, start, cancel.clone())
                     .await
             }
         };
@@ -137,11 +153,27 @@ impl Runner {
         lock(&self.active).remove(&run.run_id);
 
         let ending = match ending {
+            _ if lost.load(Ordering::Acquire) => Ending::Lost,
             Ending::Cancelled(_) => Ending::Cancelled(*lock(&action)),
             other => other,
         };
-        let status = ending.label(self.shutdown.is_cancelled());
-        let result = self.record_end(&run, &kwargs, &channel, ending).await;
+        let status = ending.label();
+        let outcome = self
+            .record_end(&run, &fence, &kwargs, &channel, ending)
+            .await;
+        let result = match outcome {
+            Err(StoreError::LeaseLost(_)) | Ok(None) => {
+                // Another worker goes on with the run (or will, once it is handed back):
+                // streams and waiters here follow it through the store.
+                self.bus.hand_over(run.run_id);
+                return status;
+            }
+            Ok(Some(result)) => Some(result),
+            Err(error) => {
+                tracing::error!(%error, "could not record the end of a run");
+                None
+            }
+        };
         // A stateless run's thread goes before the stream closes, so a client that saw the end
         // never finds the temporary thread.
         if kwargs.temporary
@@ -168,9 +200,61 @@ impl Runner {
         status
     }
 
+    /// Where the graph starts: where an earlier attempt of this run left its checkpoints (the
+    /// thread's newest root checkpoint is the run's own), else the run's input or checkpoint.
+    async fn start_point(&self, run: &Run, kwargs: &RunKwargs) -> Result<StartPoint, RunError> {
+        let never = CancellationToken::new();
+        let head = patiently(
+            self.settings.store_patience,
+            &never,
+            "find where the run is",
+            || self.store.latest_checkpoint(run.thread_id, ""),
+        )
+        .await?;
+        if head.is_some_and(|h| h.run_id == Some(run.run_id)) {
+            return Ok(StartPoint {
+                input: None,
+                start: GraphStart::Head,
+                resumed: true,
+            });
+        }
+        Ok(StartPoint {
+            input: Some(kwargs.input.clone()).filter(|v| !v.is_null()),
+            start: kwargs
+                .checkpoint_id()
+                .map_or(GraphStart::Head, GraphStart::From),
+            resumed: false,
+        })
+    }
+
+    /// The stream's first frame of this attempt. A resumed run's stream continues after what
+    /// earlier attempts stored, so a client reconnecting with `Last-Event-ID` sees one stream.
+    async fn announce(&self, run: &Run, fence: &Fence, channel: &RunChannel, resumed: bool) {
+        if resumed {
+            match self.store.last_event_id(run.run_id).await {
+                Ok(Some(last)) => channel.continue_after(last),
+                Ok(None) => {}
+                Err(error) => tracing::warn!(%error, "could not read the run's stored events"),
+            }
+            tracing::info!(
+                attempt = fence.attempt,
+                "resuming the run from its checkpoints"
+            );
+        } else if !channel.is_fresh() {
+            // Runs created through this process's API already announced themselves.
+            return;
+        }
+        let data = json!({"run_id": run.run_id, "attempt": fence.attempt.max(1)});
+        channel.publish(
+            "metadata".into(),
+            data.to_string(),
+            self.bus.thread_sender(run.thread_id).as_ref(),
+        );
+    }
+
     /// Ends a run whose task panicked: its worker carries on, the run fails with the reason
     /// instead of waiting for its lease to lapse.
-    pub(super) async fn fail_panicked(&self, run: &Run) {
+    pub(super) async fn fail_panicked(&self, run: &Run, fence: &Fence) {
         lock(&self.active).remove(&run.run_id);
         let detail = json!({"error": "InternalError",
                             "message": "the run stopped on an internal error (a panic); see the server log"});
@@ -178,7 +262,7 @@ impl Runner {
         let end = RunEnd::Finished(RunStatus::Error);
         if let Err(error) = self
             .store
-            .finish_run(run.run_id, &end, Some(&summary))
+            .finish_run(run.run_id, Some(fence), &end, Some(&summary))
             .await
         {
             tracing::error!(%error, run_id = %run.run_id, "could not record a panicked run");
@@ -189,6 +273,7 @@ impl Runner {
                 detail.to_string(),
                 self.bus.thread_sender(run.thread_id).as_ref(),
             );
+            flush_or_log(&*self.store, &channel).await;
         }
         self.bus
             .close(run.run_id, Some(json!({"__error__": detail})));
@@ -197,8 +282,10 @@ impl Runner {
     async fn invoke_graph(
         &self,
         run: &Run,
+        fence: &Fence,
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
+        from: StartPoint,
         cancel: CancellationToken,
     ) -> Ending {
         let Some(graph) = kwargs.graph_id().and_then(|id| self.registry.get(id)) else {
@@ -215,7 +302,7 @@ impl Runner {
         });
         let mut metadata = run.metadata.clone();
         metadata.insert("graph_id".into(), json!(graph.id));
-        let scope = Arc::new(RunScope::new(
+        let scope = RunScope::new(
             self.store.clone(),
             run.thread_id,
             run.run_id,
@@ -223,24 +310,36 @@ impl Runner {
             metadata,
             sink,
             cancel.clone(),
-        ));
-        let input = Some(kwargs.input.clone()).filter(|v| !v.is_null());
-        let start = kwargs.checkpoint_id().map_or(Start::Head, Start::From);
+        )
+        .leased(
+            fence.clone(),
+            self.shutdown.clone(),
+            self.settings.store_patience,
+        );
+        let scope = Arc::new(scope);
         let inv = Invocation {
             graph: &graph,
             ns: String::new(),
-            input,
-            start,
+            input: from.input,
+            start: from.start,
             parents: JsonMap::new(),
         };
         let flusher = self.flush_periodically(channel.clone());
+        // On shutdown every graph of the run stops at its next step boundary (`drain`); a step
+        // that outlasts the drain timeout is cut off and redone by the next worker.
+        let deadline = async {
+            self.shutdown.cancelled().await;
+            tokio::time::sleep(self.settings.drain_timeout).await;
+        };
         let result = tokio::select! {
             result = invoke(&scope, inv) => result,
-            () = self.shutdown.cancelled() => Err(RunError::Cancelled),
+            () = deadline => Err(RunError::Drained),
         };
         flusher.stop().await;
         match result {
             Ok(outcome) => Ending::Done(outcome.values),
+            Err(RunError::Store(StoreError::LeaseLost(_))) => Ending::Lost,
+            Err(_) if self.shutdown.is_cancelled() => Ending::Left,
             Err(RunError::Cancelled) => Ending::Cancelled(None),
             Err(error) if cancel.is_cancelled() => {
                 tracing::debug!(%error, "run stopped after cancellation");
@@ -265,7 +364,7 @@ impl Runner {
                     _ = tick.tick() => {}
                     () = stopped.cancelled() => return,
                 }
-                flush(&*store, &channel).await;
+                flush_or_log(&*store, &channel).await;
             }
         });
         Flusher { stop, task }
@@ -278,10 +377,17 @@ impl Runner {
         run_id: uuid::Uuid,
         cancel: CancellationToken,
         action: Arc<Mutex<Option<CancelAction>>>,
+        lost: Arc<AtomicBool>,
+        renew_now: bool,
     ) {
+        // A resumed run renews at once: a cancellation asked for while no worker held it is
+        // seen before it does any work.
         let every = self.settings.run_lease / 3;
+        let mut first = renew_now;
         loop {
-            tokio::time::sleep(every).await;
+            if !std::mem::take(&mut first) {
+                tokio::time::sleep(every).await;
+            }
             match self
                 .store
                 .renew_lease(run_id, &self.worker_id, self.settings.run_lease)
@@ -294,57 +400,65 @@ impl Runner {
                 }
                 Ok(LeaseState::Lost) => {
                     tracing::warn!("lost the lease; stopping the run");
+                    lost.store(true, Ordering::Release);
                     cancel.cancel();
+                    return;
                 }
                 Err(error) => tracing::warn!(%error, "lease renewal failed"),
             }
         }
     }
 
-    /// Stores the run's end and the thread's new summary; returns the result for waiters.
+    /// Stores the run's end and the thread's new summary; returns the result for waiters, or
+    /// `None` when the run is not over (handed back, or another worker holds it).
     async fn record_end(
         &self,
         run: &Run,
+        fence: &Fence,
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
         ending: Ending,
-    ) -> Option<Value> {
-        let outcome = match ending {
+    ) -> Result<Option<Value>, StoreError> {
+        let result = match ending {
             Ending::Done(values) => {
                 let summary = summary(ThreadStatus::Idle, Value::Object(values.clone()), None);
-                self.finish(
-                    run,
-                    RunEnd::Finished(RunStatus::Success),
-                    Some(summary),
-                    channel,
-                )
-                .await
-                .map(|()| Value::Object(values))
+                let end = RunEnd::Finished(RunStatus::Success);
+                self.finish(run, fence, end, Some(summary), channel).await?;
+                Value::Object(values)
             }
-            Ending::Failed(error) => self.record_failure(run, kwargs, channel, error).await,
+            Ending::Failed(error) => {
+                self.record_failure(run, fence, kwargs, channel, error)
+                    .await?
+            }
             Ending::Cancelled(Some(CancelAction::Rollback)) => {
-                self.record_rollback(run, kwargs, channel).await
+                self.record_rollback(run, fence, kwargs, channel).await?
             }
-            Ending::Cancelled(_) if self.shutdown.is_cancelled() => {
-                // Leave the run `running`: its lease expires and the last checkpoint is the
-                // resume point; nothing more is written by this process.
-                flush(&*self.store, channel).await;
-                Ok(json!({}))
+            Ending::Cancelled(_) => self.record_interrupt(run, fence, kwargs, channel).await?,
+            Ending::Left => {
+                // What was done is checkpointed; the stream so far is stored; the lease lapses
+                // now, so another replica resumes the run without waiting.
+                flush_or_log(&*self.store, channel).await;
+                match self.store.release_lease(fence).await {
+                    Ok(true) => tracing::info!("run handed back for another worker to resume"),
+                    Ok(false) => tracing::info!("run already taken over by another worker"),
+                    Err(error) => {
+                        tracing::warn!(%error, "could not hand the run back; its lease will lapse")
+                    }
+                }
+                return Ok(None);
             }
-            Ending::Cancelled(_) => self.record_interrupt(run, kwargs, channel).await,
+            Ending::Lost => {
+                tracing::info!("another worker holds the run now; this one stops");
+                return Ok(None);
+            }
         };
-        match outcome {
-            Ok(result) => Some(result),
-            Err(error) => {
-                tracing::error!(%error, "could not record the end of a run");
-                None
-            }
-        }
+        Ok(Some(result))
     }
 
     async fn record_failure(
         &self,
         run: &Run,
+        fence: &Fence,
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
         error: RunError,
@@ -363,6 +477,7 @@ impl Runner {
         let summary = summary(ThreadStatus::Error, values, Some(detail.clone()));
         self.finish(
             run,
+            fence,
             RunEnd::Finished(RunStatus::Error),
             Some(summary),
             channel,
@@ -374,6 +489,7 @@ impl Runner {
     async fn record_interrupt(
         &self,
         run: &Run,
+        fence: &Fence,
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
     ) -> Result<Value, StoreError> {
@@ -386,6 +502,7 @@ impl Runner {
         let summary = summary(status, values.clone(), None);
         self.finish(
             run,
+            fence,
             RunEnd::Finished(RunStatus::Interrupted),
             Some(summary),
             channel,
@@ -397,10 +514,12 @@ impl Runner {
     async fn record_rollback(
         &self,
         run: &Run,
+        fence: &Fence,
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
     ) -> Result<Value, StoreError> {
-        self.finish(run, RunEnd::RolledBack, None, channel).await?;
+        self.finish(run, fence, RunEnd::RolledBack, None, channel)
+            .await?;
         let values = self.head_values(run, kwargs).await?;
         let busy = !self.store.inflight_runs(run.thread_id).await?.is_empty();
         let status = if busy {
@@ -420,17 +539,30 @@ impl Runner {
         Ok(values)
     }
 
+    /// Writes the run's end under its fence, retrying while the database is away: a run whose
+    /// report is checkpointed must not turn into an error because one write failed.
     async fn finish(
         &self,
         run: &Run,
+        fence: &Fence,
         end: RunEnd,
         summary: Option<ThreadSummary>,
         channel: &Arc<RunChannel>,
     ) -> Result<(), StoreError> {
-        flush(&*self.store, channel).await;
-        self.store
-            .finish_run(run.run_id, &end, summary.as_ref())
-            .await
+        let never = CancellationToken::new();
+        let patience = self.settings.store_patience;
+        if let Err(error) = patiently(patience, &never, "store the run's events", || {
+            flush(&*self.store, channel)
+        })
+        .await
+        {
+            tracing::warn!(%error, "could not store the run's last events");
+        }
+        patiently(patience, &never, "record the end of the run", || {
+            self.store
+                .finish_run(run.run_id, Some(fence), &end, summary.as_ref())
+        })
+        .await
     }
 
     /// The values at the thread's latest root checkpoint (`{}` when there is none).
@@ -438,7 +570,15 @@ impl Runner {
         let Some(graph) = kwargs.graph_id().and_then(|id| self.registry.get(id)) else {
             return Ok(json!({}));
         };
-        let Some(head) = self.store.latest_checkpoint(run.thread_id, "").await? else {
+        let never = CancellationToken::new();
+        let head = patiently(
+            self.settings.store_patience,
+            &never,
+            "read the run's state",
+            || self.store.latest_checkpoint(run.thread_id, ""),
+        )
+        .await?;
+        let Some(head) = head else {
             return Ok(json!({}));
         };
         let mut builder = StateBuilder::new(&*self.store, &graph, run.thread_id);
@@ -472,17 +612,23 @@ impl Flusher {
 }
 
 /// Writes the channel's unflushed frames to the store.
-async fn flush(store: &dyn crate::store::Store, channel: &RunChannel) {
+async fn flush(store: &dyn crate::store::Store, channel: &RunChannel) -> Result<(), StoreError> {
     let frames = channel.unflushed();
     let Some(last) = frames.last().map(|f| f.id) else {
-        return;
+        return Ok(());
     };
     let events: Vec<_> = frames
         .iter()
         .map(|f| f.to_stored(channel.thread_id))
         .collect();
-    match store.append_events(&events).await {
-        Ok(()) => channel.mark_flushed(last),
-        Err(error) => tracing::warn!(%error, "could not store run events; will retry"),
+    store.append_events(&events).await?;
+    channel.mark_flushed(last);
+    Ok(())
+}
+
+/// `flush` from a place that carries on regardless: the frames stay for the next flush.
+async fn flush_or_log(store: &dyn crate::store::Store, channel: &RunChannel) {
+    if let Err(error) = flush(store, channel).await {
+        tracing::warn!(%error, "could not store run events; will retry");
     }
 }

@@ -137,8 +137,9 @@ impl Runner {
         }
     }
 
-    /// Runs whose worker died (its lease ran out) would hold their thread forever; mark them
-    /// failed so the thread can take new runs. Resuming them instead is future work.
+    /// Runs whose worker died are taken over by the next worker that claims (see `claim_run`);
+    /// those that already used up `max_attempts` would hold their thread forever: end them
+    /// `error`, with the reason in their stream, join and thread.
     async fn sweep_expired_leases(self: Arc<Self>) {
         loop {
             tokio::select! {
@@ -148,19 +149,45 @@ impl Runner {
             // Renew this process's own runs first: on a busy single-writer store a renewal can
             // queue behind other writes, and a run still executing here must not be failed.
             self.renew_local_leases().await;
-            match self.store.fail_expired_runs(Timestamp::now()).await {
+            let max_attempts = i64::from(self.settings.max_attempts);
+            match self.store.fail_expired_runs(max_attempts).await {
                 Ok(runs) => {
                     for run in &runs {
-                        tracing::warn!(run_id = %run.run_id, "run failed: its worker stopped renewing the lease");
-                        self.bus.close(run.run_id, Some(json!({})));
-                    }
-                    if !runs.is_empty() {
-                        self.wake();
+                        self.end_abandoned(run).await;
                     }
                 }
                 Err(error) => tracing::warn!(%error, "sweeping expired leases failed"),
             }
+            // Lapsed leases may wait to be taken over.
+            self.wake();
         }
+    }
+
+    /// Tells the streams and waiters of a run given up after `max_attempts` why it ended: an
+    /// `error` event after its stored ones, and the error as its result here.
+    async fn end_abandoned(&self, run: &Run) {
+        tracing::warn!(run_id = %run.run_id, attempts = self.settings.max_attempts,
+            "run given up: its worker stopped before it finished, every attempt");
+        let detail = json!({"error": "WorkerLost", "message": format!(
+            "the run was given up after {} attempts: each time, the worker running it stopped \
+             before it finished (max_attempts)", self.settings.max_attempts)});
+        let last = self.store.last_event_id(run.run_id).await.ok().flatten();
+        let id = crate::store::EventId {
+            ms: Timestamp::now().millis().max(last.map_or(0, |l| l.ms)),
+            seq: last.map_or(0, |l| l.seq + 1),
+        };
+        let event = crate::store::StoredEvent {
+            run_id: run.run_id,
+            thread_id: run.thread_id,
+            id,
+            event: "error".into(),
+            data: detail.to_string().into(),
+        };
+        if let Err(error) = self.store.append_events(&[event]).await {
+            tracing::warn!(%error, "could not store the error event of a run given up");
+        }
+        self.bus
+            .close(run.run_id, Some(json!({"__error__": detail})));
     }
 
     /// The API opens a run's channel when it creates the run, before any worker has it. When a
@@ -223,9 +250,10 @@ impl Runner {
 
     async fn worker_loop(self: Arc<Self>) {
         while !self.shutdown.is_cancelled() {
+            let max_attempts = i64::from(self.settings.max_attempts);
             match self
                 .store
-                .claim_run(&self.worker_id, self.settings.run_lease)
+                .claim_run(&self.worker_id, self.settings.run_lease, max_attempts)
                 .await
             {
                 Ok(Some(lease)) => {
@@ -249,13 +277,14 @@ impl Runner {
     /// while this worker goes on claiming runs.
     async fn execute_guarded(self: &Arc<Self>, lease: crate::store::Lease) {
         let run = lease.run.clone();
+        let fence = lease.fence.clone();
         let task = tokio::spawn(self.clone().execute(lease));
         match task.await {
             Ok(()) => {}
             Err(error) if error.is_panic() => {
                 tracing::error!(run_id = %run.run_id, thread_id = %run.thread_id,
                     "a run panicked; it is marked failed and its worker carries on");
-                self.fail_panicked(&run).await;
+                self.fail_panicked(&run, &fence).await;
             }
             Err(error) => tracing::error!(%error, run_id = %run.run_id, "a run's task stopped"),
         }

@@ -7,9 +7,10 @@ mod model;
 mod pages;
 mod sql;
 
+pub mod retry;
 pub use blobs::StoredChunks;
 pub use model::*;
-pub use sql::{SqlStore, SqliteSync};
+pub use sql::{SqlStore, SqliteSync, StoreOptions};
 
 use crate::time::Timestamp;
 use async_trait::async_trait;
@@ -31,10 +32,53 @@ pub enum StoreError {
     /// A stored value could not be decoded (corrupt row or a bug).
     #[error("corrupt {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
+    /// A write for a run whose lease this worker no longer holds (fenced off).
+    #[error("run {0} is no longer leased to this worker")]
+    LeaseLost(Uuid),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+impl StoreError {
+    /// Errors that say the database could not be reached or was busy, not that the request
+    /// was wrong: worth retrying, and a 503 to API clients.
+    pub fn is_transient(&self) -> bool {
+        let Self::Database(error) = self else {
+            return false;
+        };
+        match error {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Protocol(_) => true,
+            sqlx::Error::Database(db) => transient_database_error(db.as_ref()),
+            _ => false,
+        }
+    }
+}
+
+/// Postgres: connection, resource, shutdown, timeout and serialization classes. SQLite: busy
+/// and locked (any extended code of them), which outlast the busy timeout under heavy writes.
+fn transient_database_error(db: &dyn sqlx::error::DatabaseError) -> bool {
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        let code = pg.code();
+        return ["08", "53", "57P"]
+            .iter()
+            .any(|class| code.starts_with(class))
+            || ["40001", "40P01", "57014"].contains(&code);
+    }
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        let primary = db
+            .code()
+            .and_then(|c| c.parse::<u32>().ok())
+            .map(|c| c & 0xff);
+        return matches!(primary, Some(5 | 6));
+    }
+    false
 }
 
 /// Result alias for store calls.
@@ -140,10 +184,21 @@ pub trait RunStore: Send + Sync {
     /// running ones get the cancel flag their worker sees on its next lease renewal.
     /// Returns the runs that were in flight and are now affected.
     async fn cancel_runs(&self, run_ids: &[Uuid], action: CancelAction) -> StoreResult<Vec<Run>>;
-    /// Claims the oldest pending run that may start now and whose thread has no running run,
-    /// marking it `running` under `worker` until `now + lease`.
-    async fn claim_run(&self, worker: &str, lease: Duration) -> StoreResult<Option<Lease>>;
-    /// Extends the lease and reports whether cancellation was requested.
+    /// Claims a run for `worker` until the database's `now + lease`: first a running run whose
+    /// lease lapsed (its worker died; another worker's, with fewer than `max_attempts`
+    /// attempts), to be resumed from its checkpoints; otherwise the oldest pending run that may
+    /// start now and whose thread has no running run. Each claim is a new attempt.
+    async fn claim_run(
+        &self,
+        worker: &str,
+        lease: Duration,
+        max_attempts: i64,
+    ) -> StoreResult<Option<Lease>>;
+    /// Hands a run back (graceful shutdown): its lease lapses at once so another worker resumes
+    /// it without waiting, and the attempt does not count. False when the fence no longer holds.
+    async fn release_lease(&self, fence: &Fence) -> StoreResult<bool>;
+    /// Extends the lease (by the database's clock) and reports whether cancellation was
+    /// requested.
     async fn renew_lease(
         &self,
         run_id: Uuid,
@@ -153,15 +208,17 @@ pub trait RunStore: Send + Sync {
     /// Ends a run and updates its thread in one transaction: the thread stays `busy` while other
     /// runs are in flight, otherwise takes `summary.status`; values/error/interrupts come from
     /// `summary` when given. `RolledBack` deletes the run, its checkpoints and its events.
+    /// With a fence, the run must still be running under it (else `LeaseLost`, nothing written).
     async fn finish_run(
         &self,
         run_id: Uuid,
+        fence: Option<&Fence>,
         end: &RunEnd,
         summary: Option<&ThreadSummary>,
     ) -> StoreResult<()>;
-    /// Marks running runs whose lease expired before `now` as `error` (their worker died) and
-    /// returns them.
-    async fn fail_expired_runs(&self, now: Timestamp) -> StoreResult<Vec<Run>>;
+    /// Marks running runs whose lease lapsed (by the database's clock) after `max_attempts`
+    /// attempts as `error`, with the reason on their thread, and returns them.
+    async fn fail_expired_runs(&self, max_attempts: i64) -> StoreResult<Vec<Run>>;
     /// Runs with this status, across all threads (the queue depth for `/metrics`).
     async fn count_runs(&self, status: RunStatus) -> StoreResult<u64>;
 }
@@ -171,10 +228,13 @@ pub trait RunStore: Send + Sync {
 pub trait CheckpointStore: Send + Sync {
     /// Writes a checkpoint with the chunks of its large strings. With `stored`, chunks it
     /// lists are not sent again and those written are added to it.
+    /// With a fence, the checkpoint is written only while the run is still running under it
+    /// (else `LeaseLost`): a worker that lost its run cannot fork the run's history.
     async fn put_checkpoint(
         &self,
         cp: &Checkpoint,
         stored: Option<&StoredChunks>,
+        fence: Option<&Fence>,
     ) -> StoreResult<()>;
     async fn get_checkpoint(
         &self,
@@ -220,11 +280,14 @@ pub trait EventLog: Send + Sync {
 
 /// The whole persistence surface: every concern's trait, on one backend. Every method of every
 /// trait is one transaction: it happens entirely or not at all.
+#[async_trait]
 pub trait Store:
     AssistantStore + ThreadStore + RunStore + CheckpointStore + EventLog + Send + Sync + 'static
 {
     /// `postgres` or `sqlite`.
     fn backend(&self) -> &'static str;
+    /// One round trip to the database (readiness checks).
+    async fn ping(&self) -> StoreResult<()>;
 }
 
 /// Opens the store `url` names (`postgres://…` or `sqlite://…`) and runs its migrations.

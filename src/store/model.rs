@@ -222,8 +222,21 @@ pub enum RunEnd {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Lease {
     pub run: Run,
-    pub worker: String,
+    /// Names this claim in every write made for the run.
+    pub fence: Fence,
+    /// By the database's clock.
     pub expires_at: Timestamp,
+}
+
+/// One claim of a run: the worker that holds it and which attempt it is. Writes made for a run
+/// carry it, and the store refuses them once the run was claimed again (the worker stalled past
+/// its lease, or lost it), so an old worker can never overwrite a newer one's work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub run_id: Uuid,
+    pub worker: String,
+    /// 1 for the first claim; a lease handed back on shutdown does not count.
+    pub attempt: i64,
 }
 
 /// One stored step of a graph: what changed, and what runs next.

@@ -149,6 +149,15 @@ impl RunChannel {
         self.executing_here.load(Ordering::Acquire)
     }
 
+    /// Continues a run's stream after `last` (its newest stored frame, written by an earlier
+    /// attempt on any replica), so ids keep increasing across a takeover whatever the clocks.
+    pub fn continue_after(&self, last: EventId) {
+        let mut state = self.lock();
+        if last > state.last_id {
+            state.last_id = last;
+        }
+    }
+
     /// Whether nothing was published on this channel yet.
     pub fn is_fresh(&self) -> bool {
         self.lock().last_id == EventId { ms: 0, seq: 0 }
@@ -277,6 +286,15 @@ impl Bus {
             {
                 entry.remove().detach();
             }
+        }
+    }
+
+    /// Lets go of a run this process executed but no longer owns (another worker took it over,
+    /// or it was handed back on shutdown): its subscribers and waiters go on through the store.
+    pub fn hand_over(&self, run_id: Uuid) {
+        if let Some(channel) = lock(&self.runs).remove(&run_id) {
+            channel.executing_here.store(false, Ordering::Release);
+            channel.detach();
         }
     }
 

@@ -45,7 +45,13 @@ pub(super) fn wait_body(
                     }
                 }
                 _ = tick.tick() => if tx.send(Ok(Bytes::from_static(b"\n"))).await.is_err() { return },
-                () = state.shutdown.cancelled() => break json!({}),
+                // The run is not over: it goes on elsewhere. Ending the body with an error (the
+                // connection is cut, no final chunk) makes the client retry; an empty 200 body
+                // would read as a run that finished with no values.
+                () = state.shutdown.cancelled() => {
+                    let _ = tx.send(Err(std::io::Error::other("the server is shutting down"))).await;
+                    return;
+                }
             }
         };
         let _ = tx.send(Ok(Bytes::from(value.to_string()))).await;

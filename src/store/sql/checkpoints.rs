@@ -4,12 +4,43 @@ use super::codec::*;
 use super::query::*;
 use super::*;
 use crate::store::blobs;
-use crate::store::{Checkpoint, CheckpointQuery, StoreResult};
+use crate::store::{Checkpoint, CheckpointQuery, Fence, StoreError, StoreResult};
 use crate::telemetry::metrics::StoreTimer;
 use async_trait::async_trait;
 use sqlx::AnyConnection;
 use std::collections::{BTreeSet, HashMap};
 use uuid::Uuid;
+
+impl SqlStore {
+    /// `UPSERT_CHECKPOINT` that writes only while the run is running under the fence bound at
+    /// `$first` (run id, worker, attempt; see `bind_fence`). The run row is share-locked, so a
+    /// claim waits for the write or the write sees the claim.
+    fn fenced_upsert(&self, first: usize) -> String {
+        let (run, worker, attempt) = (first, first + 1, first + 2);
+        let guard = format!(
+            "SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE EXISTS (\
+             SELECT 1 FROM runs WHERE run_id = ${run} AND status = 'running' \
+             AND lease_owner = ${worker} AND attempt = ${attempt}{})",
+            self.dialect.for_share()
+        );
+        UPSERT_CHECKPOINT.replacen(
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            &guard,
+            1,
+        )
+    }
+}
+
+/// Binds a fence's run id, worker and attempt after the other parameters (nothing without one).
+fn bind_fence(query: AnyQuery, fence: Option<&Fence>) -> AnyQuery {
+    match fence {
+        Some(f) => query
+            .bind(f.run_id.to_string())
+            .bind(f.worker.clone())
+            .bind(f.attempt),
+        None => query,
+    }
+}
 
 #[async_trait]
 impl crate::store::CheckpointStore for SqlStore {
@@ -17,6 +48,7 @@ impl crate::store::CheckpointStore for SqlStore {
         &self,
         cp: &Checkpoint,
         stored: Option<&blobs::StoredChunks>,
+        fence: Option<&Fence>,
     ) -> StoreResult<()> {
         let _timer = StoreTimer::start("put_checkpoint");
         let (writes, mut chunks) =
@@ -28,27 +60,44 @@ impl crate::store::CheckpointStore for SqlStore {
             Some(_) => chunks.iter().map(|c| c.hash.clone()).collect(),
             None => Vec::new(),
         };
-        if self.dialect == Dialect::Postgres {
+        let upsert = match fence {
+            // After $1-$12 (and $13, the chunk list, on Postgres).
+            Some(_) if self.dialect == Dialect::Postgres => self.fenced_upsert(14),
+            Some(_) => self.fenced_upsert(13),
+            None => UPSERT_CHECKPOINT.to_owned(),
+        };
+        let written = if self.dialect == Dialect::Postgres {
             // One statement, one round trip, one shape for any number of chunks (a VALUES list
             // per chunk count made Postgres prepare a new statement for most checkpoints).
             let pairs: Vec<[&str; 2]> = chunks.iter().map(|b| [&*b.hash, &*b.data]).collect();
             let sql = format!(
                 "WITH chunks AS (INSERT INTO checkpoint_blobs (thread_id, hash, data) \
                  SELECT $1, c->>0, c->>1 FROM json_array_elements($13::json) AS c \
-                 ON CONFLICT (thread_id, hash) DO NOTHING) {UPSERT_CHECKPOINT}"
+                 ON CONFLICT (thread_id, hash) DO NOTHING) {upsert}"
             );
-            bind_checkpoint(q(sql), cp, writes)?
-                .bind(to_json(&pairs)?)
+            let query = bind_checkpoint(q(sql), cp, writes)?.bind(to_json(&pairs)?);
+            bind_fence(query, fence)
                 .execute(&self.pool)
-                .await?;
+                .await?
+                .rows_affected()
         } else {
             // Chunks and checkpoint in one write transaction, as the trait promises.
             let mut tx = self.write_tx().await?;
             put_blobs(&mut tx, cp.thread_id, chunks).await?;
-            bind_checkpoint(q(UPSERT_CHECKPOINT.to_owned()), cp, writes)?
+            let query = bind_checkpoint(q(upsert), cp, writes)?;
+            let written = bind_fence(query, fence)
                 .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
+                .await?
+                .rows_affected();
+            if written == 0 {
+                let _ = tx.rollback().await;
+            } else {
+                tx.commit().await?;
+            }
+            written
+        };
+        if written == 0 {
+            return Err(StoreError::LeaseLost(cp.run_id.unwrap_or_default()));
         }
         if let Some(stored) = stored {
             stored.record(cp.thread_id, sent);

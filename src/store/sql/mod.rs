@@ -22,6 +22,7 @@ mod tx;
 use crate::store::{Store, StoreError, StoreResult};
 use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Row, Transaction};
+use std::time::Duration;
 
 pub(super) type AnyQuery = sqlx::query::Query<'static, Any, AnyArguments>;
 pub(super) type Tx = Transaction<'static, Any>;
@@ -68,6 +69,33 @@ impl Dialect {
         }
     }
 
+    /// The database's clock as a `Timestamp` text, optionally `ahead` seconds later (`ahead`
+    /// names a parameter holding a float). Leases are measured by it, so replicas whose clocks
+    /// disagree still agree on when a lease lapsed.
+    pub(super) fn clock(self, ahead: Option<&str>) -> String {
+        match (self, ahead) {
+            (Self::Postgres, None) => {
+                format!("to_char(clock_timestamp() AT TIME ZONE 'UTC', {PG_TS})")
+            }
+            (Self::Postgres, Some(p)) => format!(
+                "to_char((clock_timestamp() + make_interval(secs => CAST({p} AS DOUBLE PRECISION))) \
+                 AT TIME ZONE 'UTC', {PG_TS})"
+            ),
+            (Self::Sqlite, None) => "(strftime('%Y-%m-%dT%H:%M:%f', 'now') || '000+00:00')".into(),
+            (Self::Sqlite, Some(p)) => {
+                format!("(strftime('%Y-%m-%dT%H:%M:%f', 'now', {p} || ' seconds') || '000+00:00')")
+            }
+        }
+    }
+
+    /// Locks a row against concurrent updates while letting other readers share it.
+    pub(super) fn for_share(self) -> &'static str {
+        match self {
+            Self::Postgres => " FOR SHARE",
+            Self::Sqlite => "",
+        }
+    }
+
     /// Lets concurrent claimers pass over each other's candidate rows instead of queueing.
     pub(super) fn skip_locked(self) -> &'static str {
         match self {
@@ -77,12 +105,43 @@ impl Dialect {
     }
 }
 
+/// `to_char` pattern of the `Timestamp` text format.
+const PG_TS: &str = r#"'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"'"#;
+
 /// The Postgres/SQLite store.
 #[derive(Clone, Debug)]
 pub struct SqlStore {
     pool: AnyPool,
+    /// Lease renewals and hand-backs only (Postgres): streams following runs and busy API
+    /// requests can take every connection of `pool`, and a renewal that waits behind them
+    /// past the lease loses the run.
+    lease_pool: AnyPool,
     dialect: Dialect,
 }
+
+/// How the store connects.
+#[derive(Clone, Copy, Debug)]
+pub struct StoreOptions {
+    pub max_connections: u32,
+    pub sqlite_sync: SqliteSync,
+    /// Postgres `statement_timeout` (zero: none): a statement stuck on a lock or a sick
+    /// server fails instead of holding a connection and its caller forever.
+    pub statement_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 10,
+            sqlite_sync: SqliteSync::default(),
+            statement_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How long a request waits for a free connection, or for the server to accept one, before it
+/// fails (a 503 to API clients) instead of hanging while the database is away.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a SQLite commit waits for the disk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -119,30 +178,44 @@ impl SqlStore {
         max_connections: u32,
         sync: SqliteSync,
     ) -> StoreResult<SqlStore> {
+        let options = StoreOptions {
+            max_connections,
+            sqlite_sync: sync,
+            ..StoreOptions::default()
+        };
+        Self::open(url, &options).await
+    }
+
+    /// Opens the store with every connection option, and runs the migrations.
+    pub async fn open(url: &str, options: &StoreOptions) -> StoreResult<SqlStore> {
         sqlx::any::install_default_drivers();
         let dialect = Dialect::of_url(url)?;
-        let pool = match dialect {
-            Dialect::Postgres => {
-                AnyPoolOptions::new()
-                    .max_connections(max_connections.max(1))
-                    // No ping before every checkout: it doubled the round trips of each
-                    // statement. A broken connection fails its statement and is dropped.
-                    .test_before_acquire(false)
-                    .connect(url)
-                    .await?
+        let (pool, lease_pool) = match dialect {
+            Dialect::Postgres => (
+                connect_postgres(url, options.max_connections, options.statement_timeout).await?,
+                connect_postgres(url, 2, options.statement_timeout).await?,
+            ),
+            Dialect::Sqlite => {
+                let pool =
+                    connect_sqlite(url, options.max_connections, options.sqlite_sync).await?;
+                (pool.clone(), pool)
             }
-            Dialect::Sqlite => connect_sqlite(url, max_connections, sync).await?,
         };
         match dialect {
             Dialect::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
             Dialect::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,
         }
-        Ok(SqlStore { pool, dialect })
+        Ok(SqlStore {
+            pool,
+            lease_pool,
+            dialect,
+        })
     }
 
     /// Closes the pool; later calls fail.
     pub async fn close(&self) {
         self.pool.close().await;
+        self.lease_pool.close().await;
     }
 
     /// A transaction that may write. SQLite takes the write lock up front: a deferred
@@ -157,6 +230,32 @@ impl SqlStore {
     pub(super) fn lock(&self) -> &'static str {
         self.dialect.for_update()
     }
+}
+
+async fn connect_postgres(
+    url: &str,
+    max_connections: u32,
+    statement_timeout: Duration,
+) -> StoreResult<AnyPool> {
+    let timeout_ms = statement_timeout.as_millis();
+    Ok(AnyPoolOptions::new()
+        .max_connections(max_connections.max(1))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        // No ping before every checkout: it doubled the round trips of each statement. A
+        // broken connection fails its statement and is dropped.
+        .test_before_acquire(false)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                if timeout_ms > 0 {
+                    let set = format!("SET statement_timeout = {timeout_ms}");
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(set))
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Ok(())
+            })
+        })
+        .connect_lazy(url)?)
 }
 
 async fn connect_sqlite(url: &str, max_connections: u32, sync: SqliteSync) -> StoreResult<AnyPool> {
@@ -201,12 +300,18 @@ async fn connect_sqlite(url: &str, max_connections: u32, sync: SqliteSync) -> St
 
 // ---------------------------------------------------------------------------------------------
 
+#[async_trait::async_trait]
 impl Store for SqlStore {
     fn backend(&self) -> &'static str {
         match self.dialect {
             Dialect::Postgres => "postgres",
             Dialect::Sqlite => "sqlite",
         }
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 }
 

@@ -5,8 +5,8 @@ use super::query::*;
 use super::tx::*;
 use super::*;
 use crate::store::{
-    CancelAction, Lease, LeaseState, Run, RunEnd, RunInsert, RunStatus, StoreError, StoreResult,
-    ThreadStatus, ThreadSummary,
+    CancelAction, Fence, Lease, LeaseState, Run, RunEnd, RunInsert, RunStatus, StoreError,
+    StoreResult, ThreadStatus, ThreadSummary,
 };
 use crate::telemetry::metrics::StoreTimer;
 use crate::time::Timestamp;
@@ -136,8 +136,17 @@ impl crate::store::RunStore for SqlStore {
         Ok(affected)
     }
 
-    async fn claim_run(&self, worker: &str, lease: Duration) -> StoreResult<Option<Lease>> {
+    async fn claim_run(
+        &self,
+        worker: &str,
+        lease: Duration,
+        max_attempts: i64,
+    ) -> StoreResult<Option<Lease>> {
         let _timer = StoreTimer::start("claim_run");
+        // A run whose worker died has waited longest: resume it before starting new ones.
+        if let Some(lease) = self.try_take_over(worker, lease, max_attempts).await? {
+            return Ok(Some(lease));
+        }
         // Two claimers can pick different pending runs of the same idle thread; the unique
         // index lets only one become `running`, and the loser simply tries again.
         for _ in 0..CLAIM_ATTEMPTS {
@@ -149,6 +158,23 @@ impl crate::store::RunStore for SqlStore {
         Ok(None)
     }
 
+    async fn release_lease(&self, fence: &Fence) -> StoreResult<bool> {
+        let _timer = StoreTimer::start("release_lease");
+        // Lapsed at once (the epoch sorts before any lease), owned by no one, and the attempt
+        // given back: a deploy is not a failure.
+        let done = sqlx::query(
+            "UPDATE runs SET lease_owner = NULL, lease_expires_at = $4, attempt = attempt - 1 \
+             WHERE run_id = $1 AND status = 'running' AND lease_owner = $2 AND attempt = $3",
+        )
+        .bind(fence.run_id.to_string())
+        .bind(fence.worker.clone())
+        .bind(fence.attempt)
+        .bind(LAPSED)
+        .execute(&self.lease_pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn renew_lease(
         &self,
         run_id: Uuid,
@@ -156,16 +182,17 @@ impl crate::store::RunStore for SqlStore {
         lease: Duration,
     ) -> StoreResult<LeaseState> {
         let _timer = StoreTimer::start("renew_lease");
-        let expires_at = Timestamp::now().plus_secs(lease.as_secs_f64());
-        let query = sqlx::query(
-            "UPDATE runs SET lease_expires_at = $3 \
+        let sql = format!(
+            "UPDATE runs SET lease_expires_at = {} \
              WHERE run_id = $1 AND status = 'running' AND lease_owner = $2 \
              RETURNING cancel_action",
-        )
-        .bind(run_id.to_string())
-        .bind(worker.to_string())
-        .bind(expires_at.to_string());
-        Ok(match one(&self.pool, query, cancel_row).await? {
+            self.dialect.clock(Some("$3"))
+        );
+        let query = q(sql)
+            .bind(run_id.to_string())
+            .bind(worker.to_string())
+            .bind(lease.as_secs_f64());
+        Ok(match one(&self.lease_pool, query, cancel_row).await? {
             Some(cancel) => LeaseState::Held { cancel },
             None => LeaseState::Lost,
         })
@@ -174,6 +201,7 @@ impl crate::store::RunStore for SqlStore {
     async fn finish_run(
         &self,
         run_id: Uuid,
+        fence: Option<&Fence>,
         end: &RunEnd,
         summary: Option<&ThreadSummary>,
     ) -> StoreResult<()> {
@@ -186,6 +214,12 @@ impl crate::store::RunStore for SqlStore {
             return Err(StoreError::NotFound("run"));
         };
         self.lock_thread(&mut tx, thread).await?;
+        if let Some(fence) = fence
+            && !self.fence_holds(&mut tx, fence).await?
+        {
+            let _ = tx.rollback().await;
+            return Err(StoreError::LeaseLost(run_id));
+        }
         match end {
             RunEnd::Finished(status) => {
                 sqlx::query(
@@ -213,28 +247,36 @@ impl crate::store::RunStore for SqlStore {
         Ok(())
     }
 
-    async fn fail_expired_runs(&self, now: Timestamp) -> StoreResult<Vec<Run>> {
+    async fn fail_expired_runs(&self, max_attempts: i64) -> StoreResult<Vec<Run>> {
         let _timer = StoreTimer::start("fail_expired_runs");
+        let now = Timestamp::now();
+        let clock = self.dialect.clock(None);
+        let expired =
+            format!("status = 'running' AND lease_expires_at < {clock} AND attempt >= $1");
         let mut tx = self.write_tx().await?;
-        let sql = "SELECT thread_id FROM runs WHERE status = 'running' AND lease_expires_at < $1";
-        let threads = all(
-            &mut *tx,
-            sqlx::query(sql).bind(now.to_string()),
-            thread_id_row,
-        )
-        .await?;
+        let sql = format!("SELECT thread_id FROM runs WHERE {expired}");
+        let threads = all(&mut *tx, q(sql).bind(max_attempts), thread_id_row).await?;
+        if threads.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
         self.lock_threads(&mut tx, threads).await?;
         let sql = format!(
-            "UPDATE runs SET status = 'error', updated_at = $1, lease_owner = NULL, \
-             lease_expires_at = NULL WHERE status = 'running' AND lease_expires_at < $1 \
-             RETURNING {RUN_COLS}"
+            "UPDATE runs SET status = 'error', updated_at = $2, lease_owner = NULL, \
+             lease_expires_at = NULL WHERE {expired} RETURNING {RUN_COLS}"
         );
-        let failed = all(&mut *tx, q(sql).bind(now.to_string()), run_row).await?;
+        let failed = all(
+            &mut *tx,
+            q(sql).bind(max_attempts).bind(now.to_string()),
+            run_row,
+        )
+        .await?;
         let mut threads: Vec<Uuid> = failed.iter().map(|r| r.thread_id).collect();
         threads.sort();
         threads.dedup();
         for thread in threads {
-            self.mark_worker_lost(&mut tx, thread, now).await?;
+            self.mark_worker_lost(&mut tx, thread, max_attempts, now)
+                .await?;
         }
         tx.commit().await?;
         Ok(failed)

@@ -4,8 +4,8 @@ use super::codec::*;
 use super::query::*;
 use super::*;
 use crate::store::{
-    Assistant, AssistantPatch, CancelAction, JsonMap, Lease, Page, Run, RunInsert, RunStatus,
-    StoreError, StoreResult, Thread, ThreadStatus, ThreadSummary,
+    Assistant, AssistantPatch, CancelAction, Fence, JsonMap, Lease, Page, Run, RunInsert,
+    RunStatus, StoreError, StoreResult, Thread, ThreadStatus, ThreadSummary,
 };
 use crate::time::Timestamp;
 use serde_json::Value;
@@ -214,11 +214,10 @@ impl SqlStore {
         lease: Duration,
     ) -> StoreResult<Option<Lease>> {
         let now = Timestamp::now();
-        let expires_at = now.plus_secs(lease.as_secs_f64());
         let mut tx = self.write_tx().await?;
         let sql = format!(
-            "UPDATE runs SET status = 'running', lease_owner = $1, lease_expires_at = $2, \
-             updated_at = $3, cancel_action = NULL \
+            "UPDATE runs SET status = 'running', lease_owner = $1, lease_expires_at = {}, \
+             updated_at = $3, cancel_action = NULL, attempt = attempt + 1 \
              WHERE status = 'pending' AND run_id = (\
                SELECT r.run_id FROM runs r WHERE r.status = 'pending' AND r.created_at <= $3 \
                AND NOT EXISTS (SELECT 1 FROM runs x WHERE x.thread_id = r.thread_id \
@@ -227,20 +226,68 @@ impl SqlStore {
                                AND o.status = 'pending' AND (o.created_at < r.created_at \
                                OR (o.created_at = r.created_at AND o.run_id < r.run_id))) \
                ORDER BY r.created_at, r.run_id LIMIT 1{}) \
-             RETURNING {RUN_COLS}",
+             RETURNING {RUN_COLS}, attempt, lease_expires_at",
+            self.dialect.clock(Some("$2")),
             self.dialect.skip_locked()
         );
         let query = q(sql)
             .bind(worker.to_string())
-            .bind(expires_at.to_string())
+            .bind(lease.as_secs_f64())
             .bind(now.to_string());
-        let run = one(&mut *tx, query, run_row).await?;
+        let claimed = one(&mut *tx, query, claim_row).await?;
         tx.commit().await?;
-        Ok(run.map(|run| Lease {
-            run,
-            worker: worker.to_string(),
-            expires_at,
-        }))
+        Ok(claimed.map(|c| c.lease_for(worker)))
+    }
+
+    /// Claims a running run whose lease lapsed under another worker (one of this worker's own
+    /// runs is still executing here and renews its lease), if it has attempts left.
+    pub(super) async fn try_take_over(
+        &self,
+        worker: &str,
+        lease: Duration,
+        max_attempts: i64,
+    ) -> StoreResult<Option<Lease>> {
+        let mut tx = self.write_tx().await?;
+        let sql = format!(
+            "UPDATE runs SET lease_owner = $1, lease_expires_at = {ahead}, updated_at = $3, \
+             attempt = attempt + 1 \
+             WHERE status = 'running' AND run_id = (\
+               SELECT r.run_id FROM runs r WHERE r.status = 'running' \
+               AND r.lease_expires_at < {now} AND r.attempt < $4 \
+               AND (r.lease_owner IS NULL OR r.lease_owner <> $1) \
+               ORDER BY r.lease_expires_at, r.run_id LIMIT 1{skip}) \
+             RETURNING {RUN_COLS}, attempt, lease_expires_at",
+            ahead = self.dialect.clock(Some("$2")),
+            now = self.dialect.clock(None),
+            skip = self.dialect.skip_locked()
+        );
+        let query = q(sql)
+            .bind(worker.to_string())
+            .bind(lease.as_secs_f64())
+            .bind(Timestamp::now().to_string())
+            .bind(max_attempts);
+        let claimed = one(&mut *tx, query, claim_row).await?;
+        tx.commit().await?;
+        Ok(claimed.map(|c| c.lease_for(worker)))
+    }
+
+    /// Whether the run is still running under this claim; on Postgres the row stays locked
+    /// until the transaction ends, so a claim cannot slip in between the check and the write.
+    pub(super) async fn fence_holds(
+        &self,
+        conn: &mut AnyConnection,
+        fence: &Fence,
+    ) -> StoreResult<bool> {
+        let sql = format!(
+            "SELECT run_id FROM runs WHERE run_id = $1 AND status = 'running' \
+             AND lease_owner = $2 AND attempt = $3{}",
+            self.dialect.for_update()
+        );
+        let query = q(sql)
+            .bind(fence.run_id.to_string())
+            .bind(fence.worker.clone())
+            .bind(fence.attempt);
+        Ok(one(conn, query, |_| Ok(())).await?.is_some())
     }
 
     /// Sets the thread's status (and, with a summary, its state) after a run ended.
@@ -358,6 +405,7 @@ impl SqlStore {
         &self,
         conn: &mut AnyConnection,
         thread: Uuid,
+        attempts: i64,
         now: Timestamp,
     ) -> StoreResult<()> {
         let status = if self.has_inflight(conn, thread, Uuid::nil()).await? {
@@ -371,7 +419,7 @@ impl SqlStore {
         )
         .bind(thread.to_string())
         .bind(status.as_str())
-        .bind(to_json(&worker_lost())?)
+        .bind(to_json(&worker_lost(attempts))?)
         .bind(now.to_string())
         .execute(conn)
         .await?;
@@ -401,10 +449,44 @@ pub(super) async fn delete_run_rows(
     Ok(done.rows_affected() > 0)
 }
 
-pub(super) fn worker_lost() -> Value {
+/// Why a run that kept losing its worker was given up.
+pub(super) fn worker_lost(attempts: i64) -> Value {
     serde_json::json!({
         "error": "WorkerLost",
-        "message": "the worker running this run stopped before it finished",
+        "message": format!("the run was given up after {attempts} attempts: each time, the \
+                            worker running it stopped before it finished (max_attempts)"),
+    })
+}
+
+/// A lease that has lapsed: the epoch sorts before every real expiry.
+pub(super) const LAPSED: &str = "1970-01-01T00:00:00.000000+00:00";
+
+/// A claimed run's row: `RUN_COLS`, `attempt`, `lease_expires_at`.
+pub(super) struct Claimed {
+    run: Run,
+    attempt: i64,
+    expires_at: Timestamp,
+}
+
+impl Claimed {
+    fn lease_for(self, worker: &str) -> Lease {
+        Lease {
+            fence: Fence {
+                run_id: self.run.run_id,
+                worker: worker.to_owned(),
+                attempt: self.attempt,
+            },
+            expires_at: self.expires_at,
+            run: self.run,
+        }
+    }
+}
+
+pub(super) fn claim_row(row: &sqlx::any::AnyRow) -> StoreResult<Claimed> {
+    Ok(Claimed {
+        run: run_row(row)?,
+        attempt: int(row, "attempt")?,
+        expires_at: ts(row, "lease_expires_at")?,
     })
 }
 
