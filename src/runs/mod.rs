@@ -263,6 +263,11 @@ impl Runner {
                     continue;
                 }
                 Ok(None) => {}
+                // The database being away is logged once by whatever waits on it; every idle
+                // worker saying so each poll would bury the log.
+                Err(error) if error.is_transient() => {
+                    tracing::debug!(%error, "claiming a run failed")
+                }
                 Err(error) => tracing::error!(%error, "claiming a run failed"),
             }
             // A wake-up sent since the claim was kept as a permit, so none is lost here.

@@ -98,6 +98,11 @@ pub async fn spawn_with(
     Some(serve(store, settings, registry, dir).await)
 }
 
+/// Starts the service with the test graphs on a store the test prepared.
+pub async fn spawn_on_store(store: Arc<dyn Store>, settings: Settings) -> TestApp {
+    serve(store, settings, graphs::registry(), None).await
+}
+
 /// Starts the service on `store` on a free port.
 async fn serve(
     store: Arc<dyn Store>,

@@ -1,0 +1,721 @@
+//! The fault suite: research runs on the real binary, killed (SIGKILL), stopped (SIGTERM) with
+//! a second replica taking over, and with Postgres stopped under them. Every run must end in a
+//! report — resumed from its checkpoints, not redone — and the API must answer 503, never 500,
+//! while the database is away. Provider calls are counted at the fakes.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::Backend;
+use support::fake_llm::{FakeLlm, FakeReply};
+use support::fake_tavily::FakeTavily;
+use support::research::{Script, config_toml, scripted};
+use support::{SseFrame, parse_sse, pg};
+use tempfile::TempDir;
+
+// ---- the service as a process ------------------------------------------------------------------
+
+/// Where a service process keeps its state.
+#[derive(Clone)]
+enum Db {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Db {
+    /// A fresh store of `backend`; `None` when Postgres is not available here.
+    async fn fresh(backend: Backend, dir: &Path) -> Option<Db> {
+        match backend {
+            Backend::Sqlite => Some(Db::Sqlite(dir.join(format!("{}.db", uuid::Uuid::new_v4())))),
+            Backend::Postgres => {
+                let admin = pg::admin_url()?;
+                Some(Db::Postgres(
+                    pg::create_database(&admin, "dr_fault").await.1,
+                ))
+            }
+        }
+    }
+}
+
+/// A `deep-research serve` child process, killed when dropped.
+struct Service {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Settings that make takeovers quick to observe: a 2 s lease, a 100 ms poll.
+const FAST: &[(&str, &str)] = &[
+    ("DR__SERVER__RUN_LEASE_MS", "2000"),
+    ("DR__SERVER__HEARTBEAT_MS", "500"),
+    ("DR__SERVER__POLL_INTERVAL_MS", "100"),
+];
+
+impl Service {
+    async fn start(config: &Path, db: &Db, env: &[(&str, &str)]) -> Service {
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_deep-research"));
+        cmd.arg("serve")
+            .env("PORT", port.to_string())
+            .env("HOST", "127.0.0.1")
+            .env("DR_CONFIG", config)
+            .env_remove("DATABASE_URL")
+            .env("RUST_LOG", "deep_research=info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        match db {
+            Db::Sqlite(path) => cmd.env("DR_SQLITE_PATH", path),
+            Db::Postgres(url) => cmd.env("DATABASE_URL", url),
+        };
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start deep-research serve");
+        let mut service = Service {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = service.child.try_wait() {
+                panic!("the service exited at start: {status}");
+            }
+            if let Ok(r) = client.get(format!("{}/ok", service.base)).send().await
+                && r.status().is_success()
+            {
+                return service;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the service did not come up on port {port}");
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// SIGKILL: no drain, no hand-back, nothing flushed.
+    fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then the exit status (within `limit`).
+    async fn terminate(&mut self, limit: Duration) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no exit within {limit:?} of SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+// ---- the fakes and the research ----------------------------------------------------------------
+
+/// The provider fakes and a config file pointing the service at them. Every model call takes
+/// `delay`, so a run lasts long enough to be cut off midway.
+struct Fakes {
+    llm: FakeLlm,
+    tavily: FakeTavily,
+    config: PathBuf,
+    dir: TempDir,
+}
+
+impl Fakes {
+    async fn start(delay: Duration) -> Fakes {
+        let script = scripted(Script::default());
+        let llm = FakeLlm::start(Arc::new(move |req: &Value| {
+            FakeReply::delayed(delay, script(req))
+        }))
+        .await;
+        let tavily = FakeTavily::start().await;
+        tavily.set_latency(Duration::from_millis(20));
+        let dir = TempDir::new().expect("temp dir");
+        let config = dir.path().join("fakes.toml");
+        let text = config_toml(&llm, &tavily).replacen(
+            "[research]\n",
+            "[research]\nallow_clarification = false\n",
+            1,
+        );
+        std::fs::write(&config, text).expect("write config");
+        Fakes {
+            llm,
+            tavily,
+            config,
+            dir,
+        }
+    }
+
+    /// Model and search calls so far.
+    fn calls(&self) -> (usize, usize) {
+        (self.llm.calls(), self.tavily.calls())
+    }
+}
+
+/// Creates a thread and starts a resumable research run on it; returns (thread, run).
+async fn start_research(client: &reqwest::Client, svc: &Service, topic: &str) -> (String, String) {
+    let thread: Value = client
+        .post(svc.url("/threads"))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("create thread")
+        .json()
+        .await
+        .expect("thread");
+    let thread_id = thread["thread_id"].as_str().expect("thread id").to_owned();
+    let run: Value = client
+        .post(svc.url(&format!("/threads/{thread_id}/runs")))
+        .json(
+            &json!({"assistant_id": "deep_research", "stream_resumable": true,
+                      "stream_mode": ["values", "updates"],
+                      "input": {"messages": [{"role": "user", "content": topic}]}}),
+        )
+        .send()
+        .await
+        .expect("create run")
+        .json()
+        .await
+        .expect("run");
+    let run_id = run["run_id"].as_str().expect("run id").to_owned();
+    (thread_id, run_id)
+}
+
+async fn run_status(client: &reqwest::Client, svc: &Service, thread: &str, run: &str) -> String {
+    let run: Value = client
+        .get(svc.url(&format!("/threads/{thread}/runs/{run}")))
+        .send()
+        .await
+        .expect("get run")
+        .json()
+        .await
+        .expect("run json");
+    run["status"].as_str().unwrap_or_default().to_owned()
+}
+
+/// `/join`: the run's final values once it has ended.
+async fn join(client: &reqwest::Client, svc: &Service, thread: &str, run: &str) -> Value {
+    let text = client
+        .get(svc.url(&format!("/threads/{thread}/runs/{run}/join")))
+        .timeout(Duration::from_secs(180))
+        .send()
+        .await
+        .expect("join")
+        .text()
+        .await
+        .expect("join body");
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("join body {text:?}: {e}"))
+}
+
+fn report_of(values: &Value) -> &str {
+    values["final_report"].as_str().unwrap_or_default()
+}
+
+/// Calls of one uninterrupted research run with these fakes (on a store of its own).
+async fn baseline(fakes: &Fakes, backend: Backend) -> (usize, usize) {
+    let db = Db::fresh(backend, fakes.dir.path()).await.expect("store");
+    let svc = Service::start(&fakes.config, &db, FAST).await;
+    let client = reqwest::Client::new();
+    let before = fakes.calls();
+    let (t, r) = start_research(&client, &svc, "Batteries").await;
+    let values = join(&client, &svc, &t, &r).await;
+    assert!(!report_of(&values).is_empty(), "{values}");
+    let after = fakes.calls();
+    (after.0 - before.0, after.1 - before.1)
+}
+
+/// Follows a run's stream in the background, keeping every complete frame received.
+fn follow(
+    client: &reqwest::Client,
+    url: String,
+    last_event_id: Option<String>,
+) -> Arc<Mutex<Vec<SseFrame>>> {
+    let frames = Arc::new(Mutex::new(Vec::new()));
+    let out = frames.clone();
+    let mut request = client.get(url);
+    if let Some(id) = last_event_id {
+        request = request.header("Last-Event-ID", id);
+    }
+    tokio::spawn(async move {
+        let Ok(mut response) = request.send().await else {
+            return;
+        };
+        let mut text = String::new();
+        while let Ok(Some(chunk)) = response.chunk().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            if let Some(end) = text.rfind("\r\n\r\n") {
+                let complete: String = text.drain(..end + 4).collect();
+                out.lock().unwrap().extend(parse_sse(&complete));
+            }
+        }
+    });
+    frames
+}
+
+/// `<ms>-<seq>` as a comparable pair.
+fn event_id(id: &str) -> (i64, i64) {
+    let (ms, seq) = id.split_once('-').expect("ms-seq");
+    (ms.parse().expect("ms"), seq.parse().expect("seq"))
+}
+
+async fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// ---- SIGKILL ---------------------------------------------------------------------------------
+
+/// Killed with SIGKILL after 60% of its model calls, restarted on the same store: the run
+/// keeps its id, resumes from its checkpoints (finished researchers and searches are not
+/// redone), its stream continues after `Last-Event-ID`, and it ends with a report.
+async fn sigkill_mid_research_then_restart(backend: Backend) {
+    let fakes = Fakes::start(Duration::from_millis(60)).await;
+    let Some(db) = Db::fresh(backend, fakes.dir.path()).await else {
+        return;
+    };
+    let (base_llm, base_search) = baseline(&fakes, backend).await;
+    let client = reqwest::Client::new();
+    let mut svc = Service::start(&fakes.config, &db, FAST).await;
+    let before = fakes.calls();
+    let (t, r) = start_research(&client, &svc, "Batteries").await;
+    let seen = follow(
+        &client,
+        svc.url(&format!("/threads/{t}/runs/{r}/stream")),
+        None,
+    );
+    let cut = base_llm * 3 / 5;
+    wait_until(Duration::from_secs(120), "60% of the model calls", || {
+        fakes.llm.calls() - before.0 >= cut
+    })
+    .await;
+    let in_flight = fakes.llm.in_flight();
+    svc.kill();
+    let killed = Instant::now();
+    let at_kill = fakes.llm.calls() - before.0;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let last_seen = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.id.clone())
+        .last()
+        .expect("frames before the kill");
+
+    let svc = Service::start(&fakes.config, &db, FAST).await;
+    let rest = follow(
+        &client,
+        svc.url(&format!("/threads/{t}/runs/{r}/stream")),
+        Some(last_seen.clone()),
+    );
+    wait_until(Duration::from_secs(60), "the run to be resumed", || {
+        fakes.llm.calls() - before.0 > at_kill
+    })
+    .await;
+    let resumed_after = killed.elapsed();
+    let values = join(&client, &svc, &t, &r).await;
+    assert!(!report_of(&values).is_empty(), "no report: {values}");
+    assert_eq!(run_status(&client, &svc, &t, &r).await, "success");
+
+    // Nothing finished is redone: the extra calls are those in flight at the kill plus the
+    // steps they were part of, far fewer than a restart from scratch (`at_kill`).
+    let after = fakes.calls();
+    let (llm, search) = (after.0 - before.0, after.1 - before.1);
+    let redone = llm.saturating_sub(base_llm);
+    eprintln!(
+        "{backend:?}: baseline {base_llm} calls / {base_search} searches; killed at {at_kill} \
+         ({in_flight} in flight); total {llm} / {search}; redone {redone}; resumed after {resumed_after:?}"
+    );
+    assert!(
+        redone <= in_flight + 6,
+        "redone {redone} calls ({in_flight} in flight)"
+    );
+    assert!(
+        redone < at_kill / 2,
+        "redone {redone} of {at_kill}: not resumed"
+    );
+    assert!(
+        search <= base_search + 3,
+        "searches {search} vs {base_search}"
+    );
+
+    // One stream: after the last id seen before the kill, ids keep increasing to the end.
+    wait_until(Duration::from_secs(10), "the stream's end", || {
+        rest.lock()
+            .unwrap()
+            .iter()
+            .any(|f| f.event == "values" && !report_of(&f.data).is_empty())
+    })
+    .await;
+    let rest = rest.lock().unwrap().clone();
+    let mut previous = event_id(&last_seen);
+    for frame in &rest {
+        let id = event_id(frame.id.as_deref().expect("resumable frames carry ids"));
+        assert!(id > previous, "{id:?} after {previous:?}");
+        previous = id;
+    }
+    assert!(!rest.iter().any(|f| f.event == "error"), "{rest:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_research_then_restart_sqlite() {
+    sigkill_mid_research_then_restart(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_research_then_restart_postgres() {
+    sigkill_mid_research_then_restart(Backend::Postgres).await;
+}
+
+// ---- SIGTERM with a second replica -----------------------------------------------------------
+
+/// A rolling restart: replica A gets SIGTERM with runs in flight; it stops claiming, lets runs
+/// reach a checkpoint, hands their leases back and exits 0; replica B resumes them at once (the
+/// lease here is 30 s: waiting for it to lapse would show) and every run succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_the_other_replica_resumes_at_once() {
+    let fakes = Fakes::start(Duration::from_millis(40)).await;
+    let Some(db) = Db::fresh(Backend::Postgres, fakes.dir.path()).await else {
+        return;
+    };
+    let env = [
+        ("DR__SERVER__RUN_LEASE_MS", "30000"),
+        ("DR__SERVER__POLL_INTERVAL_MS", "100"),
+        ("DR__SERVER__DRAIN_TIMEOUT_MS", "5000"),
+        ("DR_MAX_CONCURRENT_RUNS", "10"),
+    ];
+    let mut a = Service::start(&fakes.config, &db, &env).await;
+    let client = reqwest::Client::new();
+    let mut runs = Vec::new();
+    for i in 0..10 {
+        runs.push(start_research(&client, &a, &format!("Batteries {i}")).await);
+    }
+    let b = Service::start(&fakes.config, &db, &env).await;
+    for i in 10..20 {
+        runs.push(start_research(&client, &b, &format!("Batteries {i}")).await);
+    }
+    let started = fakes.llm.calls();
+    wait_until(Duration::from_secs(120), "runs to be under way", || {
+        fakes.llm.calls() - started >= 100
+    })
+    .await;
+    let metrics = client.get(a.url("/metrics")).send().await.expect("metrics");
+    let metrics = metrics.text().await.expect("metrics text");
+    let running = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("dr_runs_running "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_default();
+    assert!(
+        running >= 1.0,
+        "replica A runs nothing to drain:\n{metrics}"
+    );
+    let status = a.terminate(Duration::from_secs(20)).await;
+    assert!(status.success(), "replica A exited with {status}");
+    let exited = Instant::now();
+    for (t, r) in &runs {
+        let values = join(&client, &b, t, r).await;
+        assert!(!report_of(&values).is_empty(), "run {r}: {values}");
+        assert_eq!(run_status(&client, &b, t, r).await, "success");
+    }
+    let all_done = exited.elapsed();
+    eprintln!("20 runs done {all_done:?} after replica A exited");
+    assert!(
+        all_done < Duration::from_secs(25),
+        "runs waited for their leases to lapse ({all_done:?})"
+    );
+}
+
+// ---- Postgres goes away ----------------------------------------------------------------------
+
+/// A Postgres cluster of the test's own, so stopping it disturbs nobody else.
+struct Cluster {
+    dir: TempDir,
+    bin: PathBuf,
+    port: u16,
+}
+
+impl Cluster {
+    fn start() -> Option<Cluster> {
+        let initdb = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin/initdb")))
+            .filter(|p| p.exists())
+            .max()?;
+        let bin = initdb.parent()?.to_path_buf();
+        let dir = TempDir::new().ok()?;
+        let cluster = Cluster {
+            dir,
+            bin,
+            port: free_port(),
+        };
+        if is_root() {
+            let _ = Command::new("chown")
+                .args(["postgres:postgres"])
+                .arg(cluster.dir.path())
+                .status();
+        }
+        let data = cluster.data();
+        assert!(
+            cluster
+                .as_pg(
+                    &initdb,
+                    &["-D", &data, "-U", "postgres", "-A", "trust", "--no-sync"]
+                )
+                .success(),
+            "initdb"
+        );
+        cluster.up();
+        Some(cluster)
+    }
+
+    fn data(&self) -> String {
+        self.dir.path().join("data").display().to_string()
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+            self.port
+        )
+    }
+
+    fn as_pg(&self, program: &Path, args: &[&str]) -> ExitStatus {
+        let mut cmd = if is_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        };
+        cmd.args(args)
+            .current_dir("/")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run a postgres tool")
+    }
+
+    fn up(&self) {
+        let opts = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = self.dir.path().join("pg.log").display().to_string();
+        let pg_ctl = self.bin.join("pg_ctl");
+        let data = self.data();
+        let started = self.as_pg(
+            &pg_ctl,
+            &["-D", &data, "-l", &log, "-w", "-o", &opts, "start"],
+        );
+        assert!(started.success(), "pg_ctl start");
+    }
+
+    fn down(&self) {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let data = self.data();
+        assert!(
+            self.as_pg(&pg_ctl, &["-D", &data, "-m", "fast", "-w", "stop"])
+                .success()
+        );
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let data = self.data();
+        let _ = self.as_pg(&pg_ctl, &["-D", &data, "-m", "immediate", "stop"]);
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Postgres stopped for 15 s mid-run: the run pauses and goes on to its report; meanwhile the
+/// API answers 503 with `{"detail"}` (never a 500, never a hang), `/ok` stays up and
+/// `/ok?check_db=1` says not ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outage_mid_run_pauses_and_continues() {
+    if pg::admin_url().is_none() {
+        return; // Postgres binaries are there whenever the Postgres tier runs.
+    }
+    let Some(cluster) = Cluster::start() else {
+        panic!("PostgreSQL server binaries not found under /usr/lib/postgresql");
+    };
+    let fakes = Fakes::start(Duration::from_millis(60)).await;
+    let db = Db::Postgres(cluster.url());
+    let svc = Service::start(&fakes.config, &db, FAST).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
+    let before = fakes.llm.calls();
+    let (t, r) = start_research(&client, &svc, "Batteries").await;
+    wait_until(Duration::from_secs(60), "the run to be under way", || {
+        fakes.llm.calls() - before >= 10
+    })
+    .await;
+
+    cluster.down();
+    let outage = Instant::now();
+    let mut codes = Vec::new();
+    while outage.elapsed() < Duration::from_secs(15) {
+        let asked = Instant::now();
+        let response = client
+            .get(svc.url(&format!("/threads/{t}")))
+            .send()
+            .await
+            .expect("the API answers while the database is down");
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.expect("a JSON body");
+        assert!(
+            asked.elapsed() < Duration::from_secs(7),
+            "a hang: {:?}",
+            asked.elapsed()
+        );
+        if status == 503 {
+            assert!(body["detail"].is_string(), "{body}");
+        }
+        codes.push(status);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(codes.contains(&503), "{codes:?}");
+    assert!(codes.iter().all(|c| *c == 503 || *c == 200), "{codes:?}");
+    let live = client.get(svc.url("/ok")).send().await.expect("/ok");
+    assert_eq!(live.status(), 200);
+    let ready = client
+        .get(svc.url("/ok?check_db=1"))
+        .send()
+        .await
+        .expect("/ok?check_db=1");
+    assert_eq!(ready.status(), 503);
+
+    cluster.up();
+    let values = join(&client, &svc, &t, &r).await;
+    assert!(!report_of(&values).is_empty(), "{values}");
+    assert_eq!(run_status(&client, &svc, &t, &r).await, "success");
+    let ready = client
+        .get(svc.url("/ok?check_db=1"))
+        .send()
+        .await
+        .expect("/ok?check_db=1");
+    assert_eq!(ready.status(), 200);
+}
+
+// ---- a run that cannot be resumed ------------------------------------------------------------
+
+/// A run whose worker died on its last allowed attempt ends `error`, with the reason in its
+/// stream's `error` event, in `/join` and on its thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_out_of_attempts_ends_error_with_the_reason() {
+    use deep_research::store::{self, RunInsert, RunStatus, Store};
+    let dir = TempDir::new().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("given-up.db").display());
+    let store: Arc<dyn Store> = Arc::new(
+        store::connect(&url, 5, store::SqliteSync::default())
+            .await
+            .expect("store"),
+    );
+    // A run a worker claimed and then died with, before the service starts.
+    let now = deep_research::time::Timestamp::now();
+    let thread_id = uuid::Uuid::new_v4();
+    let run = deep_research::store::Run {
+        run_id: uuid::Uuid::new_v4(),
+        thread_id,
+        assistant_id: uuid::Uuid::new_v4(),
+        created_at: now,
+        updated_at: now,
+        status: RunStatus::Pending,
+        metadata: Default::default(),
+        multitask_strategy: deep_research::store::MultitaskStrategy::Reject,
+        kwargs: json!({"input": {"messages": []}, "stream_mode": ["values"], "resumable": true,
+                       "config": {"configurable": {"graph_id": "slow"}}}),
+    };
+    let insert = RunInsert {
+        run: run.clone(),
+        thread_metadata: Default::default(),
+        create_thread: true,
+    };
+    store.insert_run(&insert).await.expect("insert");
+    let lease = store
+        .claim_run("a-worker-that-dies", Duration::from_millis(1000), 1)
+        .await
+        .expect("claim")
+        .expect("claimable");
+    assert_eq!(lease.fence.attempt, 1);
+
+    let settings = deep_research::config::Settings {
+        run_lease: Duration::from_millis(1000),
+        max_attempts: 1,
+        ..support::test_settings()
+    };
+    let app = support::spawn_on_store(store, settings).await;
+    let (t, r) = (thread_id, run.run_id);
+    let joined: Value = app
+        .client
+        .get(app.url(&format!("/threads/{t}/runs/{r}/join")))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("join")
+        .json()
+        .await
+        .expect("join json");
+    let error = &joined["__error__"];
+    assert_eq!(error["error"], "WorkerLost", "{joined}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains("given up after 1 attempt"), "{message}");
+    let run = app.get_json(&format!("/threads/{t}/runs/{r}")).await;
+    assert_eq!(run["status"], "error");
+    let thread = app.get_json(&format!("/threads/{t}")).await;
+    assert_eq!(
+        (&thread["status"], &thread["error"]),
+        (&json!("error"), error)
+    );
+    let body = support::body_text(
+        app.client
+            .get(app.url(&format!("/threads/{t}/runs/{r}/stream")))
+            .header("Last-Event-ID", "-1"),
+    )
+    .await;
+    let frames = parse_sse(&body);
+    let last = frames.last().expect("frames");
+    assert_eq!(
+        (last.event.as_str(), &last.data),
+        ("error", error),
+        "{frames:?}"
+    );
+}
