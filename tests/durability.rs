@@ -325,8 +325,8 @@ async fn sigkill_mid_research_then_restart(backend: Backend) {
         .lock()
         .unwrap()
         .iter()
-        .filter_map(|f| f.id.clone())
-        .last()
+        .rev()
+        .find_map(|f| f.id.clone())
         .expect("frames before the kill");
 
     let svc = Service::start(&fakes.config, &db, FAST).await;
