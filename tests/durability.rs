@@ -668,6 +668,7 @@ async fn a_run_out_of_attempts_ends_error_with_the_reason() {
         run: run.clone(),
         thread_metadata: Default::default(),
         create_thread: true,
+        idempotency_key: None,
     };
     store.insert_run(&insert).await.expect("insert");
     let lease = store
@@ -718,4 +719,113 @@ async fn a_run_out_of_attempts_ends_error_with_the_reason() {
         ("error", error),
         "{frames:?}"
     );
+}
+
+// ---- idempotent creation and retention -------------------------------------------------------
+
+/// A client retrying run creation with the same `Idempotency-Key` starts no second run: the
+/// retry gets 409 naming the first one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_starts_one_run() {
+    let app = support::spawn_app().await;
+    let thread = support::new_thread(&app).await;
+    let body = json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "hi"}]}});
+    let post = |path: String, key: &str| {
+        app.client
+            .post(app.url(&path))
+            .header("Idempotency-Key", key)
+            .json(&body)
+    };
+    let first = post(format!("/threads/{thread}/runs"), "retry-me")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    let run: Value = first.json().await.unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    for path in [
+        format!("/threads/{thread}/runs"),
+        format!("/threads/{thread}/runs/wait"),
+        "/runs/stream".to_owned(),
+    ] {
+        let again = post(path.clone(), "retry-me").send().await.unwrap();
+        assert_eq!(again.status(), 409, "{path}");
+        let detail: Value = again.json().await.unwrap();
+        let text = detail["detail"].as_str().unwrap_or_default();
+        assert!(text.contains(&run_id), "{path}: {detail}");
+    }
+    let runs = app.get_json(&format!("/threads/{thread}/runs")).await;
+    assert_eq!(runs.as_array().map(Vec::len), Some(1), "{runs}");
+    let other = post(format!("/threads/{thread}/runs/wait"), "another-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+
+    let empty = post(format!("/threads/{thread}/runs"), " ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(empty.status(), 422);
+    let batch = app
+        .client
+        .post(app.url("/runs/batch"))
+        .header("Idempotency-Key", "k")
+        .json(&json!([body]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(batch.status(), 422);
+}
+
+/// A thread's `ttl` (create or patch) is honoured by the sweeper; a bad one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thread_ttl_is_honoured_by_the_sweeper() {
+    let settings = deep_research::config::Settings {
+        sweep_interval: Duration::from_millis(200),
+        ..support::test_settings()
+    };
+    let app = support::spawn_app_on(Backend::Sqlite, settings)
+        .await
+        .expect("app");
+    let create = |ttl: Value| {
+        app.client
+            .post(app.url("/threads"))
+            .json(&json!({"ttl": ttl}))
+            .send()
+    };
+    let short: Value = create(json!(0.01)).await.unwrap().json().await.unwrap();
+    let long: Value = create(json!({"ttl": 60, "strategy": "delete"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let patched = support::new_thread(&app).await;
+    let response = app
+        .client
+        .patch(app.url(&format!("/threads/{patched}")))
+        .json(&json!({"ttl": {"ttl": 0.01}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    for bad in [
+        json!("soon"),
+        json!(-1),
+        json!({"ttl": 5, "strategy": "keep_latest"}),
+    ] {
+        let response = create(bad.clone()).await.unwrap();
+        assert_eq!(response.status(), 422, "{bad}");
+    }
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = |id: Value| {
+        let url = app.url(&format!("/threads/{}", id.as_str().unwrap_or_default()));
+        let client = app.client.clone();
+        async move { client.get(url).send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(status(short["thread_id"].clone()).await, 404);
+    assert_eq!(status(json!(patched)).await, 404);
+    assert_eq!(status(long["thread_id"].clone()).await, 200);
 }

@@ -97,6 +97,7 @@ contract_tests!(
     finish_run_rollback_deletes_writes,
     lapsed_leases_are_taken_over_then_given_up,
     cancel_runs,
+    retention,
     checkpoints,
     large_strings_are_stored_once,
     chunks_a_run_stored_are_not_sent_again,
@@ -147,6 +148,7 @@ fn thread(metadata: Value, values: Option<Value>, status: ThreadStatus, at: Time
         values,
         error: None,
         interrupts: json!({}),
+        ttl_minutes: None,
     }
 }
 
@@ -175,6 +177,7 @@ fn insert(r: &Run, thread_metadata: Value) -> RunInsert {
         run: r.clone(),
         thread_metadata: map(thread_metadata),
         create_thread: false,
+        idempotency_key: None,
     }
 }
 
@@ -470,7 +473,7 @@ mod contract {
 
         let now = at(0.0);
         let patched = s
-            .patch_thread(t.thread_id, &map(json!({"title": "hi"})), now)
+            .patch_thread(t.thread_id, &map(json!({"title": "hi"})), None, now)
             .await
             .unwrap()
             .expect("exists");
@@ -478,7 +481,7 @@ mod contract {
         assert_eq!(patched.updated_at, now);
         assert_eq!(patched.state_updated_at, t.state_updated_at);
         let missing = s
-            .patch_thread(Uuid::new_v4(), &JsonMap::new(), now)
+            .patch_thread(Uuid::new_v4(), &JsonMap::new(), None, now)
             .await
             .unwrap();
         assert!(missing.is_none());
@@ -1213,6 +1216,61 @@ mod contract {
             .finish_run(r1.run_id, Some(&third.fence), &end, None)
             .await;
         assert!(matches!(fenced_end, Err(StoreError::LeaseLost(_))));
+    }
+
+    /// Threads past their ttl (minutes since their last update) go with everything on them,
+    /// unless a run is in flight; stored events of runs that ended before a cutoff go.
+    pub async fn retention(s: Arc<dyn Store>) {
+        let mut old = thread(json!({}), None, ThreadStatus::Idle, at(-600.0));
+        old.ttl_minutes = Some(5.0);
+        s.create_thread(&old, IfExists::Raise).await.unwrap();
+        let mut busy = thread(json!({}), None, ThreadStatus::Idle, at(-600.0));
+        busy.ttl_minutes = Some(5.0);
+        s.create_thread(&busy, IfExists::Raise).await.unwrap();
+        add_run(&s, busy.thread_id, -1.0).await;
+        let keep = thread(json!({}), None, ThreadStatus::Idle, at(-600.0));
+        s.create_thread(&keep, IfExists::Raise).await.unwrap();
+        let mut young = thread(json!({}), None, ThreadStatus::Idle, at(-60.0));
+        young.ttl_minutes = Some(5.0);
+        s.create_thread(&young, IfExists::Raise).await.unwrap();
+        // A patch counts as an update and can set a ttl.
+        let patched = s
+            .patch_thread(keep.thread_id, &JsonMap::new(), Some(0.001), at(-60.0))
+            .await
+            .unwrap()
+            .expect("patched");
+        assert_eq!(patched.ttl_minutes, Some(0.001));
+
+        let deleted = s.delete_expired_threads(at(0.0)).await.unwrap();
+        assert_eq!(sorted(deleted), sorted(vec![old.thread_id, keep.thread_id]));
+        assert!(s.get_thread(old.thread_id).await.unwrap().is_none());
+        assert!(s.get_thread(young.thread_id).await.unwrap().is_some());
+        let later = s.delete_expired_threads(at(600.0)).await.unwrap();
+        assert_eq!(later, vec![young.thread_id]);
+        assert!(
+            s.get_thread(busy.thread_id).await.unwrap().is_some(),
+            "a run in flight"
+        );
+
+        let t = new_thread(&s).await;
+        let r = add_run(&s, t, -1.0).await;
+        claim(&s, "w").await;
+        s.append_events(&[event(&r, 1, 0)]).await.unwrap();
+        assert_eq!(
+            s.delete_events_ended_before(at(60.0)).await.unwrap(),
+            0,
+            "running"
+        );
+        s.finish_run(r.run_id, None, &RunEnd::Finished(RunStatus::Success), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            s.delete_events_ended_before(at(-60.0)).await.unwrap(),
+            0,
+            "too recent"
+        );
+        assert!(s.delete_events_ended_before(at(60.0)).await.unwrap() > 0);
+        assert!(s.last_event_id(r.run_id).await.unwrap().is_none());
     }
 
     pub async fn cancel_runs(s: Arc<dyn Store>) {

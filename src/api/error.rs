@@ -50,7 +50,9 @@ impl AppError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Store(StoreError::Busy(_) | StoreError::Conflict(_)) => StatusCode::CONFLICT,
+            Self::Store(
+                StoreError::Busy(_) | StoreError::Conflict(_) | StoreError::DuplicateRun { .. },
+            ) => StatusCode::CONFLICT,
             Self::Store(StoreError::NotFound(_)) => StatusCode::NOT_FOUND,
             Self::Store(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -61,8 +61,9 @@ pub(super) struct NewThread {
     #[schema(value_type = Option<Object>)]
     metadata: Option<JsonMap>,
     if_exists: Option<String>,
+    /// Minutes after the last update when the thread is deleted: a number, or
+    /// `{"ttl": minutes, "strategy": "delete"}`.
     #[schema(value_type = Option<Object>)]
-    #[allow(dead_code)]
     ttl: Option<Value>,
     #[schema(value_type = Option<Vec<Object>>)]
     supersteps: Option<Vec<Value>>,
@@ -104,6 +105,7 @@ pub(super) async fn create(
         values: None,
         error: None,
         interrupts: json!({}),
+        ttl_minutes: parse_ttl(body.ttl.as_ref())?,
     };
     Ok(Json(state.store.create_thread(&thread, if_exists).await?))
 }
@@ -241,6 +243,33 @@ pub(super) async fn fetch(
 pub(super) struct ThreadPatch {
     #[schema(value_type = Option<Object>)]
     metadata: Option<JsonMap>,
+    /// As on create; replaces the thread's time-to-live.
+    #[schema(value_type = Option<Object>)]
+    ttl: Option<Value>,
+}
+
+/// A thread's `ttl` in minutes: a positive number, or `{"ttl": n, "strategy": "delete"}` (the
+/// only strategy a thread has).
+fn parse_ttl(value: Option<&Value>) -> ApiResult<Option<f64>> {
+    let (minutes, strategy) = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(m)) => (m.get("ttl"), m.get("strategy")),
+        Some(v) => (Some(v), None),
+    };
+    match strategy.map(|s| s.as_str()) {
+        None | Some(Some("delete")) => {}
+        _ => {
+            return Err(AppError::Invalid(
+                "ttl.strategy: only 'delete' is supported for threads".into(),
+            ));
+        }
+    }
+    match minutes.and_then(Value::as_f64) {
+        Some(m) if m > 0.0 && m.is_finite() => Ok(Some(m)),
+        _ => Err(AppError::Invalid(
+            "ttl: expected a positive number of minutes, or {\"ttl\": minutes, \"strategy\": \"delete\"}".into(),
+        )),
+    }
 }
 
 /// Merges metadata into a thread.
@@ -253,9 +282,15 @@ pub(super) async fn update(
     Body(body): Body<ThreadPatch>,
 ) -> ApiResult<Response> {
     let id = parse_id(&id, "thread")?;
+    let ttl = parse_ttl(body.ttl.as_ref())?;
     let thread = state
         .store
-        .patch_thread(id, &body.metadata.unwrap_or_default(), Timestamp::now())
+        .patch_thread(
+            id,
+            &body.metadata.unwrap_or_default(),
+            ttl,
+            Timestamp::now(),
+        )
         .await?
         .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))?;
     let minimal = headers

@@ -122,6 +122,7 @@ impl Runner {
         tasks.push(tokio::spawn(self.clone().sweep_expired_leases()));
         tasks.push(tokio::spawn(self.clone().release_foreign_channels()));
         tasks.push(tokio::spawn(self.clone().poll_for_work()));
+        tasks.push(tokio::spawn(self.clone().sweep_retention()));
         tasks
     }
 
@@ -160,6 +161,35 @@ impl Runner {
             }
             // Lapsed leases may wait to be taken over.
             self.wake();
+        }
+    }
+
+    /// Deletes threads whose `ttl` ran out and the stored events of runs that ended longer ago
+    /// than `run_events_retention`. Every replica sweeps; the deletes are idempotent.
+    async fn sweep_retention(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(self.settings.sweep_interval) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+            let now = Timestamp::now();
+            match self.store.delete_expired_threads(now).await {
+                Ok(ids) if !ids.is_empty() => {
+                    tracing::info!(count = ids.len(), "deleted threads past their ttl");
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "sweeping threads past their ttl failed"),
+            }
+            let keep = self.settings.run_events_retention;
+            if keep.is_zero() {
+                continue;
+            }
+            let cutoff = now.plus_secs(-keep.as_secs_f64());
+            match self.store.delete_events_ended_before(cutoff).await {
+                Ok(0) => {}
+                Ok(pages) => tracing::info!(pages, "deleted stored events of runs ended long ago"),
+                Err(error) => tracing::warn!(%error, "sweeping old run events failed"),
+            }
         }
     }
 

@@ -32,6 +32,9 @@ pub enum StoreError {
     /// A stored value could not be decoded (corrupt row or a bug).
     #[error("corrupt {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
+    /// A run was already created with this idempotency key.
+    #[error("a run with this Idempotency-Key already exists: run {run_id} on thread {thread_id}")]
+    DuplicateRun { run_id: Uuid, thread_id: Uuid },
     /// A write for a run whose lease this worker no longer holds (fenced off).
     #[error("run {0} is no longer leased to this worker")]
     LeaseLost(Uuid),
@@ -101,6 +104,9 @@ pub struct RunInsert {
     pub thread_metadata: model::JsonMap,
     /// Create the thread when it does not exist (`if_not_exists: create`, stateless runs).
     pub create_thread: bool,
+    /// The client's `Idempotency-Key`: a second insert with it changes nothing and fails with
+    /// `DuplicateRun` naming the first run.
+    pub idempotency_key: Option<String>,
 }
 
 /// Assistants: the graph plus its saved config.
@@ -129,12 +135,17 @@ pub trait ThreadStore: Send + Sync {
     async fn create_thread(&self, t: &Thread, if_exists: IfExists) -> StoreResult<Thread>;
     async fn get_thread(&self, id: Uuid) -> StoreResult<Option<Thread>>;
     /// Merges `metadata` into the thread's metadata and bumps `updated_at`.
+    /// Merges metadata into the thread and, with `ttl_minutes`, replaces its time-to-live.
     async fn patch_thread(
         &self,
         id: Uuid,
         metadata: &JsonMap,
+        ttl_minutes: Option<f64>,
         now: Timestamp,
     ) -> StoreResult<Option<Thread>>;
+    /// Deletes threads whose `ttl` ran out (minutes since their last update) and that have no
+    /// run in flight, with everything on them; returns their ids.
+    async fn delete_expired_threads(&self, now: Timestamp) -> StoreResult<Vec<Uuid>>;
     /// Deletes the thread with its runs, checkpoints and events.
     async fn delete_thread(&self, id: Uuid) -> StoreResult<bool>;
     async fn search_threads(&self, q: &ThreadQuery) -> StoreResult<Page<Thread>>;
@@ -267,6 +278,8 @@ pub trait CheckpointStore: Send + Sync {
 #[async_trait]
 pub trait EventLog: Send + Sync {
     async fn append_events(&self, events: &[StoredEvent]) -> StoreResult<()>;
+    /// Deletes the stored events of runs that ended before `cutoff`; returns the pages deleted.
+    async fn delete_events_ended_before(&self, cutoff: Timestamp) -> StoreResult<u64>;
     /// The id of a run's newest stored event, if any (where a live join on a replica that does
     /// not execute the run starts, without reading the log).
     async fn last_event_id(&self, run_id: Uuid) -> StoreResult<Option<EventId>>;

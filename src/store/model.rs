@@ -164,6 +164,10 @@ pub struct Thread {
     pub error: Option<Value>,
     #[schema(value_type = Object)]
     pub interrupts: Value,
+    /// Deleted this many minutes after its last update (`ttl` on create or patch); a sweeper
+    /// does it. Not part of the wire object.
+    #[serde(skip)]
+    pub ttl_minutes: Option<f64>,
 }
 
 /// Filters for thread search and count.

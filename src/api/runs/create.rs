@@ -19,6 +19,34 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use uuid::Uuid;
 
+/// The `Idempotency-Key` header of a run request: a client that retries a request it did not
+/// hear back from sends the same key, and no second (paid) run is started — the retry gets
+/// 409 naming the first run, which it can join.
+pub(in crate::api) struct IdempotencyKey(pub Option<String>);
+
+/// Keys are opaque to us; a bound keeps the index small.
+const MAX_KEY_LEN: usize = 255;
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
+    type Rejection = AppError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let Some(value) = parts.headers.get("idempotency-key") else {
+            return Ok(Self(None));
+        };
+        let key = value.to_str().ok().map(str::trim).unwrap_or_default();
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Err(AppError::Invalid(format!(
+                "Idempotency-Key: expected 1 to {MAX_KEY_LEN} visible ASCII characters"
+            )));
+        }
+        Ok(Self(Some(key.to_owned())))
+    }
+}
+
 /// A run request (`RunCreate` in the reference), with every field the SDKs may send.
 #[derive(Clone, Deserialize, utoipa::ToSchema)]
 pub(in crate::api) struct NewRun {
@@ -209,7 +237,12 @@ impl Options {
 
 /// Validates the request, inserts the run (applying its multitask strategy) and returns it with
 /// its stream already subscribed.
-pub(super) async fn start(state: &AppState, target: Target, body: NewRun) -> ApiResult<Started> {
+pub(super) async fn start(
+    state: &AppState,
+    target: Target,
+    body: NewRun,
+    key: IdempotencyKey,
+) -> ApiResult<Started> {
     validate(&body, target)?;
     let options = Options::parse(&body)?;
     let assistant = resolve(state, &body.assistant_id)
@@ -239,6 +272,7 @@ pub(super) async fn start(state: &AppState, target: Target, body: NewRun) -> Api
         run,
         thread_metadata,
         create_thread: stateless || options.if_not_exists == IfNotExists::Create,
+        idempotency_key: key.0,
     };
     let resumable = body.stream_resumable.unwrap_or(false);
     let (subscription, result) =

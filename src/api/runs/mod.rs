@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use create::{Started, Target, start, validate};
+use create::{IdempotencyKey, Started, Target, start, validate};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -114,10 +114,11 @@ async fn thread_target(state: &AppState, raw: &str) -> ApiResult<Target> {
 pub(super) async fn create(
     State(state): State<AppState>,
     Path(tid): Path<String>,
+    key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
     let target = thread_target(&state, &tid).await?;
-    let started = start(&state, target, body).await?;
+    let started = start(&state, target, body, key).await?;
     Ok(created(started.run, false))
 }
 
@@ -128,10 +129,11 @@ pub(super) async fn create(
 pub(super) async fn stream(
     State(state): State<AppState>,
     Path(tid): Path<String>,
+    key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
     let target = thread_target(&state, &tid).await?;
-    let started = start(&state, target, body).await?;
+    let started = start(&state, target, body, key).await?;
     Ok(stream_started(&state, started))
 }
 
@@ -141,10 +143,14 @@ pub(super) async fn stream(
 pub(super) async fn wait(
     State(state): State<AppState>,
     Path(tid): Path<String>,
+    key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
     let target = thread_target(&state, &tid).await?;
-    Ok(wait_started(&state, start(&state, target, body).await?))
+    Ok(wait_started(
+        &state,
+        start(&state, target, body, key).await?,
+    ))
 }
 
 fn wait_started(state: &AppState, started: Started) -> Response {
@@ -165,9 +171,10 @@ fn wait_started(state: &AppState, started: Started) -> Response {
     responses((status = 200, body = Run), (status = 404), (status = 422)))]
 pub(super) async fn create_stateless(
     State(state): State<AppState>,
+    key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let started = start(&state, Target::Stateless, body).await?;
+    let started = start(&state, Target::Stateless, body, key).await?;
     Ok(created(started.run, true))
 }
 
@@ -176,9 +183,10 @@ pub(super) async fn create_stateless(
     responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 422)))]
 pub(super) async fn stream_stateless(
     State(state): State<AppState>,
+    key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let started = start(&state, Target::Stateless, body).await?;
+    let started = start(&state, Target::Stateless, body, key).await?;
     Ok(stream_started(&state, started))
 }
 
@@ -187,11 +195,12 @@ pub(super) async fn stream_stateless(
     responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn wait_stateless(
     State(state): State<AppState>,
+    key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
     Ok(wait_started(
         &state,
-        start(&state, Target::Stateless, body).await?,
+        start(&state, Target::Stateless, body, key).await?,
     ))
 }
 
@@ -200,8 +209,15 @@ pub(super) async fn wait_stateless(
     responses((status = 200, body = Vec<Run>), (status = 422)))]
 pub(super) async fn batch(
     State(state): State<AppState>,
+    key: IdempotencyKey,
     Body(bodies): Body<Vec<NewRun>>,
 ) -> ApiResult<Json<Vec<Run>>> {
+    if key.0.is_some() {
+        return Err(AppError::Invalid(
+            "Idempotency-Key names one run; /runs/batch creates several (send them one by one)"
+                .into(),
+        ));
+    }
     if bodies.len() > 100 {
         return Err(AppError::Invalid("a batch holds at most 100 runs".into()));
     }
@@ -210,7 +226,11 @@ pub(super) async fn batch(
     }
     let mut runs = Vec::with_capacity(bodies.len());
     for body in bodies {
-        runs.push(start(&state, Target::Stateless, body).await?.run);
+        runs.push(
+            start(&state, Target::Stateless, body, IdempotencyKey(None))
+                .await?
+                .run,
+        );
     }
     Ok(Json(runs))
 }

@@ -117,6 +117,7 @@ pub(super) fn thread_row(row: &AnyRow) -> StoreResult<Thread> {
         values: opt_json_col(row, "state_values")?,
         error: opt_json_col(row, "error")?,
         interrupts: json(row, "interrupts")?,
+        ttl_minutes: row.try_get::<Option<f64>, _>("ttl_minutes")?,
     })
 }
 
@@ -199,7 +200,7 @@ pub(super) fn insert_assistant_query(a: &Assistant) -> StoreResult<AnyQuery> {
 
 pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
     let sql = format!(
-        "INSERT INTO threads ({THREAD_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+        "INSERT INTO threads ({THREAD_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
          ON CONFLICT (thread_id) DO NOTHING"
     );
     Ok(q(sql)
@@ -212,7 +213,8 @@ pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
         .bind(to_json(&t.config)?)
         .bind(opt_json(&t.values)?)
         .bind(opt_json(&t.error)?)
-        .bind(to_json(&t.interrupts)?))
+        .bind(to_json(&t.interrupts)?)
+        .bind(t.ttl_minutes))
 }
 
 /// Inserts a run ($1–$9, see `bind_run`).

@@ -11,6 +11,18 @@ use uuid::Uuid;
 
 #[async_trait]
 impl crate::store::EventLog for SqlStore {
+    async fn delete_events_ended_before(&self, cutoff: crate::time::Timestamp) -> StoreResult<u64> {
+        let _timer = StoreTimer::start("delete_events_ended_before");
+        let done = sqlx::query(
+            "DELETE FROM run_event_pages WHERE run_id IN (SELECT run_id FROM runs \
+             WHERE status NOT IN ('pending', 'running') AND updated_at < $1)",
+        )
+        .bind(cutoff.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
     async fn append_events(&self, events: &[StoredEvent]) -> StoreResult<()> {
         let _timer = StoreTimer::start("append_events");
         // No transaction: each page stands alone and writing it twice is harmless. A flush

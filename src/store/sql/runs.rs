@@ -19,7 +19,23 @@ impl crate::store::RunStore for SqlStore {
     async fn insert_run(&self, ins: &RunInsert) -> StoreResult<Vec<Run>> {
         let _timer = StoreTimer::start("insert_run");
         let mut tx = self.write_tx().await?;
-        match self.insert_run_in(&mut tx, ins).await {
+        let inserted = match self.first_with_key(&mut tx, ins).await {
+            Ok(()) => self.insert_run_in(&mut tx, ins).await,
+            Err(error) => Err(error),
+        };
+        let inserted = match (inserted, &ins.idempotency_key) {
+            (Ok(affected), Some(key)) => {
+                sqlx::query("UPDATE runs SET idempotency_key = $2 WHERE run_id = $1")
+                    .bind(ins.run.run_id.to_string())
+                    .bind(key.clone())
+                    .execute(&mut *tx)
+                    .await
+                    .map(|_| affected)
+                    .map_err(StoreError::from)
+            }
+            (other, _) => other,
+        };
+        match inserted {
             Ok(affected) => {
                 tx.commit().await?;
                 Ok(affected)
@@ -29,6 +45,13 @@ impl crate::store::RunStore for SqlStore {
                 // to the pool: until then it holds the thread's row lock, and a worker claiming
                 // the thread's pending run would skip it (a rejected run hid the running one).
                 let _ = tx.rollback().await;
+                // Two requests with one key raced: the loser names the winner's run.
+                if is_unique_violation(&error)
+                    && let Some(key) = &ins.idempotency_key
+                    && let Some((run_id, thread_id)) = self.run_with_key(&self.pool, key).await?
+                {
+                    return Err(StoreError::DuplicateRun { run_id, thread_id });
+                }
                 Err(error)
             }
         }
@@ -288,5 +311,34 @@ impl crate::store::RunStore for SqlStore {
         let mut sql = sql;
         sql.arg(status.as_str());
         Ok(count(&self.pool, sql.query()).await?.max(0) as u64)
+    }
+}
+
+impl SqlStore {
+    /// Fails with `DuplicateRun` when a run was created with the insert's idempotency key.
+    async fn first_with_key(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        ins: &RunInsert,
+    ) -> StoreResult<()> {
+        let Some(key) = &ins.idempotency_key else {
+            return Ok(());
+        };
+        match self.run_with_key(conn, key).await? {
+            Some((run_id, thread_id)) => Err(StoreError::DuplicateRun { run_id, thread_id }),
+            None => Ok(()),
+        }
+    }
+
+    async fn run_with_key<'c>(
+        &self,
+        ex: impl sqlx::Executor<'c, Database = sqlx::Any>,
+        key: &str,
+    ) -> StoreResult<Option<(Uuid, Uuid)>> {
+        let sql = "SELECT run_id, thread_id FROM runs WHERE idempotency_key = $1";
+        one(ex, sqlx::query(sql).bind(key.to_owned()), |row| {
+            Ok((uuid(row, "run_id")?, uuid(row, "thread_id")?))
+        })
+        .await
     }
 }

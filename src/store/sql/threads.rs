@@ -42,6 +42,7 @@ impl crate::store::ThreadStore for SqlStore {
         &self,
         id: Uuid,
         metadata: &JsonMap,
+        ttl_minutes: Option<f64>,
         now: Timestamp,
     ) -> StoreResult<Option<Thread>> {
         let _timer = StoreTimer::start("patch_thread");
@@ -50,16 +51,56 @@ impl crate::store::ThreadStore for SqlStore {
             return Ok(None);
         };
         merge(&mut merged, metadata);
-        sqlx::query("UPDATE threads SET metadata = $2, updated_at = $3 WHERE thread_id = $1")
-            .bind(id.to_string())
-            .bind(to_json(&merged)?)
-            .bind(now.to_string())
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "UPDATE threads SET metadata = $2, updated_at = $3, \
+             ttl_minutes = COALESCE($4, ttl_minutes) WHERE thread_id = $1",
+        )
+        .bind(id.to_string())
+        .bind(to_json(&merged)?)
+        .bind(now.to_string())
+        .bind(ttl_minutes)
+        .execute(&mut *tx)
+        .await?;
         let sql = format!("SELECT {THREAD_COLS} FROM threads WHERE thread_id = $1");
         let thread = one(&mut *tx, q(sql).bind(id.to_string()), thread_row).await?;
         tx.commit().await?;
         Ok(thread)
+    }
+
+    async fn delete_expired_threads(&self, now: Timestamp) -> StoreResult<Vec<Uuid>> {
+        let _timer = StoreTimer::start("delete_expired_threads");
+        // Few threads carry a ttl; their expiry is computed here rather than in two SQL
+        // dialects' date arithmetic.
+        let sql = "SELECT thread_id, updated_at, ttl_minutes FROM threads \
+                   WHERE ttl_minutes IS NOT NULL";
+        let rows = all(&self.pool, sqlx::query(sql), |row| {
+            let minutes = row.try_get::<f64, _>("ttl_minutes")?;
+            Ok((uuid(row, "thread_id")?, ts(row, "updated_at")?, minutes))
+        })
+        .await?;
+        let mut deleted = Vec::new();
+        for (id, updated, minutes) in rows {
+            if updated.plus_secs(minutes * 60.0) > now {
+                continue;
+            }
+            let mut tx = self.write_tx().await?;
+            // Checked under the thread's lock: a run created meanwhile keeps the thread.
+            self.lock_thread(&mut tx, id).await?;
+            let sql = "SELECT updated_at FROM threads WHERE thread_id = $1";
+            let fresh = one(&mut *tx, sqlx::query(sql).bind(id.to_string()), |r| {
+                ts(r, "updated_at")
+            })
+            .await?;
+            let expired = fresh.is_some_and(|u| u.plus_secs(minutes * 60.0) <= now);
+            if !expired || self.has_inflight(&mut tx, id, Uuid::nil()).await? {
+                tx.commit().await?;
+                continue;
+            }
+            delete_thread_rows(&mut tx, id).await?;
+            tx.commit().await?;
+            deleted.push(id);
+        }
+        Ok(deleted)
     }
 
     async fn delete_thread(&self, id: Uuid) -> StoreResult<bool> {
@@ -67,18 +108,9 @@ impl crate::store::ThreadStore for SqlStore {
         // Explicit deletes rather than relying on ON DELETE CASCADE alone, so the outcome does
         // not depend on SQLite's foreign_keys pragma.
         let mut tx = self.write_tx().await?;
-        for table in ["run_event_pages", "checkpoint_blobs", "checkpoints", "runs"] {
-            q(format!("DELETE FROM {table} WHERE thread_id = $1"))
-                .bind(id.to_string())
-                .execute(&mut *tx)
-                .await?;
-        }
-        let done = sqlx::query("DELETE FROM threads WHERE thread_id = $1")
-            .bind(id.to_string())
-            .execute(&mut *tx)
-            .await?;
+        let existed = delete_thread_rows(&mut tx, id).await?;
         tx.commit().await?;
-        Ok(done.rows_affected() > 0)
+        Ok(existed)
     }
 
     async fn search_threads(&self, query: &ThreadQuery) -> StoreResult<Page<Thread>> {
@@ -191,4 +223,19 @@ impl crate::store::ThreadStore for SqlStore {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// Deletes a thread with its runs, checkpoints, chunks and events; whether it existed.
+async fn delete_thread_rows(conn: &mut sqlx::AnyConnection, id: Uuid) -> StoreResult<bool> {
+    for table in ["run_event_pages", "checkpoint_blobs", "checkpoints", "runs"] {
+        q(format!("DELETE FROM {table} WHERE thread_id = $1"))
+            .bind(id.to_string())
+            .execute(&mut *conn)
+            .await?;
+    }
+    let done = sqlx::query("DELETE FROM threads WHERE thread_id = $1")
+        .bind(id.to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected() > 0)
 }

@@ -171,6 +171,7 @@ impl SqlStore {
             values: None,
             error: None,
             interrupts: Value::Object(JsonMap::new()),
+            ttl_minutes: None,
         };
         insert_thread_query(&thread)?.execute(conn).await?;
         Ok(())
