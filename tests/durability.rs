@@ -829,3 +829,54 @@ async fn thread_ttl_is_honoured_by_the_sweeper() {
     assert_eq!(status(json!(patched)).await, 404);
     assert_eq!(status(long["thread_id"].clone()).await, 200);
 }
+
+/// `/threads/prune` with `keep_latest` leaves one checkpoint holding the same state, and the
+/// thread carries on from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_keep_latest_keeps_the_state_in_one_checkpoint() {
+    let app = support::spawn_app().await;
+    let thread = support::new_thread(&app).await;
+    let say = |text: &str| {
+        app.client
+            .post(app.url(&format!("/threads/{thread}/runs/wait")))
+            .json(&json!({"assistant_id": "parent",
+                          "input": {"messages": [{"role": "user", "content": text}]}}))
+            .send()
+    };
+    for text in ["one", "two"] {
+        let body = say(text).await.unwrap().text().await.unwrap();
+        assert!(body.contains(text), "{body}");
+    }
+    let history = |limit: u32| {
+        app.client
+            .post(app.url(&format!("/threads/{thread}/history")))
+            .json(&json!({"limit": limit}))
+            .send()
+    };
+    let before: Value = history(100).await.unwrap().json().await.unwrap();
+    assert!(before.as_array().map_or(0, Vec::len) > 2, "{before}");
+    let state = app.get_json(&format!("/threads/{thread}/state")).await;
+
+    let pruned: Value = app
+        .client
+        .post(app.url("/threads/prune"))
+        .json(&json!({"thread_ids": [thread], "strategy": "keep_latest"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pruned["pruned_count"], 1);
+    let after: Value = history(100).await.unwrap().json().await.unwrap();
+    assert_eq!(after.as_array().map(Vec::len), Some(1), "{after}");
+    let kept = app.get_json(&format!("/threads/{thread}/state")).await;
+    assert_eq!(kept["values"], state["values"]);
+    assert_eq!(kept["checkpoint"], state["checkpoint"]);
+
+    let body = say("three").await.unwrap().text().await.unwrap();
+    assert!(body.contains("three"), "{body}");
+    let last = app.get_json(&format!("/threads/{thread}/state")).await;
+    let count = |s: &Value| s["values"]["messages"].as_array().map_or(0, Vec::len);
+    assert_eq!(count(&last), count(&state) + 3, "{last}");
+}

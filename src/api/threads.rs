@@ -5,12 +5,13 @@ use super::error::{ApiResult, AppError, Body, parse_id};
 use super::lookups::{self, checkpoint_id_of};
 use super::responses::sse_response;
 use super::{AppState, SearchParams, optional_enum, paged, project};
+use crate::graph::channels::writes_to_json;
 use crate::graph::state::{StateBuilder, empty_state};
 use crate::graph::{Graph, NullSink, RunScope, Start, update_state};
 use crate::ids;
 use crate::store::{
-    CancelAction, CheckpointQuery, IfExists, JsonMap, Thread, ThreadQuery, ThreadStatus,
-    ThreadSummary,
+    CancelAction, Checkpoint, CheckpointQuery, IfExists, JsonMap, Thread, ThreadQuery,
+    ThreadStatus, ThreadSummary,
 };
 use crate::stream::thread_sse_body;
 use crate::time::Timestamp;
@@ -206,14 +207,15 @@ pub(super) async fn prune(
     State(state): State<AppState>,
     Body(body): Body<Prune>,
 ) -> ApiResult<Json<Value>> {
-    match body.strategy.as_deref() {
-        None | Some("delete") => {}
+    let keep_latest = match body.strategy.as_deref() {
+        None | Some("delete") => false,
+        Some("keep_latest") => true,
         Some(other) => {
             return Err(AppError::Invalid(format!(
-                "strategy: '{other}' is not supported (use 'delete')"
+                "strategy: '{other}' is not supported (use 'delete' or 'keep_latest')"
             )));
         }
-    }
+    };
     let ids = body
         .thread_ids
         .iter()
@@ -221,12 +223,54 @@ pub(super) async fn prune(
         .collect::<ApiResult<Vec<Uuid>>>()?;
     let mut pruned = 0;
     for id in ids {
-        stop_runs(&state, id).await?;
-        if state.store.delete_thread(id).await? {
+        let done = if keep_latest {
+            keep_latest_checkpoint(&state, id).await?
+        } else {
+            stop_runs(&state, id).await?;
+            state.store.delete_thread(id).await?
+        };
+        if done {
             pruned += 1;
         }
     }
     Ok(Json(json!({"pruned_count": pruned})))
+}
+
+/// Keeps only the thread's latest root checkpoint, rewritten to hold the whole state (our
+/// checkpoints store each step's writes, so the state is rebuilt first); subgraph checkpoints
+/// go. Threads with a run in flight or no checkpoint are left as they are; returns whether it
+/// pruned.
+async fn keep_latest_checkpoint(state: &AppState, id: Uuid) -> ApiResult<bool> {
+    let Some(thread) = state.store.get_thread(id).await? else {
+        return Ok(false);
+    };
+    if !state.store.inflight_runs(id).await?.is_empty() {
+        return Ok(false);
+    }
+    let Some(head) = state.store.latest_checkpoint(id, "").await? else {
+        return Ok(false);
+    };
+    let graph_id = thread
+        .metadata
+        .get("graph_id")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let Some(graph) = state.registry.get(graph_id) else {
+        return Err(AppError::Invalid(format!(
+            "thread {id}: its graph '{graph_id}' is not registered, so its state cannot be kept"
+        )));
+    };
+    let values = StateBuilder::new(&*state.store, &graph, id)
+        .values(&head)
+        .await?;
+    let writes: Vec<(String, Value)> = values.into_iter().collect();
+    let compacted = Checkpoint {
+        parent_checkpoint_id: None,
+        writes: writes_to_json(&writes),
+        ..head
+    };
+    state.store.keep_only_checkpoint(&compacted).await?;
+    Ok(true)
 }
 
 /// One thread.

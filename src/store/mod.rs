@@ -247,6 +247,9 @@ pub trait CheckpointStore: Send + Sync {
         stored: Option<&StoredChunks>,
         fence: Option<&Fence>,
     ) -> StoreResult<()>;
+    /// Replaces the thread's whole checkpoint history (every namespace) with `cp`, which must
+    /// hold the full state as its writes (`/threads/prune` with `keep_latest`).
+    async fn keep_only_checkpoint(&self, cp: &Checkpoint) -> StoreResult<()>;
     async fn get_checkpoint(
         &self,
         thread_id: Uuid,

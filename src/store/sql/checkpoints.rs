@@ -105,6 +105,25 @@ impl crate::store::CheckpointStore for SqlStore {
         Ok(())
     }
 
+    async fn keep_only_checkpoint(&self, cp: &Checkpoint) -> StoreResult<()> {
+        let _timer = StoreTimer::start("keep_only_checkpoint");
+        let (writes, chunks) =
+            blobs::externalize(&cp.writes).map_err(|e| corrupt("checkpoint writes", e))?;
+        let mut tx = self.write_tx().await?;
+        for table in ["checkpoints", "checkpoint_blobs"] {
+            q(format!("DELETE FROM {table} WHERE thread_id = $1"))
+                .bind(cp.thread_id.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        put_blobs(&mut tx, cp.thread_id, chunks).await?;
+        bind_checkpoint(q(UPSERT_CHECKPOINT.to_owned()), cp, writes)?
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn get_checkpoint(
         &self,
         thread_id: Uuid,
