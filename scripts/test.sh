@@ -51,6 +51,20 @@ else
 fi
 
 # ---------------------------------------------------------------------------
+section "libfaketime (the fault suite runs one replica with its clock a minute off)"
+FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+if [ ! -e "$FAKETIME_LIB" ]; then
+    apt_install faketime
+fi
+FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1 || true)
+if [ -z "$FAKETIME_LIB" ]; then
+    echo "error: libfaketime not found (apt-get install faketime)" >&2
+    exit 1
+fi
+export DR_FAKETIME_LIB=$FAKETIME_LIB
+echo "DR_FAKETIME_LIB=$DR_FAKETIME_LIB"
+
+# ---------------------------------------------------------------------------
 section "Python venv for the compat suite (.venv-compat)"
 VENV=$ROOT/.venv-compat
 REQ=$ROOT/tests/compat/requirements.txt

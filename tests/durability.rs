@@ -880,3 +880,249 @@ async fn prune_keep_latest_keeps_the_state_in_one_checkpoint() {
     let count = |s: &Value| s["values"]["messages"].as_array().map_or(0, Vec::len);
     assert_eq!(count(&last), count(&state) + 3, "{last}");
 }
+
+// ---- clocks that disagree --------------------------------------------------------------------
+
+/// libfaketime, to run a replica with its clock off; `None` outside CI when it is missing.
+fn faketime_lib() -> Option<String> {
+    let lib = std::env::var("DR_FAKETIME_LIB")
+        .unwrap_or_else(|_| "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1".into());
+    if Path::new(&lib).exists() {
+        return Some(lib);
+    }
+    assert!(
+        std::env::var_os("DR_REQUIRE_POSTGRES").is_none(),
+        "libfaketime is missing (scripts/test.sh installs the faketime package)"
+    );
+    None
+}
+
+/// A thread's `created_at` as seen by a replica: its clock.
+async fn clock_of(client: &reqwest::Client, svc: &Service) -> chrono::DateTime<chrono::Utc> {
+    let thread: Value = client
+        .post(svc.url("/threads"))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("create thread")
+        .json()
+        .await
+        .expect("thread");
+    let at = thread["created_at"].as_str().expect("created_at");
+    chrono::DateTime::parse_from_rfc3339(at)
+        .expect("timestamp")
+        .with_timezone(&chrono::Utc)
+}
+
+/// Leases follow the database's clock, so replicas whose clocks are a minute apart agree: one
+/// running ahead does not steal live runs, one running behind takes a dead replica's run over as
+/// soon as its lease lapses, and the run's stream ids keep increasing across the takeover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_with_skewed_clocks_neither_steal_nor_wait() {
+    let Some(lib) = faketime_lib() else {
+        return;
+    };
+    let fakes = Fakes::start(Duration::from_millis(60)).await;
+    let Some(db) = Db::fresh(Backend::Postgres, fakes.dir.path()).await else {
+        return;
+    };
+    let (base_llm, _) = baseline(&fakes, Backend::Postgres).await;
+    let skewed = |offset: &'static str| {
+        let mut env: Vec<(&str, &str)> = FAST.to_vec();
+        env.extend([
+            ("LD_PRELOAD", lib.as_str()),
+            ("FAKETIME", offset),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ]);
+        env
+    };
+    let client = reqwest::Client::new();
+    let mut a = Service::start(&fakes.config, &db, FAST).await;
+
+    // A replica a minute ahead sees A's leases as long expired by its own clock.
+    let before = fakes.llm.calls();
+    let (t, r) = start_research(&client, &a, "Batteries").await;
+    wait_until(Duration::from_secs(30), "A to start the run", || {
+        fakes.llm.calls() > before
+    })
+    .await;
+    let ahead = Service::start(&fakes.config, &db, &skewed("+60s")).await;
+    let skew = clock_of(&client, &ahead).await - chrono::Utc::now();
+    assert!(skew.num_seconds() >= 55, "the clock is not skewed: {skew}");
+    let values = join(&client, &a, &t, &r).await;
+    assert!(!report_of(&values).is_empty(), "{values}");
+    assert_eq!(
+        fakes.llm.calls() - before,
+        base_llm,
+        "the replica ahead took the live run over (work was redone)"
+    );
+    drop(ahead);
+
+    // A replica a minute behind takes over as soon as the lease lapses by the database's clock.
+    let behind = Service::start(&fakes.config, &db, &skewed("-60s")).await;
+    let skew = clock_of(&client, &behind).await - chrono::Utc::now();
+    assert!(skew.num_seconds() <= -55, "the clock is not skewed: {skew}");
+    let before = fakes.llm.calls();
+    let (t, r) = start_research(&client, &a, "Batteries").await;
+    let seen = follow(
+        &client,
+        a.url(&format!("/threads/{t}/runs/{r}/stream")),
+        None,
+    );
+    wait_until(Duration::from_secs(60), "60% of the calls", || {
+        fakes.llm.calls() - before >= base_llm * 3 / 5
+    })
+    .await;
+    a.kill();
+    let killed = Instant::now();
+    let at_kill = fakes.llm.calls();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let last_seen = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .rev()
+        .find_map(|f| f.id.clone())
+        .expect("frames before the kill");
+    let rest = follow(
+        &client,
+        behind.url(&format!("/threads/{t}/runs/{r}/stream")),
+        Some(last_seen.clone()),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the replica behind to resume",
+        || fakes.llm.calls() > at_kill,
+    )
+    .await;
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        killed.elapsed()
+    );
+    let values = join(&client, &behind, &t, &r).await;
+    assert!(!report_of(&values).is_empty(), "{values}");
+    wait_until(Duration::from_secs(10), "the stream's end", || {
+        rest.lock()
+            .unwrap()
+            .iter()
+            .any(|f| f.event == "values" && !report_of(&f.data).is_empty())
+    })
+    .await;
+    let mut previous = event_id(&last_seen);
+    for frame in rest.lock().unwrap().iter() {
+        let id = event_id(frame.id.as_deref().expect("ids"));
+        assert!(
+            id > previous,
+            "{id:?} after {previous:?}: ids went back with the clock"
+        );
+        previous = id;
+    }
+}
+
+// ---- SQLite busy -----------------------------------------------------------------------------
+
+/// Another process holding SQLite's write lock for longer than the busy timeout (10 s) makes
+/// writes fail with SQLITE_BUSY: the run waits and finishes, and the API answers 503, not 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_busy_never_fails_a_run() {
+    use deep_research::store::{self, Store};
+    use sqlx::Connection;
+    let dir = TempDir::new().expect("temp dir");
+    let path = dir.path().join("busy.db");
+    let url = format!("sqlite://{}", path.display());
+    let store: Arc<dyn Store> = Arc::new(
+        store::connect(&url, 5, store::SqliteSync::default())
+            .await
+            .expect("store"),
+    );
+    let app = support::spawn_on_store(store, support::test_settings()).await;
+    let thread = support::new_thread(&app).await;
+
+    let mut locker = sqlx::sqlite::SqliteConnection::connect(&url)
+        .await
+        .expect("connect");
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut locker)
+        .await
+        .expect("lock");
+    let run: Value = app
+        .client
+        .post(app.url(&format!("/threads/{thread}/runs")))
+        .json(&json!({"assistant_id": "slow", "input": {"messages": []},
+                      "config": {"configurable": {"sleep_secs": 0.2}}}))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("create run")
+        .json()
+        .await
+        .expect("run json");
+    // Run creation waits out the busy timeout too, so it failed with 503 or (if it won the lock
+    // first) created the run; either way it is not a 500.
+    let run_id = run["run_id"].as_str().map(str::to_owned);
+    if run_id.is_none() {
+        assert!(
+            run["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("unavailable")),
+            "{run}"
+        );
+    }
+    let write = app
+        .client
+        .post(app.url("/threads"))
+        .json(&json!({}))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("create thread");
+    assert_eq!(write.status(), 503);
+    let read = app
+        .client
+        .get(app.url(&format!("/threads/{thread}")))
+        .send()
+        .await
+        .expect("read");
+    assert_eq!(read.status(), 200, "readers are not blocked (WAL)");
+    sqlx::query("COMMIT")
+        .execute(&mut locker)
+        .await
+        .expect("unlock");
+    drop(locker);
+
+    // With the lock released, a run goes through (the one above, or a new one).
+    let run_id = match run_id {
+        Some(id) => id,
+        None => {
+            let run: Value = app
+                .client
+                .post(app.url(&format!("/threads/{thread}/runs")))
+                .json(&json!({"assistant_id": "slow", "input": {"messages": []},
+                      "config": {"configurable": {"sleep_secs": 0.2}}}))
+                .send()
+                .await
+                .expect("create run")
+                .json()
+                .await
+                .expect("run json");
+            run["run_id"].as_str().expect("run id").to_owned()
+        }
+    };
+    let joined = app
+        .client
+        .get(app.url(&format!("/threads/{thread}/runs/{run_id}/join")))
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .expect("join")
+        .text()
+        .await
+        .expect("join body");
+    let th = app.get_json(&format!("/threads/{thread}")).await;
+    let run = app
+        .get_json(&format!("/threads/{thread}/runs/{run_id}"))
+        .await;
+    assert!(joined.contains("slow done"), "{joined} {run} {th}");
+    assert_eq!(run["status"], "success");
+}

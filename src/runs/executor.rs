@@ -228,11 +228,17 @@ impl Runner {
     }
 
     /// The stream's first frame of this attempt. A resumed run's stream continues after what
-    /// earlier attempts stored, so a client reconnecting with `Last-Event-ID` sees one stream.
+    /// earlier attempts sent, so a client reconnecting with `Last-Event-ID` sees one stream.
     async fn announce(&self, run: &Run, fence: &Fence, channel: &RunChannel, resumed: bool) {
         if resumed {
             match self.store.last_event_id(run.run_id).await {
-                Ok(Some(last)) => channel.continue_after(last),
+                // The dead worker may have sent frames it never stored, stamped by its own
+                // clock up to when it stopped: at most about a lease after its last stored
+                // frame. Jumping a lease ahead keeps every new id above any a client saw.
+                Ok(Some(last)) => channel.continue_after(EventId {
+                    ms: last.ms + self.settings.run_lease.as_millis() as i64,
+                    seq: 0,
+                }),
                 Ok(None) => {}
                 Err(error) => tracing::warn!(%error, "could not read the run's stored events"),
             }

@@ -202,9 +202,13 @@ impl Runner {
             "the run was given up after {} attempts: each time, the worker running it stopped \
              before it finished (max_attempts)", self.settings.max_attempts)});
         let last = self.store.last_event_id(run.run_id).await.ok().flatten();
+        // After anything the dead worker may have sent (see `Runner::announce`).
+        let lease_ms = self.settings.run_lease.as_millis() as i64;
         let id = crate::store::EventId {
-            ms: Timestamp::now().millis().max(last.map_or(0, |l| l.ms)),
-            seq: last.map_or(0, |l| l.seq + 1),
+            ms: Timestamp::now()
+                .millis()
+                .max(last.map_or(0, |l| l.ms + lease_ms)),
+            seq: 0,
         };
         let event = crate::store::StoredEvent {
             run_id: run.run_id,
