@@ -9,6 +9,7 @@ pub mod fake_tavily;
 pub mod graphs;
 pub mod pg;
 pub mod research;
+pub mod service;
 pub mod workload;
 
 use deep_research::app::Application;

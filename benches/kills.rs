@@ -1,0 +1,104 @@
+//! Kill benchmark for BENCHMARKS.md: research runs on the real binary killed with SIGKILL at
+//! random moments and restarted on the same store. For each kill: how long from the kill until
+//! the run made progress again (a new model call), and how many model calls the resumed run
+//! repeated compared with an uninterrupted run.
+//!
+//! `cargo bench --bench kills -- --kills 10 --backend sqlite` (Postgres: `--backend postgres`
+//! with TEST_DATABASE_URL naming a server).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use clap::Parser;
+use std::time::{Duration, Instant};
+use support::Backend;
+use support::service::*;
+
+#[derive(Parser)]
+struct Args {
+    /// How many runs to kill.
+    #[arg(long, default_value_t = 10)]
+    kills: usize,
+    /// `sqlite` or `postgres`.
+    #[arg(long, default_value = "sqlite")]
+    backend: String,
+    /// Seed of the kill moments.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// Latency of every fake model call, in ms.
+    #[arg(long, default_value_t = 60)]
+    model_ms: u64,
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// xorshift: reproducible kill moments without another dependency.
+fn next(state: &mut u64) -> f64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    (*state % 10_000) as f64 / 10_000.0
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = Args::parse();
+    let backend = match args.backend.as_str() {
+        "postgres" => Backend::Postgres,
+        _ => Backend::Sqlite,
+    };
+    let fakes = Fakes::start(Duration::from_millis(args.model_ms)).await;
+    let (base_llm, base_search) = baseline(&fakes, backend).await;
+    println!("baseline: {base_llm} model calls, {base_search} searches per run");
+    println!("kill  at-call  in-flight  resumed-after-ms  calls-redone  searches-redone");
+    let client = reqwest::Client::new();
+    let mut state = args.seed.max(1);
+    let (mut waits, mut redone_all) = (Vec::new(), Vec::new());
+    for i in 0..args.kills {
+        let Some(db) = Db::fresh(backend, fakes.dir.path()).await else {
+            eprintln!("no Postgres: set TEST_DATABASE_URL");
+            return;
+        };
+        let mut svc = Service::start(&fakes.config, &db, FAST).await;
+        let before = fakes.calls();
+        let (t, r) = start_research(&client, &svc, "Batteries").await;
+        let cut = 1 + (next(&mut state) * 0.9 * base_llm as f64) as usize;
+        wait_until(Duration::from_secs(120), "the kill moment", || {
+            fakes.llm.calls() - before.0 >= cut
+        })
+        .await;
+        let in_flight = fakes.llm.in_flight();
+        svc.kill();
+        let killed = Instant::now();
+        let at_kill = fakes.llm.calls();
+        let svc = Service::start(&fakes.config, &db, FAST).await;
+        wait_until(Duration::from_secs(60), "the resumed run", || {
+            fakes.llm.calls() > at_kill
+        })
+        .await;
+        let waited = killed.elapsed();
+        let values = join(&client, &svc, &t, &r).await;
+        assert!(!report_of(&values).is_empty(), "no report: {values}");
+        let after = fakes.calls();
+        let redone = (after.0 - before.0).saturating_sub(base_llm);
+        let searches = (after.1 - before.1).saturating_sub(base_search);
+        println!(
+            "{i:>4}  {:>7}  {in_flight:>9}  {:>16}  {redone:>12}  {searches:>15}",
+            at_kill - before.0,
+            waited.as_millis()
+        );
+        waits.push(waited.as_millis());
+        redone_all.push(redone);
+    }
+    waits.sort();
+    redone_all.sort();
+    let median = |v: &[u128]| v.get(v.len() / 2).copied().unwrap_or_default();
+    println!(
+        "resumed after: median {} ms, max {} ms; calls redone: median {}, max {}, total {}",
+        median(&waits),
+        waits.last().copied().unwrap_or_default(),
+        redone_all.get(redone_all.len() / 2).copied().unwrap_or_default(),
+        redone_all.last().copied().unwrap_or_default(),
+        redone_all.iter().sum::<usize>()
+    );
+}
