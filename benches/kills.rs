@@ -97,7 +97,10 @@ async fn main() {
         "resumed after: median {} ms, max {} ms; calls redone: median {}, max {}, total {}",
         median(&waits),
         waits.last().copied().unwrap_or_default(),
-        redone_all.get(redone_all.len() / 2).copied().unwrap_or_default(),
+        redone_all
+            .get(redone_all.len() / 2)
+            .copied()
+            .unwrap_or_default(),
         redone_all.last().copied().unwrap_or_default(),
         redone_all.iter().sum::<usize>()
     );

@@ -849,3 +849,86 @@ async fn sqlite_busy_never_fails_a_run() {
     assert!(joined.contains("slow done"), "{joined} {run} {th}");
     assert_eq!(run["status"], "success");
 }
+
+// ---- provider faults -------------------------------------------------------------------------
+
+/// The provider fault matrix: whatever the model provider does — rate limits with Retry-After,
+/// 500s, a hung call, a connection reset mid-stream, malformed SSE, a stream that never ends —
+/// every run ends in a report or a clean `error` (type and message), and none hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_faults_end_in_a_report_or_a_clean_error() {
+    use support::fake_llm::FakeReply;
+    use support::research::{Role, Script, on_nth, scripted};
+    let reset = FakeReply::ResetMidStream("The findings so far are".into());
+    let garbage = FakeReply::RawStream(vec![json!("not a chunk"), json!({"choices": "no"})]);
+    let error = |status: u16| FakeReply::Error {
+        status,
+        body: json!({"error": {"message": "fault", "type": "server_error"}}),
+        retry_after: None,
+    };
+    let rate_limited = FakeReply::rate_limited("1");
+    // (name, the role that sees the fault, on which of its calls, the fault, must it succeed)
+    let matrix: Vec<(&str, Role, usize, FakeReply, bool)> = vec![
+        ("429 + Retry-After", Role::Researcher, 1, rate_limited, true),
+        ("500 once", Role::Compress, 1, error(500), true),
+        ("reset mid-stream", Role::Report, 1, reset, true),
+        ("hung call", Role::Summary, 1, FakeReply::Hang, true),
+        ("malformed SSE", Role::Researcher, 2, garbage, false),
+        (
+            "endless stream",
+            Role::Researcher,
+            1,
+            FakeReply::Endless("loop ".into()),
+            false,
+        ),
+    ];
+    type Responder = Box<dyn Fn(&Value) -> FakeReply + Send + Sync>;
+    let mut cases: Vec<(&str, Responder, bool)> = matrix
+        .into_iter()
+        .map(|(name, role, nth, fault, must_succeed)| {
+            let responder: Responder =
+                Box::new(on_nth(scripted(Script::default()), role, nth, fault));
+            (name, responder, must_succeed)
+        })
+        .collect();
+    let down: Responder = Box::new(move |_: &Value| error(500));
+    cases.push(("500 on every call", down, false));
+    for (name, responder, must_succeed) in cases {
+        let responder = move |req: &Value| responder(req);
+        let extra = "[research]\nallow_clarification = false\n\
+                     [limits]\nmodel_timeout_secs = 3\nsummary_timeout_secs = 2\n";
+        let research = support::research::start(responder, extra).await;
+        let app = &research.app;
+        let thread = support::new_thread(app).await;
+        let started = Instant::now();
+        let body = app
+            .client
+            .post(app.url(&format!("/threads/{thread}/runs/wait")))
+            .json(&json!({"assistant_id": "deep_research",
+                          "input": {"messages": [{"role": "user", "content": "Batteries"}]}}))
+            .timeout(Duration::from_secs(120))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let values: Value =
+            serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("{name}: {e}: {body}"));
+        let report = values["final_report"].as_str().unwrap_or_default();
+        let error = &values["__error__"];
+        eprintln!(
+            "{name}: {} in {:?}",
+            if report.is_empty() { "error" } else { "report" },
+            started.elapsed()
+        );
+        if must_succeed || error.is_null() {
+            assert!(!report.is_empty(), "{name}: no report: {values}");
+        } else {
+            assert!(
+                error["error"].is_string() && error["message"].is_string(),
+                "{name}: not a clean error: {values}"
+            );
+        }
+    }
+}

@@ -80,6 +80,9 @@ pub enum FakeReply {
     Raw(Value),
     /// These exact chunks as an SSE stream with status 200 (OpenAI format only).
     RawStream(Vec<Value>),
+    /// Streams the first frames of this text, then drops the connection mid-stream (no final
+    /// chunk): a reset (OpenAI format; non-streaming: the same cut).
+    ResetMidStream(String),
 }
 
 impl FakeReply {
@@ -363,6 +366,18 @@ fn sse_response(frames: Vec<String>) -> Response {
     sse_body(Body::from_stream(stream))
 }
 
+/// `frames`, then an error in the body: the server drops the connection mid-response.
+fn reset_sse_response(frames: Vec<String>) -> Response {
+    let head = futures::stream::iter(frames).map(|f| Ok::<_, std::io::Error>(Bytes::from(f)));
+    let cut = futures::stream::once(async {
+        Err::<Bytes, _>(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset by the fake",
+        ))
+    });
+    sse_body(Body::from_stream(head.chain(cut)))
+}
+
 /// Like `sse_response`, with a pause before every frame.
 fn paced_sse_response(frames: Vec<String>, every: Duration) -> Response {
     let stream = futures::stream::iter(frames).then(move |f| async move {
@@ -440,6 +455,11 @@ async fn openai_handler(
         } => error_response(status, body, retry_after),
         FakeReply::Raw(body) => axum::Json(body).into_response(),
         FakeReply::RawStream(chunks) => sse_response(chunks.iter().map(frame).collect()),
+        FakeReply::ResetMidStream(text) => {
+            let mut frames = openai_stream(&id, &request, (text, Vec::new()));
+            frames.truncate(2);
+            reset_sse_response(frames)
+        }
         FakeReply::Endless(piece) => {
             let delta = json!({"content": piece});
             endless(frame(&openai_chunk(&id, &request, delta, Value::Null)))
