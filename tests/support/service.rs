@@ -283,6 +283,27 @@ pub fn follow(
     frames
 }
 
+/// The id of the newest frame a follower received.
+pub fn last_id(frames: &Mutex<Vec<SseFrame>>) -> String {
+    frames
+        .lock()
+        .unwrap()
+        .iter()
+        .rev()
+        .find_map(|f| f.id.clone())
+        .expect("frames with ids")
+}
+
+/// Every frame's id is above `last_seen` and above the one before: one stream across a takeover.
+pub fn assert_ids_increase_after(last_seen: &str, frames: &[SseFrame]) {
+    let mut previous = event_id(last_seen);
+    for frame in frames {
+        let id = event_id(frame.id.as_deref().expect("resumable frames carry ids"));
+        assert!(id > previous, "{id:?} after {previous:?}");
+        previous = id;
+    }
+}
+
 /// `<ms>-<seq>` as a comparable pair.
 pub fn event_id(id: &str) -> (i64, i64) {
     let (ms, seq) = id.split_once('-').expect("ms-seq");
