@@ -110,7 +110,7 @@ async fn thread_target(state: &AppState, raw: &str) -> ApiResult<Target> {
 
 /// Creates a run in the background.
 #[utoipa::path(post, path = "/threads/{thread_id}/runs", tag = "runs", request_body = NewRun,
-    params(("thread_id" = String, Path)), responses((status = 200, body = Run), (status = 404), (status = 409), (status = 422)))]
+    params(("thread_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")), responses((status = 200, body = Run), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn create(
     State(state): State<AppState>,
     Path(tid): Path<String>,
@@ -124,7 +124,7 @@ pub(super) async fn create(
 
 /// Creates a run and streams its events.
 #[utoipa::path(post, path = "/threads/{thread_id}/runs/stream", tag = "runs", request_body = NewRun,
-    params(("thread_id" = String, Path)),
+    params(("thread_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")),
     responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn stream(
     State(state): State<AppState>,
@@ -139,7 +139,7 @@ pub(super) async fn stream(
 
 /// Creates a run and returns its final values.
 #[utoipa::path(post, path = "/threads/{thread_id}/runs/wait", tag = "runs", request_body = NewRun,
-    params(("thread_id" = String, Path)), responses((status = 200), (status = 404), (status = 409), (status = 422)))]
+    params(("thread_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")), responses((status = 200), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn wait(
     State(state): State<AppState>,
     Path(tid): Path<String>,
@@ -168,7 +168,8 @@ fn wait_started(state: &AppState, started: Started) -> Response {
 
 /// Creates a stateless run (on a temporary thread).
 #[utoipa::path(post, path = "/runs", tag = "stateless runs", request_body = NewRun,
-    responses((status = 200, body = Run), (status = 404), (status = 422)))]
+    params(("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")),
+    responses((status = 200, body = Run), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn create_stateless(
     State(state): State<AppState>,
     key: IdempotencyKey,
@@ -180,7 +181,8 @@ pub(super) async fn create_stateless(
 
 /// Creates a stateless run and streams it.
 #[utoipa::path(post, path = "/runs/stream", tag = "stateless runs", request_body = NewRun,
-    responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 422)))]
+    params(("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")),
+    responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn stream_stateless(
     State(state): State<AppState>,
     key: IdempotencyKey,
@@ -192,7 +194,8 @@ pub(super) async fn stream_stateless(
 
 /// Creates a stateless run and returns its final values.
 #[utoipa::path(post, path = "/runs/wait", tag = "stateless runs", request_body = NewRun,
-    responses((status = 200), (status = 404), (status = 422)))]
+    params(("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")),
+    responses((status = 200), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn wait_stateless(
     State(state): State<AppState>,
     key: IdempotencyKey,
