@@ -198,9 +198,7 @@ impl Runner {
     async fn end_abandoned(&self, run: &Run) {
         tracing::warn!(run_id = %run.run_id, attempts = self.settings.max_attempts,
             "run given up: its worker stopped before it finished, every attempt");
-        let detail = json!({"error": "WorkerLost", "message": format!(
-            "the run was given up after {} attempts: each time, the worker running it stopped \
-             before it finished (max_attempts)", self.settings.max_attempts)});
+        let detail = crate::store::worker_lost(i64::from(self.settings.max_attempts));
         let last = self.store.last_event_id(run.run_id).await.ok().flatten();
         // After anything the dead worker may have sent (see `Runner::announce`).
         let lease_ms = self.settings.run_lease.as_millis() as i64;

@@ -144,7 +144,8 @@ pub trait ThreadStore: Send + Sync {
         now: Timestamp,
     ) -> StoreResult<Option<Thread>>;
     /// Deletes threads whose `ttl` ran out (minutes since their last update) and that have no
-    /// run in flight, with everything on them; returns their ids.
+    /// run in flight, with everything on them, each in a transaction of its own; returns their
+    /// ids.
     async fn delete_expired_threads(&self, now: Timestamp) -> StoreResult<Vec<Uuid>>;
     /// Deletes the thread with its runs, checkpoints and events.
     async fn delete_thread(&self, id: Uuid) -> StoreResult<bool>;
@@ -295,7 +296,8 @@ pub trait EventLog: Send + Sync {
 }
 
 /// The whole persistence surface: every concern's trait, on one backend. Every method of every
-/// trait is one transaction: it happens entirely or not at all.
+/// trait is one transaction — it happens entirely or not at all — except `append_events` (each
+/// page alone) and `delete_expired_threads` (each thread alone).
 #[async_trait]
 pub trait Store:
     AssistantStore + ThreadStore + RunStore + CheckpointStore + EventLog + Send + Sync + 'static

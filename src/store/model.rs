@@ -232,6 +232,16 @@ pub struct Lease {
     pub expires_at: Timestamp,
 }
 
+/// Why a run that kept losing its worker was given up: the thread's `error`, the run's last
+/// stream event and its `/join` result all carry it.
+pub fn worker_lost(attempts: i64) -> serde_json::Value {
+    serde_json::json!({
+        "error": "WorkerLost",
+        "message": format!("the run was given up after {attempts} attempts: each time, the \
+                            worker running it stopped before it finished (max_attempts)"),
+    })
+}
+
 /// One claim of a run: the worker that holds it and which attempt it is. Writes made for a run
 /// carry it, and the store refuses them once the run was claimed again (the worker stalled past
 /// its lease, or lost it), so an old worker can never overwrite a newer one's work.

@@ -9,26 +9,36 @@ use crate::telemetry::metrics::StoreTimer;
 use async_trait::async_trait;
 use sqlx::AnyConnection;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::LazyLock;
 use uuid::Uuid;
 
-impl SqlStore {
-    /// `UPSERT_CHECKPOINT` that writes only while the run is running under the fence bound at
-    /// `$first` (run id, worker, attempt; see `bind_fence`). The run row is share-locked, so a
-    /// claim waits for the write or the write sees the claim.
-    fn fenced_upsert(&self, first: usize) -> String {
-        let (run, worker, attempt) = (first, first + 1, first + 2);
-        let guard = format!(
-            "SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE EXISTS (\
-             SELECT 1 FROM runs WHERE run_id = ${run} AND status = 'running' \
-             AND lease_owner = ${worker} AND attempt = ${attempt}{})",
-            self.dialect.for_share()
-        );
-        UPSERT_CHECKPOINT.replacen(
-            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            &guard,
-            1,
-        )
+/// `UPSERT_CHECKPOINT` that writes only while the run is running under the fence bound at
+/// `$first` (run id, worker, attempt; see `bind_fence`): after $1-$12, and $13 (the chunk list)
+/// on Postgres. The run row is share-locked, so a claim waits for the write or the write sees
+/// the claim. Built once per dialect.
+fn fenced_upsert(dialect: Dialect) -> &'static str {
+    static POSTGRES: LazyLock<String> =
+        LazyLock::new(|| build_fenced_upsert(Dialect::Postgres, 14));
+    static SQLITE: LazyLock<String> = LazyLock::new(|| build_fenced_upsert(Dialect::Sqlite, 13));
+    match dialect {
+        Dialect::Postgres => &POSTGRES,
+        Dialect::Sqlite => &SQLITE,
     }
+}
+
+fn build_fenced_upsert(dialect: Dialect, first: usize) -> String {
+    let (run, worker, attempt) = (first, first + 1, first + 2);
+    let guard = format!(
+        "SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE EXISTS (\
+         SELECT 1 FROM runs WHERE run_id = ${run} AND status = 'running' \
+         AND lease_owner = ${worker} AND attempt = ${attempt}{})",
+        dialect.for_share()
+    );
+    UPSERT_CHECKPOINT.replacen(
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        &guard,
+        1,
+    )
 }
 
 /// Binds a fence's run id, worker and attempt after the other parameters (nothing without one).
@@ -61,10 +71,8 @@ impl crate::store::CheckpointStore for SqlStore {
             None => Vec::new(),
         };
         let upsert = match fence {
-            // After $1-$12 (and $13, the chunk list, on Postgres).
-            Some(_) if self.dialect == Dialect::Postgres => self.fenced_upsert(14),
-            Some(_) => self.fenced_upsert(13),
-            None => UPSERT_CHECKPOINT.to_owned(),
+            Some(_) => fenced_upsert(self.dialect),
+            None => UPSERT_CHECKPOINT,
         };
         let written = if self.dialect == Dialect::Postgres {
             // One statement, one round trip, one shape for any number of chunks (a VALUES list
@@ -84,7 +92,7 @@ impl crate::store::CheckpointStore for SqlStore {
             // Chunks and checkpoint in one write transaction, as the trait promises.
             let mut tx = self.write_tx().await?;
             put_blobs(&mut tx, cp.thread_id, chunks).await?;
-            let query = bind_checkpoint(q(upsert), cp, writes)?;
+            let query = bind_checkpoint(q(upsert.to_owned()), cp, writes)?;
             let written = bind_fence(query, fence)
                 .execute(&mut *tx)
                 .await?

@@ -420,7 +420,7 @@ impl SqlStore {
         )
         .bind(thread.to_string())
         .bind(status.as_str())
-        .bind(to_json(&worker_lost(attempts))?)
+        .bind(to_json(&crate::store::worker_lost(attempts))?)
         .bind(now.to_string())
         .execute(conn)
         .await?;
@@ -448,15 +448,6 @@ pub(super) async fn delete_run_rows(
         .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() > 0)
-}
-
-/// Why a run that kept losing its worker was given up.
-pub(super) fn worker_lost(attempts: i64) -> Value {
-    serde_json::json!({
-        "error": "WorkerLost",
-        "message": format!("the run was given up after {attempts} attempts: each time, the \
-                            worker running it stopped before it finished (max_attempts)"),
-    })
 }
 
 /// A lease that has lapsed: the epoch sorts before every real expiry.
