@@ -4,12 +4,14 @@
 
 pub mod channels;
 pub mod events;
+pub mod interrupts;
 pub mod messages;
 mod runtime;
 pub mod state;
 
 pub use channels::{Channel, Channels, Reducer};
 pub use events::{EventKind, EventSink, GraphEvent, MessageMeta, NullSink, Sink};
+pub use interrupts::{Breakpoints, Interrupt, Pause, Resume, ResumeCommand};
 pub use runtime::{
     Invocation, NodeContext, Outcome, RunError, RunScope, Start, invoke, update_state,
 };
@@ -58,6 +60,9 @@ pub enum NodeError {
     /// The run was cancelled while the node ran.
     #[error("cancelled")]
     Cancelled,
+    /// The node asked a person (`NodeContext::interrupt`); it is re-run once answered.
+    #[error("interrupted")]
+    Interrupted(Interrupt),
 }
 
 impl NodeError {

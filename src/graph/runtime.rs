@@ -3,6 +3,7 @@
 
 use super::channels::{ChannelError, writes_from_json, writes_to_json};
 use super::events::{EventKind, GraphEvent, MessageMeta, Sink};
+use super::interrupts::{Breakpoints, Interrupt, Pause, Resume, ResumeCommand, check_resume};
 use super::messages::{is_message, message_id};
 use super::{Command, END, Graph, NodeError, START};
 use crate::store::retry::patiently;
@@ -13,6 +14,7 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -141,6 +143,10 @@ pub struct Invocation<'a> {
     pub start: Start,
     /// For subgraphs: the parent namespace and its checkpoint, recorded in metadata.
     pub parents: JsonMap,
+    /// Answers, an update or a jump applied to the checkpoint before going on (with no input).
+    pub command: Option<ResumeCommand>,
+    /// Where the invocation pauses for a person (root graph only).
+    pub breakpoints: Breakpoints,
 }
 
 /// How an invocation ended.
@@ -150,6 +156,9 @@ pub struct Outcome {
     /// The last checkpoint written or loaded (`None` only if nothing ever was), without its
     /// writes (read them from the store).
     pub checkpoint: Option<Checkpoint>,
+    /// Set when the graph stopped to wait for a person; its checkpoint's `next` says what
+    /// runs when it goes on.
+    pub pause: Option<Pause>,
 }
 
 /// Why an invocation stopped early.
@@ -192,6 +201,13 @@ impl RunError {
                 ..
             } => ("CancelledError".into(), "run cancelled".into()),
             Self::Store(_) => ("InternalError".into(), "An internal error occurred".into()),
+            Self::Node {
+                error: NodeError::Interrupted(_),
+                node,
+            } => (
+                "GraphInterrupt".into(),
+                format!("node '{node}' is waiting for input"),
+            ),
         }
     }
 }
@@ -207,6 +223,10 @@ pub struct NodeContext {
     pub step: i64,
     /// Built once per task: every streamed token carries it.
     meta: Arc<std::sync::OnceLock<Arc<MessageMeta>>>,
+    /// Answers to this task's interrupts, in the order it asked.
+    resume: Arc<Vec<Value>>,
+    /// How many times the task has asked so far in this execution.
+    asked: Arc<AtomicUsize>,
 }
 
 impl NodeContext {
@@ -237,6 +257,32 @@ impl NodeContext {
             )
         };
         self.meta.get_or_init(build).clone()
+    }
+
+    /// Asks a person. Without an answer the run pauses here (the thread is `interrupted`,
+    /// `value` is what clients show); once a run resumes it with an answer, this node runs
+    /// again from its start and the same call returns the answer. Answers are matched to calls
+    /// by order, so a node must ask its questions in the same order every time.
+    pub fn interrupt(&self, value: Value) -> Result<Value, NodeError> {
+        if !self.graph_ns.is_empty() {
+            return Err(NodeError::new(
+                "InvalidUpdateError",
+                format!(
+                    "node '{}' asked for input from inside a subgraph; only the top-level \
+                     graph's nodes may interrupt",
+                    self.node
+                ),
+            ));
+        }
+        let index = self.asked.fetch_add(1, Ordering::SeqCst);
+        match self.resume.get(index) {
+            Some(answer) => Ok(answer.clone()),
+            None => Err(NodeError::Interrupted(Interrupt::new(
+                self.task_id,
+                index,
+                value,
+            ))),
+        }
     }
 
     /// Sends a `custom` stream event.
@@ -307,6 +353,8 @@ impl NodeContext {
             input: Some(input),
             start: Start::Resume,
             parents: JsonMap::new(),
+            command: None,
+            breakpoints: Breakpoints::default(),
         };
         match Box::pin(invoke(&self.scope, inv)).await {
             Ok(outcome) => Ok(outcome.values),
@@ -406,19 +454,20 @@ fn without_writes(mut cp: Checkpoint) -> Checkpoint {
     cp
 }
 
-/// Runs one graph invocation to its end (or error / cancellation).
+/// Runs one graph invocation to its end, to a pause (an interrupt or a breakpoint), or to an
+/// error / cancellation.
 pub async fn invoke(scope: &Arc<RunScope>, inv: Invocation<'_>) -> Result<Outcome, RunError> {
     let (mut state, head) = load(scope, &inv).await?;
     let mut writer = CheckpointWriter::new(scope, &inv, head);
-    let Some(mut next) = writer
-        .begin(&mut state, inv.input.clone(), inv.start)
-        .await?
-    else {
-        return Ok(writer.outcome(state));
+    let Some(begun) = writer.begin(&mut state, &inv).await? else {
+        return Ok(writer.outcome(state, None));
     };
+    let mut next = begun.next;
+    // A run that goes on from a pause does not stop again at the breakpoint it paused at.
+    let mut continuing = begun.continuing;
     for _ in 0..=scope.recursion_limit {
         if next.is_empty() {
-            return Ok(writer.outcome(state));
+            return Ok(writer.outcome(state, None));
         }
         if scope.cancel.is_cancelled() {
             return Err(RunError::Cancelled);
@@ -426,16 +475,31 @@ pub async fn invoke(scope: &Arc<RunScope>, inv: Invocation<'_>) -> Result<Outcom
         if scope.drain.is_cancelled() {
             return Err(RunError::Drained);
         }
-        next = run_step(scope, &inv, &mut writer, &mut state).await?;
+        if !std::mem::take(&mut continuing) && inv.breakpoints.stops_before(&next) {
+            writer.report_breakpoint();
+            return Ok(writer.outcome(state, Some(Pause::Breakpoint)));
+        }
+        let step = run_step(scope, &inv, &mut writer, &mut state).await?;
+        if let Some(pause) = step.pause {
+            return Ok(writer.outcome(state, Some(pause)));
+        }
+        if !step.next.is_empty() && inv.breakpoints.stops_after(&step.ran) {
+            writer.report_breakpoint();
+            return Ok(writer.outcome(state, Some(Pause::Breakpoint)));
+        }
+        next = step.next;
     }
     Err(RunError::Recursion(scope.recursion_limit))
 }
 
+/// A scheduled node as a checkpoint records it.
 struct TaskSpec {
     id: Uuid,
     name: String,
     /// For the `__start__` task: the prepared input writes it applies.
     input: Option<Value>,
+    /// Answers to the task's interrupts so far.
+    resume: Vec<Value>,
 }
 
 fn tasks_of(cp: &Checkpoint) -> Vec<TaskSpec> {
@@ -448,9 +512,87 @@ fn tasks_of(cp: &Checkpoint) -> Vec<TaskSpec> {
                 id: t.get("id")?.as_str()?.parse().ok()?,
                 name: t.get("name")?.as_str()?.to_owned(),
                 input: t.get("input").cloned(),
+                resume: t
+                    .get("resume")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
             })
         })
         .collect()
+}
+
+/// A task entry of a checkpoint (the shape `/state` shows, plus the internal `input` of
+/// `__start__` and `resume`, the answers a re-run task reads).
+fn task_entry(id: Uuid, name: &str, interrupts: &[Interrupt], resume: &[Value]) -> Value {
+    let mut task = json!({"id": id, "name": name, "path": ["__pregel_pull", name],
+        "error": null, "interrupts": interrupts, "checkpoint": null, "state": null, "result": null});
+    if !resume.is_empty()
+        && let Some(map) = task.as_object_mut()
+    {
+        map.insert("resume".into(), json!(resume));
+    }
+    task
+}
+
+/// Fresh tasks for `next`; `__start__` carries the prepared input.
+fn fresh_tasks(next: &[String], start_input: Option<&Value>) -> Vec<Value> {
+    next.iter()
+        .map(|name| {
+            let mut task = task_entry(Uuid::new_v4(), name, &[], &[]);
+            if name == START
+                && let (Some(input), Some(map)) = (start_input, task.as_object_mut())
+            {
+                map.insert("input".into(), input.clone());
+            }
+            task
+        })
+        .collect()
+}
+
+/// The paused head's tasks with `resume`'s answers recorded: an answered interrupt leaves the
+/// task's `interrupts` and joins its `resume` list (the task's next interrupt has the next index).
+fn answered_tasks(tasks: &Value, resume: Option<&Resume>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for task in tasks.as_array().into_iter().flatten() {
+        let mut task = task.clone();
+        let interrupts: Vec<Interrupt> = task
+            .get("interrupts")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        let mut answers: Vec<Value> = task
+            .get("resume")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut waiting = Vec::new();
+        for interrupt in interrupts {
+            let answer = match resume {
+                Some(Resume::Value(v)) => Some(v.clone()),
+                Some(Resume::ById(map)) => map.get(&interrupt.id).cloned(),
+                None => None,
+            };
+            match answer {
+                Some(answer) => answers.push(answer),
+                None => waiting.push(interrupt),
+            }
+        }
+        if let Some(map) = task.as_object_mut() {
+            map.insert("interrupts".into(), json!(waiting));
+            if !answers.is_empty() {
+                map.insert("resume".into(), json!(answers));
+            }
+        }
+        out.push(task);
+    }
+    out
+}
+
+/// How a step ended: the nodes it ran, what runs next, and whether it paused.
+struct StepEnd {
+    ran: Vec<String>,
+    next: Vec<String>,
+    pause: Option<Pause>,
 }
 
 async fn run_step(
@@ -458,13 +600,18 @@ async fn run_step(
     inv: &Invocation<'_>,
     writer: &mut CheckpointWriter<'_>,
     state: &mut JsonMap,
-) -> Result<Vec<String>, RunError> {
+) -> Result<StepEnd, RunError> {
     let step = writer.step() + 1;
     let tasks = writer.head().map(tasks_of).unwrap_or_default();
     if let [task] = &tasks[..]
         && task.name == START
     {
-        return apply_input(inv, writer, state, task).await;
+        let next = apply_input(inv, writer, state, task).await?;
+        return Ok(StepEnd {
+            ran: vec![START.to_owned()],
+            next,
+            pause: None,
+        });
     }
     // The tasks read one shared snapshot; once they are done it is the only owner again, so
     // taking it back costs nothing.
@@ -482,8 +629,19 @@ async fn run_step(
     };
     let mut writes = Vec::new();
     let mut next = Vec::new();
+    let mut paused = Vec::new();
     for (task, result) in tasks.iter().zip(results) {
-        let command = result?;
+        let command = match result {
+            Ok(command) => command,
+            Err(RunError::Node {
+                error: NodeError::Interrupted(interrupt),
+                ..
+            }) => {
+                paused.push((task, interrupt));
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let prepared = inv.graph.channels.prepare_update(command.update)?;
         report_update(scope, inv, task, step, &prepared);
         let targets = if command.goto.is_empty() {
@@ -502,8 +660,38 @@ async fn run_step(
         return Err(RunError::Input(format!("goto to unknown node '{unknown}'")));
     }
     inv.graph.channels.apply(state, &writes);
-    writer.write("loop", &writes, &next, state, None).await?;
-    Ok(next)
+    let ran = tasks.iter().map(|t| t.name.clone()).collect();
+    if paused.is_empty() {
+        writer.write("loop", &writes, &next, state, None).await?;
+        return Ok(StepEnd {
+            ran,
+            next,
+            pause: None,
+        });
+    }
+    // The interrupted tasks stay scheduled, with their ids (so the interrupt ids hold) and the
+    // answers they had; the finished tasks' writes are kept and their successors scheduled.
+    let mut tasks: Vec<Value> = paused
+        .iter()
+        .map(|(task, i)| task_entry(task.id, &task.name, std::slice::from_ref(i), &task.resume))
+        .collect();
+    let mut scheduled: Vec<String> = paused.iter().map(|(t, _)| t.name.clone()).collect();
+    for name in next {
+        if !scheduled.contains(&name) {
+            tasks.extend(fresh_tasks(std::slice::from_ref(&name), None));
+            scheduled.push(name);
+        }
+    }
+    let pause = Pause::Interrupts(paused.into_iter().map(|(_, i)| i).collect());
+    writer.report_interrupts(&pause);
+    writer
+        .write_tasks("loop", &writes, &scheduled, tasks, state, Some(&pause))
+        .await?;
+    Ok(StepEnd {
+        ran,
+        next: scheduled,
+        pause: Some(pause),
+    })
 }
 
 /// The `__start__` step: the input written at the `input` checkpoint reaches the state, and
@@ -551,6 +739,8 @@ async fn run_task(
         task_id: task.id,
         step,
         meta: Arc::default(),
+        resume: Arc::new(task.resume.clone()),
+        asked: Arc::default(),
     };
     // One span per node: in a trace, the researcher subgraph's nodes nest under the supervisor
     // node that started them.
@@ -562,11 +752,15 @@ async fn run_task(
     if let Err(error) = &result
         && scope.sink.wants(&inv.ns, EventKind::Tasks)
     {
+        let (error, interrupts) = match error {
+            NodeError::Interrupted(i) => (Value::Null, json!([i.wire()])),
+            other => (json!(other.to_string()), json!([])),
+        };
         scope.sink.emit(GraphEvent::TaskResult {
             ns: inv.ns.clone(),
             step,
-            task: json!({"id": task.id, "name": task.name, "error": error.to_string(),
-                         "result": null, "interrupts": []}),
+            task: json!({"id": task.id, "name": task.name, "error": error,
+                         "result": null, "interrupts": interrupts}),
         });
     }
     result.map_err(|error| match error {
@@ -657,30 +851,44 @@ impl<'a> CheckpointWriter<'a> {
         self.head.as_ref().map_or(-2, |h| h.step)
     }
 
-    fn outcome(self, values: JsonMap) -> Outcome {
+    fn outcome(self, values: JsonMap, pause: Option<Pause>) -> Outcome {
         Outcome {
             values,
             checkpoint: self.head,
+            pause,
         }
     }
 
-    /// Applies the input (or forks / continues) and returns the nodes to run, or `None` when
-    /// there is nothing to do.
+    /// Applies the input or the command (or forks / continues) and returns the nodes to run,
+    /// or `None` when there is nothing to do.
     async fn begin(
         &mut self,
         state: &mut JsonMap,
-        input: Option<Value>,
-        start: Start,
-    ) -> Result<Option<Vec<String>>, RunError> {
+        inv: &Invocation<'_>,
+    ) -> Result<Option<Begun>, RunError> {
+        let (input, start) = (inv.input.clone(), inv.start);
         let resuming = start == Start::Resume && self.head.is_some();
-        let next = match (input, start) {
+        let continued = |next: Vec<String>| {
+            Some(Begun {
+                next,
+                continuing: true,
+            })
+        };
+        let begun = match (input, start) {
             (_, Start::Resume) if resuming => match &self.head {
                 Some(head) if !head.next.is_empty() => {
-                    self.report_values(state);
-                    head.next.clone()
+                    self.report_values(state, None);
+                    continued(head.next.clone())
                 }
-                _ => return Ok(None),
+                _ => None,
             },
+            // A command replaces the input (LangGraph ignores `input` next to a `command`).
+            _ if inv.command.is_some() => {
+                let Some(command) = &inv.command else {
+                    return Ok(None);
+                };
+                continued(self.apply_command(state, command).await?)
+            }
             (Some(input), _) => {
                 let Value::Object(update) = input else {
                     return Err(RunError::Input(format!("expected an object, got {input}")));
@@ -689,30 +897,62 @@ impl<'a> CheckpointWriter<'a> {
                 let next = vec![START.to_owned()];
                 let input = writes_to_json(&writes);
                 self.write("input", &[], &next, state, Some(input)).await?;
-                next
+                Some(Begun {
+                    next,
+                    continuing: false,
+                })
             }
             (None, Start::From(_)) => {
-                let next = self
-                    .head
-                    .as_ref()
-                    .map(|h| h.next.clone())
-                    .unwrap_or_default();
-                let pending_input = self
-                    .head
-                    .as_ref()
-                    .and_then(|h| tasks_of(h).into_iter().find_map(|t| t.input));
-                self.write("fork", &[], &next, state, pending_input).await?;
-                next
+                let head = self.head.as_ref();
+                let next = head.map(|h| h.next.clone()).unwrap_or_default();
+                let tasks = head.map_or_else(Vec::new, |h| answered_tasks(&h.tasks, None));
+                self.write_tasks("fork", &[], &next, tasks, state, None)
+                    .await?;
+                continued(next)
             }
             (None, Start::Head | Start::Resume) => match &self.head {
                 Some(head) if !head.next.is_empty() => {
-                    self.report_values(state);
-                    head.next.clone()
+                    self.report_values(state, None);
+                    continued(head.next.clone())
                 }
-                _ => return Ok(None),
+                _ => None,
             },
         };
-        Ok(Some(next))
+        Ok(begun)
+    }
+
+    /// Writes a checkpoint that records a command: its update applied, its answers attached to
+    /// the interrupted tasks, and its `goto` (or the pending nodes) scheduled.
+    async fn apply_command(
+        &mut self,
+        state: &mut JsonMap,
+        command: &ResumeCommand,
+    ) -> Result<Vec<String>, RunError> {
+        let (head_next, head_tasks) = self
+            .head
+            .as_ref()
+            .map(|h| (h.next.clone(), h.tasks.clone()))
+            .unwrap_or_default();
+        if let Some(resume) = &command.resume {
+            check_resume(resume, &head_next, &head_tasks)
+                .map_err(|e| RunError::Input(e.to_string()))?;
+        }
+        let writes = match &command.update {
+            Some(update) => self.graph.channels.prepare_update(update.clone())?,
+            None => Vec::new(),
+        };
+        self.graph.channels.apply(state, &writes);
+        let (next, tasks) = if command.goto.is_empty() {
+            let tasks = answered_tasks(&head_tasks, command.resume.as_ref());
+            (head_next, tasks)
+        } else {
+            let next: Vec<String> = command.goto.iter().filter(|n| *n != END).cloned().collect();
+            let tasks = fresh_tasks(&next, None);
+            (next, tasks)
+        };
+        self.write_tasks("input", &writes, &next, tasks, state, None)
+            .await?;
+        Ok(next)
     }
 
     async fn write(
@@ -722,6 +962,22 @@ impl<'a> CheckpointWriter<'a> {
         next: &[String],
         state: &JsonMap,
         start_input: Option<Value>,
+    ) -> Result<(), RunError> {
+        let tasks = fresh_tasks(next, start_input.as_ref());
+        self.write_tasks(source, writes, next, tasks, state, None)
+            .await
+    }
+
+    /// Stores a checkpoint with the given tasks and reports it; a pause's interrupts go into
+    /// the `values` event that follows (`__interrupt__`), as LangGraph sends them.
+    async fn write_tasks(
+        &mut self,
+        source: &str,
+        writes: &[(String, Value)],
+        next: &[String],
+        tasks: Vec<Value>,
+        state: &JsonMap,
+        pause: Option<&Pause>,
     ) -> Result<(), RunError> {
         let step = if source == "input" && self.head.is_none() {
             -1
@@ -734,19 +990,6 @@ impl<'a> CheckpointWriter<'a> {
         metadata.insert("parents".into(), Value::Object(self.parents.clone()));
         metadata.insert("run_id".into(), json!(self.scope.run_id));
         metadata.insert("thread_id".into(), json!(self.scope.thread_id));
-        let tasks: Vec<Value> = next
-            .iter()
-            .map(|name| {
-                let mut task = json!({"id": Uuid::new_v4(), "name": name, "path": ["__pregel_pull", name],
-                       "error": null, "interrupts": [], "checkpoint": null, "state": null, "result": null});
-                if name == START
-                    && let (Some(input), Some(map)) = (&start_input, task.as_object_mut())
-                {
-                    map.insert("input".into(), input.clone());
-                }
-                task
-            })
-            .collect();
         let cp = Checkpoint {
             thread_id: self.scope.thread_id,
             checkpoint_ns: self.ns.clone(),
@@ -778,10 +1021,10 @@ impl<'a> CheckpointWriter<'a> {
             .wants(&self.ns, EventKind::Checkpoints)
             .then(|| checkpoint_payload(&cp, self.head.as_ref(), state));
         self.head = Some(without_writes(cp));
-        // The input checkpoint still holds the previous state; clients first see values once
-        // the input is applied.
-        if source != "input" {
-            self.report_values(state);
+        // A run's input checkpoint still holds the previous state; clients first see values
+        // once the input is applied. A command's update is applied at once.
+        if source != "input" || !writes.is_empty() {
+            self.report_values(state, pause);
         }
         if let Some(payload) = payload {
             sink.emit(GraphEvent::Checkpoint {
@@ -793,15 +1036,41 @@ impl<'a> CheckpointWriter<'a> {
         Ok(())
     }
 
-    fn report_values(&self, state: &JsonMap) {
+    fn report_values(&self, state: &JsonMap, pause: Option<&Pause>) {
         if !self.scope.sink.wants(&self.ns, EventKind::Values) {
             return;
         }
+        let mut values = state.clone();
+        if let Some(pause @ Pause::Interrupts(_)) = pause {
+            values.insert("__interrupt__".into(), pause.wire());
+        }
         self.scope.sink.emit(GraphEvent::Values {
             ns: self.ns.clone(),
-            values: Value::Object(state.clone()),
+            values: Value::Object(values),
         });
     }
+
+    /// `updates` carries a pause as `{"__interrupt__": [...]}` (empty for a breakpoint).
+    fn report_interrupts(&self, pause: &Pause) {
+        if self.scope.sink.wants(&self.ns, EventKind::Updates) {
+            self.scope.sink.emit(GraphEvent::Updates {
+                ns: self.ns.clone(),
+                node: "__interrupt__".into(),
+                update: pause.wire(),
+            });
+        }
+    }
+
+    fn report_breakpoint(&self) {
+        self.report_interrupts(&Pause::Breakpoint);
+    }
+}
+
+/// Where `begin` left an invocation.
+struct Begun {
+    next: Vec<String>,
+    /// Going on from a checkpoint (not from new input): its breakpoint was already reached.
+    continuing: bool,
 }
 
 /// The `checkpoints` stream payload for a checkpoint.
@@ -815,7 +1084,10 @@ fn checkpoint_payload(cp: &Checkpoint, parent: Option<&Checkpoint>, state: &Json
         .as_array()
         .into_iter()
         .flatten()
-        .map(|t| json!({"id": t["id"], "name": t["name"], "interrupts": [], "state": null}))
+        .map(|t| {
+            let interrupts = t.get("interrupts").cloned().unwrap_or_else(|| json!([]));
+            json!({"id": t["id"], "name": t["name"], "interrupts": interrupts, "state": null})
+        })
         .collect();
     json!({
         "config": config(cp),
@@ -842,6 +1114,8 @@ pub async fn update_state(
         input: None,
         start,
         parents: JsonMap::new(),
+        command: None,
+        breakpoints: Breakpoints::default(),
     };
     let (mut state, head) = load(scope, &inv).await?;
     let Value::Object(update) = values else {

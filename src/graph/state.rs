@@ -82,12 +82,14 @@ fn cp_ref(thread_id: Uuid, ns: &str, id: Uuid) -> Value {
     json!({"checkpoint_id": id, "thread_id": thread_id, "checkpoint_ns": ns})
 }
 
-/// Task entries as clients see them (the pending input of `__start__` stays internal).
+/// Task entries as clients see them (the pending input of `__start__` and the answers a
+/// re-run task reads stay internal).
 fn public_tasks(tasks: &Value) -> Value {
     let mut tasks = tasks.clone();
     for task in tasks.as_array_mut().into_iter().flatten() {
         if let Some(map) = task.as_object_mut() {
             map.remove("input");
+            map.remove("resume");
         }
     }
     tasks
@@ -105,7 +107,7 @@ fn render(cp: &Checkpoint, values: JsonMap) -> Value {
         "created_at": cp.created_at,
         "checkpoint": cp_ref(cp.thread_id, &cp.checkpoint_ns, cp.checkpoint_id),
         "parent_checkpoint": parent,
-        "interrupts": [],
+        "interrupts": super::interrupts::pending_list(&cp.tasks),
         "checkpoint_id": cp.checkpoint_id,
         "parent_checkpoint_id": cp.parent_checkpoint_id,
     })

@@ -3,8 +3,11 @@
 
 use super::{Active, RunKwargs, Runner, lock};
 use crate::graph::Start as GraphStart;
+use crate::graph::interrupts::{self, Breakpoints, Pause, ResumeCommand};
 use crate::graph::state::StateBuilder;
-use crate::graph::{EventKind, EventSink, GraphEvent, Invocation, RunError, RunScope, invoke};
+use crate::graph::{
+    EventKind, EventSink, Graph, GraphEvent, Invocation, Outcome, RunError, RunScope, invoke,
+};
 use crate::store::retry::patiently;
 use crate::store::{
     CancelAction, EventId, Fence, JsonMap, Lease, LeaseState, Run, RunEnd, RunStatus, StoreError,
@@ -48,6 +51,13 @@ impl EventSink for RunSink {
 /// How the graph invocation ended, before it is written down.
 enum Ending {
     Done(JsonMap),
+    /// The graph waits for a person: an interrupt or a breakpoint.
+    Paused {
+        values: JsonMap,
+        pause: Pause,
+        /// The thread's `interrupts`: `{task_id: [...]}`.
+        by_task: Value,
+    },
     Cancelled(Option<CancelAction>),
     Failed(RunError),
     /// The process is shutting down: the run is handed back for another worker to resume.
@@ -62,6 +72,7 @@ impl Ending {
     fn label(&self) -> &'static str {
         match self {
             Self::Done(_) => "success",
+            Self::Paused { .. } => "interrupted",
             Self::Failed(_) => "error",
             Self::Cancelled(Some(CancelAction::Rollback)) => "rolled_back",
             Self::Cancelled(_) => "interrupted",
@@ -69,6 +80,24 @@ impl Ending {
             Self::Lost => "lost",
         }
     }
+}
+
+/// The run's command and breakpoints, checked against the graph at creation; a row that no
+/// longer parses (the graph changed) fails the run with the reason. An attempt that resumes
+/// an earlier one does not apply the command again: it is in the checkpoints already.
+fn human_input(
+    kwargs: &RunKwargs,
+    graph: &Graph,
+    resumed: bool,
+) -> Result<(Option<ResumeCommand>, Breakpoints), RunError> {
+    let command = match &kwargs.command {
+        Value::Null => None,
+        _ if resumed => None,
+        value => Some(ResumeCommand::parse(value, graph).map_err(RunError::Input)?),
+    };
+    let breakpoints = Breakpoints::parse(&kwargs.interrupt_before, &kwargs.interrupt_after, graph)
+        .map_err(RunError::Input)?;
+    Ok((command, breakpoints))
 }
 
 /// Where a claimed run's graph starts.
@@ -323,12 +352,18 @@ impl Runner {
             self.settings.store_patience,
         );
         let scope = Arc::new(scope);
+        let (command, breakpoints) = match human_input(kwargs, &graph, from.resumed) {
+            Ok(parsed) => parsed,
+            Err(error) => return Ending::Failed(error),
+        };
         let inv = Invocation {
             graph: &graph,
             ns: String::new(),
             input: from.input,
             start: from.start,
             parents: JsonMap::new(),
+            command,
+            breakpoints,
         };
         let flusher = self.flush_periodically(channel.clone());
         // On shutdown every graph of the run stops at its next step boundary (`drain`); a step
@@ -343,6 +378,15 @@ impl Runner {
         };
         flusher.stop().await;
         match result {
+            Ok(Outcome {
+                values,
+                pause: Some(pause),
+                checkpoint,
+            }) => Ending::Paused {
+                values,
+                pause,
+                by_task: checkpoint.map_or_else(|| json!({}), |cp| interrupts::by_task(&cp.tasks)),
+            },
             Ok(outcome) => Ending::Done(outcome.values),
             Err(RunError::Store(StoreError::LeaseLost(_))) => Ending::Lost,
             Err(_) if self.shutdown.is_cancelled() => Ending::Left,
@@ -432,6 +476,25 @@ impl Runner {
                 self.finish(run, fence, end, Some(summary), channel).await?;
                 Value::Object(values)
             }
+            Ending::Paused {
+                values,
+                pause,
+                by_task,
+            } => {
+                let mut summary = summary(
+                    ThreadStatus::Interrupted,
+                    Value::Object(values.clone()),
+                    None,
+                );
+                summary.interrupts = by_task;
+                let end = RunEnd::Finished(RunStatus::Interrupted);
+                self.finish(run, fence, end, Some(summary), channel).await?;
+                let mut result = values;
+                if let Pause::Interrupts(_) = pause {
+                    result.insert("__interrupt__".into(), pause.wire());
+                }
+                Value::Object(result)
+            }
             Ending::Failed(error) => {
                 self.record_failure(run, fence, kwargs, channel, error)
                     .await?
@@ -505,7 +568,10 @@ impl Runner {
             _ => ThreadStatus::Idle,
         };
         let values = self.head_values(run, kwargs).await?;
-        let summary = summary(status, values.clone(), None);
+        let mut summary = summary(status, values.clone(), None);
+        if let Some(head) = &head {
+            summary.interrupts = interrupts::by_task(&head.tasks);
+        }
         self.finish(
             run,
             fence,

@@ -94,7 +94,17 @@ async fn run_child(state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, Nod
     Ok(update(last))
 }
 
-/// `agent`, `slow`, `err` and `parent`.
+/// Asks for approval with LangGraph's example interrupt, then reports the answer.
+async fn ask(_state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+    let answer = ctx.interrupt(json!({"question": "Approve?", "options": ["yes", "no"]}))?;
+    let text = format!(
+        "answer: {}",
+        answer.as_str().map_or(answer.to_string(), str::to_owned)
+    );
+    Ok(update(ai_message(&Uuid::new_v4().to_string(), &text)))
+}
+
+/// `agent`, `slow`, `err`, `parent` and `hitl`.
 pub fn registry() -> Registry {
     let mut registry = Registry::new();
     registry.register(
@@ -121,6 +131,16 @@ pub fn registry() -> Registry {
             .node("agent", fake_model)
             .start("child")
             .edge("child", "agent")
+            .build(),
+    );
+    // `hitl`: `ask` interrupts, then `agent` replies; `interrupt_before: ["agent"]` pauses
+    // after the answer.
+    registry.register(
+        messages_graph("hitl")
+            .node("ask", ask)
+            .node("agent", fake_model)
+            .start("ask")
+            .edge("ask", "agent")
             .build(),
     );
     registry

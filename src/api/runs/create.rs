@@ -6,6 +6,8 @@ use super::super::AppState;
 use super::super::assistants::{parse_enum, resolve};
 use super::super::error::{ApiResult, AppError, parse_id};
 use super::super::lookups::checkpoint_id_of;
+use crate::graph::Graph;
+use crate::graph::interrupts::{Breakpoints, ResumeCommand, ResumeError, check_resume};
 use crate::ids;
 use crate::runs::RunKwargs;
 use crate::runs::options::{Durability, IfNotExists, OnCompletion, OnDisconnect};
@@ -114,25 +116,10 @@ pub(super) fn object(value: Option<Value>, field: &str) -> ApiResult<JsonMap> {
 
 /// Checks everything that can be checked without touching the store.
 pub(super) fn validate(body: &NewRun, target: Target) -> ApiResult<()> {
-    if body.command.as_ref().is_some_and(|c| !c.is_null()) {
-        if matches!(target, Target::Stateless) {
-            return Err(AppError::BadRequest(
-                "You must provide a thread_id when resuming.".into(),
-            ));
-        }
-        return Err(AppError::Invalid(
-            "command is not supported: the graphs served here do not use interrupts".into(),
+    if matches!(target, Target::Stateless) && body.command.as_ref().is_some_and(|c| !c.is_null()) {
+        return Err(AppError::BadRequest(
+            "You must provide a thread_id when resuming.".into(),
         ));
-    }
-    for (field, value) in [
-        ("interrupt_before", &body.interrupt_before),
-        ("interrupt_after", &body.interrupt_after),
-    ] {
-        if value.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(AppError::Invalid(format!(
-                "{field} is not supported by this server"
-            )));
-        }
     }
     if body.webhook.is_some() {
         return Err(AppError::Invalid(
@@ -256,7 +243,15 @@ pub(super) async fn start(
         Target::Stateless => (ids::new_id(), true),
     };
     let checkpoint_id = start_checkpoint(state, &body, thread_id).await?;
+    let graph = state.registry.get(&assistant.graph_id).ok_or_else(|| {
+        AppError::NotFound(format!("Graph '{}' is not registered", assistant.graph_id))
+    })?;
+    let human = HumanInput::parse(&body, &assistant, &graph)?;
+    if let Some(command) = &human.command {
+        check_command(state, command, thread_id, checkpoint_id).await?;
+    }
     let run = build_run(
+        &human,
         state,
         &body,
         &options,
@@ -312,8 +307,76 @@ async fn start_checkpoint(
     Ok(checkpoint_id)
 }
 
+/// A run's `command` and breakpoints, checked against the graph. Breakpoints come from the
+/// request, else from the assistant's config (`interrupt_before` / `interrupt_after` keys).
+struct HumanInput {
+    command: Option<ResumeCommand>,
+    command_json: Value,
+    interrupt_before: Value,
+    interrupt_after: Value,
+}
+
+impl HumanInput {
+    fn parse(body: &NewRun, assistant: &Assistant, graph: &Graph) -> ApiResult<Self> {
+        let command_json = body.command.clone().unwrap_or(Value::Null);
+        let command = match &command_json {
+            Value::Null => None,
+            value => Some(ResumeCommand::parse(value, graph).map_err(AppError::Invalid)?),
+        };
+        let pick = |field: &Option<Value>, key: &str| {
+            field
+                .clone()
+                .filter(|v| !v.is_null())
+                .or_else(|| assistant.config.get(key).cloned())
+                .unwrap_or(Value::Null)
+        };
+        let interrupt_before = pick(&body.interrupt_before, "interrupt_before");
+        let interrupt_after = pick(&body.interrupt_after, "interrupt_after");
+        Breakpoints::parse(&interrupt_before, &interrupt_after, graph)
+            .map_err(AppError::Invalid)?;
+        Ok(Self {
+            command,
+            command_json,
+            interrupt_before,
+            interrupt_after,
+        })
+    }
+}
+
+/// A `resume` must answer something: checked against the checkpoint the run starts from when
+/// the thread is idle (a run queued behind another is checked when it starts). A thread with
+/// nothing to resume is a 409; an unknown or missing interrupt id a 422.
+async fn check_command(
+    state: &AppState,
+    command: &ResumeCommand,
+    thread_id: Uuid,
+    checkpoint_id: Option<Uuid>,
+) -> ApiResult<()> {
+    let Some(resume) = &command.resume else {
+        return Ok(());
+    };
+    // A missing thread is the insert's to report (404, or created empty).
+    if !command.goto.is_empty()
+        || state.store.get_thread(thread_id).await?.is_none()
+        || !state.store.inflight_runs(thread_id).await?.is_empty()
+    {
+        return Ok(());
+    }
+    let head = match checkpoint_id {
+        Some(id) => state.store.get_checkpoint(thread_id, "", id).await?,
+        None => state.store.latest_checkpoint(thread_id, "").await?,
+    };
+    let (next, tasks) = head.map(|h| (h.next, h.tasks)).unwrap_or_default();
+    check_resume(resume, &next, &tasks).map_err(|e| match e {
+        ResumeError::NotInterrupted => AppError::Conflict(e.to_string()),
+        other => AppError::Invalid(other.to_string()),
+    })
+}
+
 /// The pending run: its config (checked by the graph), metadata and stored parameters.
+#[allow(clippy::too_many_arguments)]
 fn build_run(
+    human: &HumanInput,
     state: &AppState,
     body: &NewRun,
     options: &Options,
@@ -347,7 +410,7 @@ fn build_run(
     metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
     let kwargs = RunKwargs {
         input: body.input.clone().unwrap_or(Value::Null),
-        command: Value::Null,
+        command: human.command_json.clone(),
         config,
         context: Value::Object(object(body.context.clone(), "context")?),
         stream_mode: options
@@ -356,8 +419,8 @@ fn build_run(
             .into_iter()
             .map(str::to_owned)
             .collect(),
-        interrupt_before: Value::Null,
-        interrupt_after: Value::Null,
+        interrupt_before: human.interrupt_before.clone(),
+        interrupt_after: human.interrupt_after.clone(),
         webhook: Value::Null,
         feedback_keys: body.feedback_keys.clone().unwrap_or(Value::Null),
         temporary: stateless,
