@@ -38,6 +38,9 @@ pub struct ResearchConfig {
     pub final_report_model_max_tokens: u32,
     #[serde(default)]
     pub mcp_prompt: String,
+    /// Pause after the brief for the user to approve, edit or reject the research plan.
+    #[serde(default)]
+    pub review_plan: bool,
 }
 
 impl Default for ResearchConfig {
@@ -59,6 +62,7 @@ impl Default for ResearchConfig {
             final_report_model: "openai:gpt-4.1".into(),
             final_report_model_max_tokens: 10_000,
             mcp_prompt: String::new(),
+            review_plan: false,
         }
     }
 }

@@ -6,6 +6,10 @@
 pub const MESSAGES: &str = "messages";
 pub const SUPERVISOR_MESSAGES: &str = "supervisor_messages";
 pub const RESEARCH_BRIEF: &str = "research_brief";
+/// The planned research topics (plan review only).
+pub const RESEARCH_PLAN: &str = "research_plan";
+/// What the user said when they rejected a plan (plan review only).
+pub const PLAN_FEEDBACK: &str = "plan_feedback";
 pub const RAW_NOTES: &str = "raw_notes";
 pub const NOTES: &str = "notes";
 pub const FINAL_REPORT: &str = "final_report";

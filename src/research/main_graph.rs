@@ -8,7 +8,7 @@ use super::keys;
 use super::messages::{self as msg, human, system};
 use super::model::{Caller, Deps, Role, run_config};
 use super::stream_fields::FieldStreamer;
-use super::{ResearchDeps, config::SearchApi, supervisor};
+use super::{ResearchDeps, config::SearchApi, plan_review, supervisor};
 use crate::graph::messages::ai_message;
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
 use crate::llm::{FinishReason, ResponseSchema};
@@ -22,6 +22,7 @@ use uuid::Uuid;
 pub fn build(id: &str, deps: Deps) -> Graph {
     let sup = Arc::new(supervisor::graph(deps.clone()));
     let (d1, d2, d4) = (deps.clone(), deps.clone(), deps.clone());
+    let (d5, d6) = (deps.clone(), deps.clone());
     Graph::builder(id)
         .channel(keys::MESSAGES, Reducer::Messages, json!([]))
         .channel(
@@ -30,6 +31,8 @@ pub fn build(id: &str, deps: Deps) -> Graph {
             json!([]),
         )
         .channel(keys::RESEARCH_BRIEF, Reducer::Override, Value::Null)
+        .channel(keys::RESEARCH_PLAN, Reducer::Override, Value::Null)
+        .channel(keys::PLAN_FEEDBACK, Reducer::Override, Value::Null)
         .channel(keys::RAW_NOTES, Reducer::AppendOrOverride, json!([]))
         .channel(keys::NOTES, Reducer::AppendOrOverride, json!([]))
         .channel(keys::FINAL_REPORT, Reducer::Override, Value::Null)
@@ -38,6 +41,12 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .channel(keys::FALLBACKS, Reducer::Override, Value::Null)
         .node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
         .node("write_research_brief", move |s, c| brief(d2.clone(), s, c))
+        .node("plan_research", move |s, c| {
+            plan_review::plan(d5.clone(), s, c)
+        })
+        .node("review_plan", move |s, c| {
+            plan_review::review(d6.clone(), s, c)
+        })
         .node("research_supervisor", move |s, c| {
             research(sup.clone(), s, c)
         })
@@ -46,7 +55,12 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         })
         .start("clarify_with_user")
         .may_goto("clarify_with_user", &["write_research_brief", END])
-        .edge("write_research_brief", "research_supervisor")
+        .may_goto(
+            "write_research_brief",
+            &["plan_research", "research_supervisor"],
+        )
+        .edge("plan_research", "review_plan")
+        .may_goto("review_plan", &["research_supervisor", "plan_research"])
         .edge("research_supervisor", "final_report_generation")
         .edge("final_report_generation", END)
         .schemas(super::schemas(&deps))
@@ -176,9 +190,17 @@ async fn brief(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
         vec![
             (keys::RESEARCH_BRIEF, json!(answer.research_brief)),
             (keys::SUPERVISOR_MESSAGES, sup),
+            // A new brief is planned afresh.
+            (keys::RESEARCH_PLAN, Value::Null),
+            (keys::PLAN_FEEDBACK, Value::Null),
         ],
     );
-    Ok(Command::update(upd).goto("research_supervisor"))
+    let next = if cfg.review_plan {
+        "plan_research"
+    } else {
+        "research_supervisor"
+    };
+    Ok(Command::update(upd).goto(next))
 }
 
 async fn research(

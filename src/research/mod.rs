@@ -11,6 +11,7 @@ pub mod keys;
 mod main_graph;
 mod messages;
 mod model;
+mod plan_review;
 pub mod prompts;
 mod researcher;
 mod stream_fields;
@@ -124,6 +125,8 @@ fn schemas(deps: &ResearchDeps) -> Schemas {
         "properties": {
             "messages": messages, "supervisor_messages": messages,
             "research_brief": {"type": ["string", "null"]},
+            "research_plan": {"type": ["array", "null"], "items": {"type": "string"}},
+            "plan_feedback": {"type": ["string", "null"]},
             "raw_notes": strings, "notes": strings,
             "final_report": {"type": "string"},
             "sources": {"type": "array", "items": {"type": "object",

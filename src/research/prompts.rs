@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Built-in templates by name.
-const BUILT_IN: [(&str, &str); 9] = [
+const BUILT_IN: [(&str, &str); 11] = [
     (
         "clarify_with_user",
         include_str!("../../prompts/clarify_with_user.txt"),
@@ -41,6 +41,14 @@ const BUILT_IN: [(&str, &str); 9] = [
     (
         "corrective_turn",
         include_str!("../../prompts/corrective_turn.txt"),
+    ),
+    (
+        "plan_research",
+        include_str!("../../prompts/plan_research.txt"),
+    ),
+    (
+        "plan_approved",
+        include_str!("../../prompts/plan_approved.txt"),
     ),
 ];
 

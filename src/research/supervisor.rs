@@ -50,6 +50,21 @@ async fn supervisor(
     state: Arc<crate::store::JsonMap>,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
+    let iterations = state
+        .get(keys::RESEARCH_ITERATIONS)
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        + 1;
+    // A history that ends in calls nobody answered yet holds an approved plan's delegations:
+    // they are this round, without a model call.
+    if let Some(last) = msg::slice(&state, keys::SUPERVISOR_MESSAGES).last()
+        && msg::kind(last) == "ai"
+        && !msg::tool_calls(last).is_empty()
+    {
+        let mut upd = crate::store::JsonMap::new();
+        upd.insert(keys::RESEARCH_ITERATIONS.into(), json!(iterations));
+        return Ok(Command::update(upd).goto("supervisor_tools"));
+    }
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let req = caller.request(Role::Research, msg::list(&state, keys::SUPERVISOR_MESSAGES))?;
@@ -67,11 +82,6 @@ async fn supervisor(
     if !msg::acted(&message) && !msg::has_result_of(history, "ConductResearch") {
         delegate_brief(&ctx, &state, &mut message);
     }
-    let iterations = state
-        .get(keys::RESEARCH_ITERATIONS)
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
-        + 1;
     let mut upd = crate::store::JsonMap::new();
     upd.insert(keys::SUPERVISOR_MESSAGES.into(), json!([message]));
     upd.insert(keys::RESEARCH_ITERATIONS.into(), json!(iterations));

@@ -14,6 +14,8 @@ use std::sync::Mutex;
 pub enum Role {
     Clarify,
     Brief,
+    /// Plan review's topic list.
+    Plan,
     Summary,
     Supervisor,
     Researcher,
@@ -26,6 +28,7 @@ pub fn role(req: &Value) -> Role {
     match req["response_format"]["json_schema"]["name"].as_str() {
         Some("ClarifyWithUser") => return Role::Clarify,
         Some("ResearchQuestion") => return Role::Brief,
+        Some("ResearchPlan") => return Role::Plan,
         Some("Summary") => return Role::Summary,
         _ => {}
     }
@@ -161,6 +164,7 @@ pub fn scripted(script: Script) -> impl Fn(&Value) -> FakeReply + Send + Sync + 
             "I want to know everything about the topic ({:x}), with sources.",
             digest(&all_text(req))
         )})),
+        Role::Plan => plan(req, script.topics),
         Role::Summary => summary(req, script.summary_bytes),
         Role::Supervisor if script.supervisor_prose => {
             FakeReply::Text("I think the answer is obvious.".into())
@@ -317,8 +321,20 @@ fn clarify(req: &Value) -> FakeReply {
     }
 }
 
+/// `topics` planned topics; "revised" ones once the user's feedback is in the prompt.
+fn plan(req: &Value, topics: usize) -> FakeReply {
+    let revised = !all_text(req).contains("<Feedback>\nnone\n</Feedback>");
+    let prefix = if revised { "revised " } else { "" };
+    let list: Vec<String> = (0..topics)
+        .map(|i| format!("{prefix}planned topic {i}"))
+        .collect();
+    FakeReply::Json(json!({ "topics": list }))
+}
+
 fn supervisor(req: &Value, topics: usize) -> FakeReply {
-    match turns(req) {
+    // After an approved plan the first round is done already: the model reflects next.
+    let planned = all_text(req).contains("reviewed and approved this plan");
+    match turns(req) + usize::from(planned) {
         0 => FakeReply::ToolCalls(vec![(
             "think_tool".into(),
             json!({"reflection": "Plan: split in parts."}),
