@@ -912,3 +912,73 @@ async fn provider_faults_end_in_a_report_or_a_clean_error() {
         }
     }
 }
+
+// ---- a paused run across processes -----------------------------------------------------------
+
+/// A research run paused for plan review is checkpointed state, not memory: the process that
+/// paused it is killed, another one shows the same question (same interrupt id) and resumes it
+/// to a report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_plan_review_survives_a_kill_and_is_answered_elsewhere() {
+    let fakes = Fakes::start(Duration::from_millis(5)).await;
+    let Some(db) = Db::fresh(Backend::Sqlite, fakes.dir.path()).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let wait = |svc: &Service, thread: &str, body: Value| {
+        let request = client
+            .post(svc.url(&format!("/threads/{thread}/runs/wait")))
+            .timeout(Duration::from_secs(120))
+            .json(&body);
+        async move {
+            let resp = request.send().await.expect("wait");
+            assert_eq!(resp.status(), 200);
+            resp.json::<Value>().await.expect("values")
+        }
+    };
+    let mut first = Service::start(&fakes.config, &db, FAST).await;
+    let thread: Value = client
+        .post(first.url("/threads"))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("thread")
+        .json()
+        .await
+        .expect("thread json");
+    let t = thread["thread_id"].as_str().expect("id").to_owned();
+    let paused = wait(
+        &first,
+        &t,
+        json!({"assistant_id": "deep_research",
+               "config": {"configurable": {"review_plan": true}},
+               "input": {"messages": [{"role": "user", "content": "Batteries"}]}}),
+    )
+    .await;
+    let asked = paused["__interrupt__"][0].clone();
+    assert_eq!(asked["value"]["type"], "plan_review", "{paused}");
+    first.kill();
+
+    let second = Service::start(&fakes.config, &db, FAST).await;
+    let shown: Value = client
+        .get(second.url(&format!("/threads/{t}/state")))
+        .send()
+        .await
+        .expect("state")
+        .json()
+        .await
+        .expect("state json");
+    assert_eq!(shown["next"], json!(["review_plan"]));
+    assert_eq!(shown["interrupts"][0]["id"], asked["id"]);
+    let searches = fakes.tavily.calls();
+    assert_eq!(searches, 0, "nothing researched before the answer");
+    let done = wait(
+        &second,
+        &t,
+        json!({"assistant_id": "deep_research",
+               "command": {"resume": {asked["id"].as_str().expect("id"): "approve"}}}),
+    )
+    .await;
+    assert!(!report_of(&done).is_empty(), "{done}");
+    assert!(fakes.tavily.calls() > searches);
+}
