@@ -40,7 +40,7 @@ pub enum AppError {
 pub const BUSY: &str = "Thread is already running a task. Wait for it to finish or choose a different multitask strategy.";
 
 impl AppError {
-    fn status(&self) -> StatusCode {
+    pub(super) fn status(&self) -> StatusCode {
         match self {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -58,7 +58,7 @@ impl AppError {
         }
     }
 
-    fn detail(&self) -> String {
+    pub(super) fn detail(&self) -> String {
         match self {
             Self::Store(StoreError::Busy(_)) => BUSY.to_owned(),
             Self::Store(e) if e.is_transient() => {

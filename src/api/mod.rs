@@ -6,6 +6,7 @@ pub mod error;
 mod lookups;
 mod meta;
 pub mod openapi;
+mod protocol;
 mod query;
 mod responses;
 mod runs;
@@ -49,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         .merge(assistants::router())
         .merge(threads::router())
         .merge(runs::router())
+        .merge(protocol::router())
         .merge(openapi::router())
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -1,7 +1,7 @@
 //! The OpenAPI document, generated from the handlers' annotations, served at `/openapi.json`
 //! with Swagger UI (bundled, works offline) at `/docs`.
 
-use super::{AppState, assistants, meta, runs, threads};
+use super::{AppState, assistants, meta, protocol, runs, threads};
 use crate::store::{Assistant, MultitaskStrategy, Run, RunStatus, Thread, ThreadStatus};
 use axum::Router;
 use utoipa::OpenApi;
@@ -55,6 +55,8 @@ use utoipa_swagger_ui::SwaggerUi;
         runs::cancel,
         runs::cancel_many,
         runs::join_stream,
+        protocol::command,
+        protocol::events,
     ),
     components(schemas(Assistant, Thread, Run, RunStatus, ThreadStatus, MultitaskStrategy))
 )]

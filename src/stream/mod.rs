@@ -4,6 +4,7 @@
 pub mod bus;
 pub mod encode;
 pub mod modes;
+pub mod protocol;
 
 pub use bus::{Bus, Frame, RunChannel};
 pub use encode::Encoder;
@@ -53,7 +54,7 @@ pub fn sse_body(source: SseSource) -> Body {
         let _open = SseSubscriber::open();
         let mut source = source;
         let mut out = Out {
-            tx,
+            tx: Sink::Wire(tx),
             filter: source.filter.take(),
             with_ids: source.with_ids,
             cursor: source.after,
@@ -65,6 +66,39 @@ pub fn sse_body(source: SseSource) -> Body {
         }
     });
     Body::from_stream(ReceiverStream::new(rx))
+}
+
+/// Follows one run from its first frame — stored, then live here or through the store when
+/// another replica runs it — sending every frame to `tx` until the run's stream ends. Returns
+/// false when `tx` was closed first.
+pub async fn follow_run(
+    store: Arc<dyn Store>,
+    bus: Bus,
+    run_id: Uuid,
+    shutdown: CancellationToken,
+    tx: mpsc::Sender<Frame>,
+) -> bool {
+    let mut source = SseSource {
+        store,
+        bus,
+        run_id,
+        after: Some(EventId { ms: -1, seq: -1 }),
+        filter: None,
+        with_ids: true,
+        // The consumer keeps its own connection alive.
+        heartbeat: Duration::from_secs(3600),
+        shutdown,
+        subscription: None,
+        on_disconnect: None,
+    };
+    let mut out = Out {
+        tx: Sink::Frames(tx),
+        filter: None,
+        with_ids: true,
+        cursor: source.after,
+        sent_metadata: false,
+    };
+    pump(&mut source, &mut out).await
 }
 
 /// Every frame of every run on one thread from now on (`GET /threads/{id}/stream`), with
@@ -108,8 +142,24 @@ fn lagged(missed: u64) -> Bytes {
     Bytes::from(format!("event: error\r\ndata: {detail}\r\n\r\n"))
 }
 
+/// Where a followed run's frames go: an SSE body, or a consumer that reads the frames
+/// themselves (the thread-centric protocol translates them).
+enum Sink {
+    Wire(mpsc::Sender<Result<Bytes, std::io::Error>>),
+    Frames(mpsc::Sender<Frame>),
+}
+
+impl Sink {
+    async fn closed(&self) {
+        match self {
+            Self::Wire(tx) => tx.closed().await,
+            Self::Frames(tx) => tx.closed().await,
+        }
+    }
+}
+
 struct Out {
-    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    tx: Sink,
     filter: Option<StreamModes>,
     with_ids: bool,
     cursor: Option<EventId>,
@@ -139,14 +189,17 @@ impl Out {
             }
             self.sent_metadata = true;
         }
-        self.tx.send(Ok(frame.wire(self.with_ids))).await.is_ok()
+        match &self.tx {
+            Sink::Wire(tx) => tx.send(Ok(frame.wire(self.with_ids))).await.is_ok(),
+            Sink::Frames(tx) => tx.send(frame.clone()).await.is_ok(),
+        }
     }
 
     async fn heartbeat(&self) -> bool {
-        self.tx
-            .send(Ok(Bytes::from_static(HEARTBEAT)))
-            .await
-            .is_ok()
+        match &self.tx {
+            Sink::Wire(tx) => tx.send(Ok(Bytes::from_static(HEARTBEAT))).await.is_ok(),
+            Sink::Frames(tx) => !tx.is_closed(),
+        }
     }
 }
 

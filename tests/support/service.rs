@@ -261,12 +261,17 @@ pub fn follow(
     url: String,
     last_event_id: Option<String>,
 ) -> Arc<Mutex<Vec<SseFrame>>> {
-    let frames = Arc::new(Mutex::new(Vec::new()));
-    let out = frames.clone();
     let mut request = client.get(url);
     if let Some(id) = last_event_id {
         request = request.header("Last-Event-ID", id);
     }
+    follow_request(request)
+}
+
+/// Sends `request` and keeps every complete SSE frame of its response, in the background.
+pub fn follow_request(request: reqwest::RequestBuilder) -> Arc<Mutex<Vec<SseFrame>>> {
+    let frames = Arc::new(Mutex::new(Vec::new()));
+    let out = frames.clone();
     tokio::spawn(async move {
         let Ok(mut response) = request.send().await else {
             return;

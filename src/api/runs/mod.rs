@@ -47,6 +47,19 @@ pub(super) fn router() -> Router<AppState> {
         .route("/runs/cancel", post(cancel_many))
 }
 
+/// Creates a run on a thread from a request body built by another API (the thread-centric
+/// protocol's commands), with the same validation as `POST /threads/{id}/runs`.
+pub(super) async fn start_on_thread(
+    state: &AppState,
+    thread_id: Uuid,
+    body: Value,
+) -> ApiResult<Run> {
+    let body: NewRun =
+        serde_json::from_value(body).map_err(|e| AppError::Invalid(format!("Invalid run: {e}")))?;
+    let started = start(state, Target::Thread(thread_id), body, IdempotencyKey(None)).await?;
+    Ok(started.run)
+}
+
 fn run_path(run: &Run, stateless: bool) -> String {
     if stateless {
         format!("/runs/{}", run.run_id)

@@ -1,0 +1,342 @@
+//! The thread-centric event stream of `@langchain/react`'s `useStream` (LangGraph's "v2 event
+//! streaming"): every run of a thread, oldest first, as protocol events with a `seq` that
+//! counts every event of the thread's tape. Each connection replays the tape from the start and
+//! then follows new runs, so the same event has the same `seq` and `event_id` on every
+//! connection, whichever replica serves it.
+
+mod translate;
+
+pub use translate::{ProtocolEvent, RunTranslator, node_of};
+
+use super::{Bus, Frame, STORE_POLL, follow_run};
+use crate::store::{Run, Store};
+use crate::telemetry::metrics::SseSubscriber;
+use crate::time::Timestamp;
+use axum::body::Body;
+use bytes::Bytes;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+/// The channels a subscription may name (besides `custom:<name>`).
+pub const CHANNELS: [&str; 9] = [
+    "values",
+    "updates",
+    "checkpoints",
+    "messages",
+    "tools",
+    "custom",
+    "lifecycle",
+    "input",
+    "tasks",
+];
+
+/// The runs of a thread a connection replays (oldest first): a bound on the work a
+/// connection does; a thread with more runs replays its newest ones.
+const MAX_RUNS: i64 = 1000;
+
+/// Which events a connection wants.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Filter {
+    channels: Vec<String>,
+    /// Namespace prefixes; empty passes every namespace.
+    namespaces: Vec<Vec<String>>,
+    depth: Option<usize>,
+    /// Events with `seq <= since` were seen already.
+    since: Option<u64>,
+}
+
+impl Filter {
+    /// Reads `{channels, namespaces?, depth?, since?}`; the error says what is wrong.
+    pub fn parse(body: &Value) -> Result<Self, String> {
+        let channels: Vec<String> = match body.get("channels") {
+            Some(Value::Array(items)) if !items.is_empty() => items
+                .iter()
+                .map(|c| c.as_str().map(str::to_owned))
+                .collect::<Option<_>>()
+                .ok_or("channels must be a list of strings")?,
+            _ => return Err("channels is required and must be a non-empty array".into()),
+        };
+        let unknown: Vec<&str> = channels
+            .iter()
+            .map(String::as_str)
+            .filter(|c| {
+                !CHANNELS.contains(c) && c.strip_prefix("custom:").is_none_or(str::is_empty)
+            })
+            .collect();
+        if !unknown.is_empty() {
+            return Err(format!(
+                "channels contains unsupported entries: {} (known: {}, custom:<name>)",
+                unknown.join(", "),
+                CHANNELS.join(", ")
+            ));
+        }
+        let namespaces = body["namespaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|ns| {
+                ns.as_array()?
+                    .iter()
+                    .map(|s| s.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .collect();
+        let count = |key: &str| body.get(key).and_then(Value::as_u64);
+        Ok(Self {
+            channels,
+            namespaces,
+            depth: count("depth").map(|d| d as usize),
+            since: count("since"),
+        })
+    }
+
+    pub fn matches(&self, seq: u64, event: &ProtocolEvent) -> bool {
+        if self.since.is_some_and(|since| seq <= since) {
+            return false;
+        }
+        let channel = event.channel();
+        let named = self.channels.iter().any(|c| {
+            c == channel
+                || (channel == "custom"
+                    && c.strip_prefix("custom:")
+                        .is_some_and(|name| event.data["name"] == name))
+        });
+        named && self.in_namespaces(&event.namespace)
+    }
+
+    fn in_namespaces(&self, ns: &[String]) -> bool {
+        self.namespaces.is_empty()
+            || self.namespaces.iter().any(|prefix| {
+                prefix.len() <= ns.len()
+                    && prefix.iter().zip(ns).all(|(p, s)| segment_matches(p, s))
+                    && self.depth.is_none_or(|d| ns.len() - prefix.len() <= d)
+            })
+    }
+}
+
+/// A prefix segment without `:` names a node: it matches that node's segments of any task.
+fn segment_matches(prefix: &str, segment: &str) -> bool {
+    prefix == segment || (!prefix.contains(':') && node_of(segment) == prefix)
+}
+
+/// What the tape needs to know of a run: whether its frames are stored (else only its
+/// lifecycle shows), and its graph's name. (Run parameters are the runs module's to read.)
+pub type Describe = fn(&Run) -> (bool, String);
+
+/// What a thread's event stream reads from.
+pub struct ThreadTape {
+    pub store: Arc<dyn Store>,
+    pub describe: Describe,
+    pub bus: Bus,
+    pub thread_id: Uuid,
+    pub shutdown: CancellationToken,
+    pub heartbeat: Duration,
+}
+
+/// The SSE body of `POST /threads/{id}/stream/events`: the thread's runs replayed, then new
+/// ones as they come, with heartbeats, until the client goes away or the server stops.
+pub fn events_sse_body(tape: ThreadTape, filter: Filter) -> Body {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    tokio::spawn(heartbeats(tx.clone(), tape.heartbeat));
+    tokio::spawn(async move {
+        let _open = SseSubscriber::open();
+        let mut writer = Writer { tx, filter, seq: 0 };
+        tape.play(&mut writer).await;
+    });
+    Body::from_stream(ReceiverStream::new(rx))
+}
+
+async fn heartbeats(tx: mpsc::Sender<Result<Bytes, std::io::Error>>, every: Duration) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if tx.send(Ok(Bytes::from_static(super::HEARTBEAT))).await.is_err() {
+                    return;
+                }
+            }
+            () = tx.closed() => return,
+        }
+    }
+}
+
+/// Numbers every event of the tape and sends the ones the filter passes.
+struct Writer {
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    filter: Filter,
+    seq: u64,
+}
+
+impl Writer {
+    /// False when the client went away.
+    async fn send(&mut self, events: Vec<ProtocolEvent>) -> bool {
+        for event in events {
+            self.seq += 1;
+            if !self.filter.matches(self.seq, &event) {
+                continue;
+            }
+            let envelope = event.envelope(self.seq);
+            let frame = format!(
+                "event: {}\r\ndata: {envelope}\r\nid: {}\r\n\r\n",
+                event.method, self.seq
+            );
+            if self.tx.send(Ok(Bytes::from(frame))).await.is_err() {
+                return false;
+            }
+        }
+        !self.tx.is_closed()
+    }
+}
+
+impl ThreadTape {
+    async fn play(&self, out: &mut Writer) {
+        let mut played: HashSet<Uuid> = HashSet::new();
+        loop {
+            let runs = match self.runs().await {
+                Ok(runs) => runs,
+                Err(error) => {
+                    tracing::warn!(%error, thread_id = %self.thread_id, "could not list the thread's runs");
+                    Vec::new()
+                }
+            };
+            let new: Vec<Run> = runs
+                .into_iter()
+                .filter(|r| !played.contains(&r.run_id))
+                .collect();
+            for run in new {
+                if !self.play_run(&run, out).await {
+                    return;
+                }
+                played.insert(run.run_id);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(STORE_POLL) => {}
+                () = out.tx.closed() => return,
+                () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// The thread's runs, oldest first.
+    async fn runs(&self) -> Result<Vec<Run>, crate::store::StoreError> {
+        let mut runs = self
+            .store
+            .list_runs(self.thread_id, None, MAX_RUNS, 0)
+            .await?;
+        runs.reverse();
+        Ok(runs)
+    }
+
+    /// One run from its start to its end; false when the client went away.
+    async fn play_run(&self, run: &Run, out: &mut Writer) -> bool {
+        let (resumable, graph) = (self.describe)(run);
+        let mut translator = RunTranslator::new(run.run_id, graph);
+        if !out.send(translator.start(run.created_at.millis())).await {
+            return false;
+        }
+        if resumable {
+            // Its frames are stored: replay them, then follow it live.
+            let (tx, mut frames) = mpsc::channel::<Frame>(256);
+            let follow = tokio::spawn(follow_run(
+                self.store.clone(),
+                self.bus.clone(),
+                run.run_id,
+                self.shutdown.clone(),
+                tx,
+            ));
+            while let Some(frame) = frames.recv().await {
+                if !out.send(translator.frame(&frame)).await {
+                    follow.abort();
+                    return false;
+                }
+            }
+            let _ = follow.await;
+        } else if !self.until_ended(run.run_id, out).await {
+            // Runs started without a stored stream show only their lifecycle.
+            return false;
+        }
+        if self.shutdown.is_cancelled() {
+            return false;
+        }
+        let status = match self.store.get_run(run.run_id).await {
+            Ok(found) => found.map(|r| r.status),
+            Err(error) => {
+                tracing::warn!(%error, run_id = %run.run_id, "could not read a run's status");
+                None
+            }
+        };
+        out.send(translator.finish(status, Timestamp::now().millis()))
+            .await
+    }
+
+    async fn until_ended(&self, run_id: Uuid, out: &Writer) -> bool {
+        loop {
+            match self.store.get_run(run_id).await {
+                Ok(Some(run)) if run.status.is_inflight() => {}
+                Ok(_) => return true,
+                Err(error) => tracing::warn!(%error, %run_id, "could not read a run's status"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(STORE_POLL) => {}
+                () = out.tx.closed() => return false,
+                () = self.shutdown.cancelled() => return false,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(method: &'static str, ns: &[&str]) -> ProtocolEvent {
+        ProtocolEvent {
+            event_id: "e".into(),
+            method,
+            namespace: ns.iter().map(|s| (*s).to_owned()).collect(),
+            node: None,
+            timestamp: 0,
+            data: json!({}),
+        }
+    }
+
+    #[test]
+    fn filters_by_channel_namespace_prefix_depth_and_since() {
+        let root_pump = Filter::parse(&json!({"channels": ["values", "lifecycle", "input"],
+                                              "namespaces": [[]], "depth": 1}))
+        .unwrap();
+        assert!(root_pump.matches(1, &event("values", &[])));
+        assert!(root_pump.matches(1, &event("lifecycle", &["research_supervisor:1"])));
+        assert!(!root_pump.matches(1, &event("values", &["a:1", "researcher:2"])));
+        assert!(root_pump.matches(1, &event("input.requested", &[])));
+        assert!(!root_pump.matches(1, &event("messages", &[])));
+        let by_node = Filter::parse(
+            &json!({"channels": ["values"], "namespaces": [["researcher"]], "since": 5}),
+        )
+        .unwrap();
+        assert!(by_node.matches(6, &event("values", &["researcher:9", "x:1"])));
+        assert!(!by_node.matches(5, &event("values", &["researcher:9"])));
+        assert!(!by_node.matches(6, &event("values", &["supervisor:9"])));
+    }
+
+    #[test]
+    fn bad_subscriptions_are_refused_with_the_reason() {
+        for (body, says) in [
+            (json!({}), "channels is required"),
+            (json!({"channels": []}), "channels is required"),
+            (json!({"channels": ["values", "debug"]}), "debug"),
+            (json!({"channels": [1]}), "strings"),
+        ] {
+            let why = Filter::parse(&body).unwrap_err();
+            assert!(why.contains(says), "{body}: {why}");
+        }
+        assert!(Filter::parse(&json!({"channels": ["custom:progress", "checkpoints"]})).is_ok());
+    }
+}
