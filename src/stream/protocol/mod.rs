@@ -107,16 +107,27 @@ impl Filter {
                     && c.strip_prefix("custom:")
                         .is_some_and(|name| event.data["name"] == name))
         });
-        named && self.in_namespaces(&event.namespace)
+        named && self.in_namespaces(event)
     }
 
-    fn in_namespaces(&self, ns: &[String]) -> bool {
-        self.namespaces.is_empty()
-            || self.namespaces.iter().any(|prefix| {
-                prefix.len() <= ns.len()
-                    && prefix.iter().zip(ns).all(|(p, s)| segment_matches(p, s))
-                    && self.depth.is_none_or(|d| ns.len() - prefix.len() <= d)
-            })
+    /// Namespaces: any when none are named; else under a named prefix, at most `depth` below.
+    /// A subgraph's `messages` go only to connections that named that subgraph (a non-empty
+    /// prefix): `useStream`'s root pump asks for depth 1 to learn of subagents, and merges every
+    /// message it receives into the conversation, where the supervisor's and researchers'
+    /// internal turns do not belong (a scoped view, `useMessages(stream, subgraph)`, names
+    /// the subgraph and gets them).
+    fn in_namespaces(&self, event: &ProtocolEvent) -> bool {
+        let ns = &event.namespace;
+        let internal_message = event.method == "messages" && !ns.is_empty();
+        if self.namespaces.is_empty() {
+            return true;
+        }
+        self.namespaces.iter().any(|prefix| {
+            prefix.len() <= ns.len()
+                && prefix.iter().zip(ns).all(|(p, s)| segment_matches(p, s))
+                && self.depth.is_none_or(|d| ns.len() - prefix.len() <= d)
+                && !(internal_message && prefix.is_empty())
+        })
     }
 }
 
@@ -317,6 +328,24 @@ mod tests {
         assert!(!root_pump.matches(1, &event("values", &["a:1", "researcher:2"])));
         assert!(root_pump.matches(1, &event("input.requested", &[])));
         assert!(!root_pump.matches(1, &event("messages", &[])));
+        let with_messages =
+            Filter::parse(&json!({"channels": ["messages"], "namespaces": [[]], "depth": 1}))
+                .unwrap();
+        assert!(with_messages.matches(1, &event("messages", &[])));
+        assert!(
+            !with_messages.matches(1, &event("messages", &["research_supervisor:1"])),
+            "a subgraph's messages are not the conversation"
+        );
+        let scoped = Filter::parse(
+            &json!({"channels": ["messages"], "namespaces": [["research_supervisor"]]}),
+        )
+        .unwrap();
+        assert!(scoped.matches(1, &event("messages", &["research_supervisor:1"])));
+        let everything = Filter::parse(&json!({"channels": ["messages"]})).unwrap();
+        assert!(everything.matches(
+            1,
+            &event("messages", &["research_supervisor:1", "researcher:2"])
+        ));
         let by_node = Filter::parse(
             &json!({"channels": ["values"], "namespaces": [["researcher"]], "since": 5}),
         )

@@ -1,0 +1,93 @@
+//! Pages built on the official React packages, in headless Chromium against the service:
+//! `@langchain/react` 1.1.0 (thread-centric protocol) for clarify → reply → report, a plan
+//! review approved from the page and an interrupt answered with `respond`; the classic
+//! `@langchain/langgraph-sdk/react` useStream (runs API) for an interrupt resumed with a
+//! command. The pages and the driver live in tests/browser (`npm ci && node build.mjs` there,
+//! done by scripts/test.sh, which also installs Debian's chromium).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use support::research::{ResearchApp, Script, scripted, start_beside};
+use support::{Backend, graphs};
+
+fn browser_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser")
+}
+
+/// Whether the pages are built and a Chromium is there; without them the tests skip, unless
+/// `DR_REQUIRE_BROWSER=1` (the test command sets it after installing them).
+fn ready() -> bool {
+    let chromium = std::env::var("DR_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let built = browser_dir().join("dist/react.js").exists()
+        && browser_dir().join("node_modules/playwright-core").exists();
+    let present = built && Path::new(&chromium).exists();
+    assert!(
+        present || std::env::var("DR_REQUIRE_BROWSER").as_deref() != Ok("1"),
+        "DR_REQUIRE_BROWSER=1 but the pages are not built or {chromium} is missing: run scripts/test.sh"
+    );
+    if !present {
+        eprintln!("skipping the browser tests: run scripts/test.sh to build the pages");
+    }
+    present
+}
+
+async fn app() -> ResearchApp {
+    start_beside(
+        Backend::Sqlite,
+        scripted(Script::default()),
+        "",
+        graphs::registry(),
+    )
+    .await
+    .expect("app")
+}
+
+async fn play(app: &ResearchApp, scenario: &str) {
+    let api = app.app.address.clone();
+    let scenario = scenario.to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg("run.mjs")
+            .args(["--api", &api, "--scenario", &scenario])
+            .current_dir(browser_dir())
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("run node");
+    let (out, err) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{out}\n{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn react_page_clarifies_then_researches_to_a_report() {
+    if ready() {
+        play(&app().await, "react-research").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn react_page_approves_the_research_plan() {
+    if ready() {
+        play(&app().await, "react-plan-review").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn react_page_answers_an_interrupt() {
+    if ready() {
+        play(&app().await, "react-hitl").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_use_stream_page_resumes_an_interrupt() {
+    if ready() {
+        play(&app().await, "classic-hitl").await;
+    }
+}
