@@ -440,3 +440,47 @@ async fn bad_commands_and_subscriptions_say_what_is_wrong() {
         assert!(detail.contains(says), "{detail}");
     }
 }
+
+/// Two replicas on one database: a connection on either sees the same events, numbered the
+/// same, whichever replica created and ran the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_streams_the_same_tape() {
+    use deep_research::store::{self, Store};
+    let dir = tempfile::TempDir::new().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shared.db").display());
+    let shared: Arc<dyn Store> = Arc::new(
+        store::connect(&url, 5, store::SqliteSync::default())
+            .await
+            .unwrap(),
+    );
+    let a = support::spawn_on_store(shared.clone(), support::test_settings()).await;
+    let b = support::spawn_on_store(shared, support::test_settings()).await;
+    let thread = Uuid::now_v7();
+    let on_b = open(&b, thread, watcher());
+    for (i, text) in ["first", "second"].into_iter().enumerate() {
+        command(&a, thread, i as i64 + 1, "run.start",
+            json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": text}]}})).await;
+        until_terminals(&on_b, i + 1).await;
+    }
+    let on_a = open(&a, thread, watcher());
+    let from_a = until_terminals(&on_a, 2).await;
+    let from_b = until_terminals(&on_b, 2).await;
+    let key = |frames: &[SseFrame]| -> Vec<(Value, Value, Value)> {
+        frames
+            .iter()
+            .map(|f| {
+                (
+                    f.data["seq"].clone(),
+                    f.data["event_id"].clone(),
+                    f.data["method"].clone(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(key(&from_a), key(&from_b));
+    assert_eq!(
+        lifecycle(&from_b).len(),
+        4,
+        "running and completed, twice: {from_b:?}"
+    );
+}

@@ -18,6 +18,7 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::broadcast;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +36,9 @@ pub const CHANNELS: [&str; 9] = [
     "input",
     "tasks",
 ];
+
+/// How often an idle connection looks for runs another replica created on its thread.
+const DISCOVERY_POLL: Duration = Duration::from_secs(1);
 
 /// The runs of a thread a connection replays (oldest first): a bound on the work a
 /// connection does; a thread with more runs replays its newest ones.
@@ -208,7 +212,14 @@ impl Writer {
 impl ThreadTape {
     async fn play(&self, out: &mut Writer) {
         let mut played: HashSet<Uuid> = HashSet::new();
+        // A run created here announces itself on the thread's channel at once; runs created
+        // on other replicas are found by reading the store now and then.
+        let mut nudges = self.bus.subscribe_thread(self.thread_id);
         loop {
+            while !matches!(
+                nudges.try_recv(),
+                Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+            ) {}
             let runs = match self.runs().await {
                 Ok(runs) => runs,
                 Err(error) => {
@@ -227,7 +238,8 @@ impl ThreadTape {
                 played.insert(run.run_id);
             }
             tokio::select! {
-                () = tokio::time::sleep(STORE_POLL) => {}
+                _ = nudges.recv() => {}
+                () = tokio::time::sleep(DISCOVERY_POLL) => {}
                 () = out.tx.closed() => return,
                 () = self.shutdown.cancelled() => return,
             }
