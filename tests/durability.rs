@@ -937,16 +937,7 @@ async fn a_paused_plan_review_survives_a_kill_and_is_answered_elsewhere() {
         }
     };
     let mut first = Service::start(&fakes.config, &db, FAST).await;
-    let thread: Value = client
-        .post(first.url("/threads"))
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("thread")
-        .json()
-        .await
-        .expect("thread json");
-    let t = thread["thread_id"].as_str().expect("id").to_owned();
+    let t = create_thread(&client, &first).await;
     let paused = wait(
         &first,
         &t,

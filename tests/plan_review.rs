@@ -9,6 +9,15 @@ use std::collections::BTreeSet;
 use support::new_thread;
 use support::research::{self as r, ResearchApp, Role, Script, scripted};
 
+/// The research graph on the fakes; the scripted model plans two topics.
+async fn app() -> ResearchApp {
+    let script = Script {
+        topics: 2,
+        ..Script::default()
+    };
+    r::start(scripted(script), "").await
+}
+
 async fn wait(ra: &ResearchApp, tid: &str, body: Value) -> Value {
     let mut full = json!({"assistant_id": "deep_research",
                           "config": {"configurable": {"review_plan": true}}});
@@ -50,14 +59,7 @@ fn researched_topics(ra: &ResearchApp) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plan_is_reviewed_before_any_researcher_is_paid_for() {
-    let ra = r::start(
-        scripted(Script {
-            topics: 2,
-            ..Script::default()
-        }),
-        "",
-    )
-    .await;
+    let ra = app().await;
     let tid = new_thread(&ra.app).await;
     let input = json!({"messages": [{"role": "user", "content": "Compare two things"}]});
     let paused = wait(&ra, &tid, json!({"input": input})).await;
@@ -143,14 +145,7 @@ async fn the_plan_is_reviewed_before_any_researcher_is_paid_for() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approved_plan_runs_as_planned_and_without_review_nothing_pauses() {
-    let ra = r::start(
-        scripted(Script {
-            topics: 2,
-            ..Script::default()
-        }),
-        "",
-    )
-    .await;
+    let ra = app().await;
     let tid = new_thread(&ra.app).await;
     let input = json!({"messages": [{"role": "user", "content": "Compare two things"}]});
     wait(&ra, &tid, json!({"input": input})).await;

@@ -180,16 +180,7 @@ pub async fn start_research(
     svc: &Service,
     topic: &str,
 ) -> (String, String) {
-    let thread: Value = client
-        .post(svc.url("/threads"))
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("create thread")
-        .json()
-        .await
-        .expect("thread");
-    let thread_id = thread["thread_id"].as_str().expect("thread id").to_owned();
+    let thread_id = create_thread(client, svc).await;
     let run: Value = client
         .post(svc.url(&format!("/threads/{thread_id}/runs")))
         .json(
@@ -205,6 +196,20 @@ pub async fn start_research(
         .expect("run");
     let run_id = run["run_id"].as_str().expect("run id").to_owned();
     (thread_id, run_id)
+}
+
+/// Creates an empty thread; returns its id.
+pub async fn create_thread(client: &reqwest::Client, svc: &Service) -> String {
+    let thread: Value = client
+        .post(svc.url("/threads"))
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("create thread")
+        .json()
+        .await
+        .expect("thread");
+    thread["thread_id"].as_str().expect("thread id").to_owned()
 }
 
 pub async fn run_status(
