@@ -902,12 +902,14 @@ impl<'a> CheckpointWriter<'a> {
                     continuing: false,
                 })
             }
+            // A replay: the pending nodes get new task ids, so their subgraphs (whose
+            // namespaces derive from the task id) run afresh instead of resuming the old ones.
             (None, Start::From(_)) => {
                 let head = self.head.as_ref();
                 let next = head.map(|h| h.next.clone()).unwrap_or_default();
-                let tasks = head.map_or_else(Vec::new, |h| answered_tasks(&h.tasks, None));
-                self.write_tasks("fork", &[], &next, tasks, state, None)
-                    .await?;
+                let pending_input =
+                    head.and_then(|h| tasks_of(h).into_iter().find_map(|t| t.input));
+                self.write("fork", &[], &next, state, pending_input).await?;
                 continued(next)
             }
             (None, Start::Head | Start::Resume) => match &self.head {
