@@ -233,6 +233,16 @@ async fn an_interrupt_is_requested_and_answered_with_input_respond() {
         answered,
         json!({"type": "success", "id": 3, "result": {}, "meta": {"applied_through_seq": 0}})
     );
+    // the same answer again (a second tab, a retry) finds nothing left to answer
+    let twice = command(
+        &app,
+        thread,
+        4,
+        "input.respond",
+        json!({"interrupt_id": interrupt_id, "response": "no"}),
+    )
+    .await;
+    assert_eq!(twice["error"], "no_such_interrupt", "{twice}");
     let frames = until_terminals(&pump, 2).await;
     let events = lifecycle(&frames);
     let roots: Vec<&str> = events
@@ -259,7 +269,7 @@ async fn an_interrupt_is_requested_and_answered_with_input_respond() {
     assert!(replay.iter().all(|f| f.data["seq"].as_u64().unwrap() > cut));
     let same = frames
         .iter()
-        .find(|f| f.data["seq"].as_u64().unwrap() == cut + 1)
+        .find(|f| f.data["seq"].as_u64().unwrap() > cut)
         .unwrap();
     assert_eq!(
         replay[0].data, same.data,
@@ -483,4 +493,136 @@ async fn every_replica_streams_the_same_tape() {
         4,
         "running and completed, twice: {from_b:?}"
     );
+}
+
+/// Event numbers come from the frames' times, not from positions on the tape: a connection
+/// opened after a run was deleted numbers the later events as one opened before did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numbering_holds_when_an_earlier_run_is_deleted() {
+    let app = spawn_app().await;
+    let thread = Uuid::now_v7();
+    let before = open(&app, thread, watcher());
+    let first = command(&app, thread, 1, "run.start",
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "one"}]}})).await;
+    until_terminals(&before, 1).await;
+    let first = first["result"]["run_id"].as_str().unwrap().to_owned();
+    let deleted = app
+        .client
+        .delete(app.url(&format!("/threads/{thread}/runs/{first}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    command(&app, thread, 2, "run.start",
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "two"}]}})).await;
+    let old = until_terminals(&before, 2).await;
+    let new = until_terminals(&open(&app, thread, watcher()), 1).await;
+    assert_eq!(
+        lifecycle(&new).len(),
+        2,
+        "only the second run is left: {new:?}"
+    );
+    for f in &new {
+        let twin = old
+            .iter()
+            .find(|g| g.data["event_id"] == f.data["event_id"])
+            .unwrap();
+        assert_eq!(twin.data["seq"], f.data["seq"]);
+    }
+}
+
+/// While a run is in flight, a thread's last pause is history: new input is a new turn, and a
+/// resume queued behind it that no longer matches fails alone, leaving the pause standing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_thread_is_not_waiting_for_an_answer() {
+    let app = spawn_app().await;
+    let thread = Uuid::now_v7();
+    let pump = open(&app, thread, watcher());
+    command(&app, thread, 1, "run.start",
+        json!({"assistant_id": "hitl", "input": {"messages": [{"type": "human", "content": "hi"}]}})).await;
+    until_terminals(&pump, 1).await;
+    // a queued update keeps the thread busy for a moment, and keeps the question pending
+    let runs = app.url(&format!("/threads/{thread}/runs"));
+    let update = json!({"assistant_id": "hitl", "after_seconds": 1,
+        "command": {"update": {"messages": [{"type": "human", "content": "note"}]}}});
+    let resp = app
+        .client
+        .post(runs.clone())
+        .json(&update)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let stale = json!({"assistant_id": "hitl", "command": {"resume": {"0123456789abcdef0123456789abcdef": "x"}}});
+    let stale: Value = app
+        .client
+        .post(runs)
+        .json(&stale)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let stale_id = stale["run_id"].as_str().unwrap();
+    let joined: Value = app
+        .client
+        .get(app.url(&format!("/threads/{thread}/runs/{stale_id}/join")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        joined["__error__"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("0123456789abcdef"),
+        "{joined}"
+    );
+    // the failed resume left the pause standing (the queued update keeps the thread busy)
+    let meanwhile = app.get_json(&format!("/threads/{thread}")).await;
+    let pending = meanwhile["interrupts"].as_object().map(|m| m.len());
+    assert_eq!(pending, Some(1), "{meanwhile}");
+    let started = command(&app, thread, 2, "run.start",
+        json!({"assistant_id": "hitl", "input": {"messages": [{"type": "human", "content": "new turn"}]}})).await;
+    let run_id = started["result"]["run_id"].as_str().unwrap();
+    let run = app
+        .get_json(&format!("/threads/{thread}/runs/{run_id}"))
+        .await;
+    assert!(run["kwargs"]["command"].is_null(), "{run}");
+    assert_eq!(run["kwargs"]["input"]["messages"][0]["content"], "new turn");
+    // then the new turn asks again, and the update keeps the question pending
+    until_terminals(&pump, 4).await;
+    let thread_now = app.get_json(&format!("/threads/{thread}")).await;
+    assert_eq!(thread_now["status"], "interrupted", "{thread_now}");
+    let texts: Vec<&str> = thread_now["values"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["hi", "new turn", "note"]);
+}
+
+/// A graceful shutdown ends open event streams (they would hold it up forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_event_streams() {
+    let app = spawn_app().await;
+    let thread = Uuid::now_v7();
+    let mut resp = app
+        .client
+        .post(app.url(&format!("/threads/{thread}/stream/events")))
+        .json(&watcher())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    drop(app);
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(_)) = resp.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream is still open after the shutdown");
 }

@@ -12,7 +12,7 @@ use super::responses::sse_response;
 use super::runs::start_on_thread;
 use crate::graph::state::StateBuilder;
 use crate::runs::RunKwargs;
-use crate::store::{CheckpointQuery, Run, Thread};
+use crate::store::{CheckpointQuery, Run, Thread, ThreadStatus};
 use crate::stream::protocol::{Filter, ThreadTape, events_sse_body};
 use axum::Json;
 use axum::Router;
@@ -224,9 +224,11 @@ async fn run_start(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Va
         ],
     );
     let input = params.get("input").cloned().unwrap_or(Value::Null);
+    // Only a thread at rest on its interrupts is waiting: while a run is in flight the
+    // thread's interrupts are the previous pause's, and the message is a new turn.
     let waiting = thread_of(state, thread_id)
         .await?
-        .is_some_and(|t| t.interrupts.as_object().is_some_and(|m| !m.is_empty()));
+        .is_some_and(|t| paused(&t));
     if waiting && !input.is_null() {
         extra.insert("command".into(), json!({ "resume": input }));
     } else {
@@ -267,6 +269,17 @@ async fn input_respond(state: &AppState, thread_id: Uuid, params: &Value) -> Ste
             "No interrupted run is bound to this thread.",
         ));
     };
+    if !paused(&thread) {
+        // A second answer (another tab, a retry) finds the thread busy or moved on.
+        let id = &answers[0].0;
+        return Err(refuse(
+            "no_such_interrupt",
+            format!(
+                "Unknown or already-consumed interrupt: {id} (the thread is {})",
+                thread.status.as_str()
+            ),
+        ));
+    }
     let pending: Vec<&str> = thread
         .interrupts
         .as_object()
@@ -298,6 +311,12 @@ async fn input_respond(state: &AppState, thread_id: Uuid, params: &Value) -> Ste
     extra.insert("command".into(), command);
     start_on_thread(state, thread_id, run_body(assistant, extra)).await?;
     Ok(json!({}))
+}
+
+/// Whether the thread rests on interrupts waiting for answers.
+fn paused(thread: &Thread) -> bool {
+    thread.status == ThreadStatus::Interrupted
+        && thread.interrupts.as_object().is_some_and(|m| !m.is_empty())
 }
 
 fn answer(entry: &Value) -> Step<(String, Value)> {

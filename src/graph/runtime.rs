@@ -128,9 +128,9 @@ pub enum Start {
     Head,
     /// A given checkpoint; with no input this forks it and reruns its pending nodes.
     From(Uuid),
-    /// A subgraph's start: the namespace's head if it has one — the task that runs this
-    /// subgraph is being re-run after its run was resumed, so go on from there (or return its
-    /// final state when it had finished) — otherwise the input.
+    /// Where a resumed run left off: the namespace's head if it has one — a run taken over
+    /// after its worker died, or a subgraph whose task is re-run — so go on from there (or
+    /// return the final state when it had finished); otherwise the input.
     Resume,
 }
 
@@ -875,10 +875,15 @@ impl<'a> CheckpointWriter<'a> {
             })
         };
         let begun = match (input, start) {
+            // Going on where an earlier attempt (or a parent's earlier run) stopped: it had not
+            // paused there, so a breakpoint at that point still applies.
             (_, Start::Resume) if resuming => match &self.head {
                 Some(head) if !head.next.is_empty() => {
                     self.report_values(state, None);
-                    continued(head.next.clone())
+                    Some(Begun {
+                        next: head.next.clone(),
+                        continuing: false,
+                    })
                 }
                 _ => None,
             },

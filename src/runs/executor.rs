@@ -241,9 +241,11 @@ impl Runner {
         )
         .await?;
         if head.is_some_and(|h| h.run_id == Some(run.run_id)) {
+            // As a subgraph resumes: from the head, and a breakpoint the earlier attempt had
+            // not reached yet still stops the run.
             return Ok(StartPoint {
                 input: None,
-                start: GraphStart::Head,
+                start: GraphStart::Resume,
                 resumed: true,
             });
         }
@@ -543,7 +545,15 @@ impl Runner {
             self.bus.thread_sender(run.thread_id).as_ref(),
         );
         let values = self.head_values(run, kwargs).await?;
-        let summary = summary(ThreadStatus::Error, values, Some(detail.clone()));
+        // A run that failed before it answered anything (a resume that no longer matches)
+        // leaves the thread's pause standing: it still waits for a person.
+        let (rest, waiting) = self.at_rest(run).await?;
+        let status = match rest {
+            ThreadStatus::Interrupted if has_entries(&waiting) => ThreadStatus::Interrupted,
+            _ => ThreadStatus::Error,
+        };
+        let mut summary = summary(status, values, Some(detail.clone()));
+        summary.interrupts = waiting;
         self.finish(
             run,
             fence,
@@ -562,16 +572,10 @@ impl Runner {
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
     ) -> Result<Value, StoreError> {
-        let head = self.store.latest_checkpoint(run.thread_id, "").await?;
-        let status = match &head {
-            Some(cp) if !cp.next.is_empty() => ThreadStatus::Interrupted,
-            _ => ThreadStatus::Idle,
-        };
+        let (status, waiting) = self.at_rest(run).await?;
         let values = self.head_values(run, kwargs).await?;
         let mut summary = summary(status, values.clone(), None);
-        if let Some(head) = &head {
-            summary.interrupts = interrupts::by_task(&head.tasks);
-        }
+        summary.interrupts = waiting;
         self.finish(
             run,
             fence,
@@ -594,21 +598,38 @@ impl Runner {
             .await?;
         let values = self.head_values(run, kwargs).await?;
         let busy = !self.store.inflight_runs(run.thread_id).await?.is_empty();
-        let status = if busy {
-            ThreadStatus::Busy
-        } else {
-            ThreadStatus::Idle
-        };
+        let (rest, waiting) = self.at_rest(run).await?;
+        let status = if busy { ThreadStatus::Busy } else { rest };
         let values_opt = if values.as_object().is_some_and(|m| m.is_empty()) {
             Value::Null
         } else {
             values.clone()
         };
-        let s = summary(status, values_opt, None);
+        let mut s = summary(status, values_opt, None);
+        s.interrupts = waiting;
         self.store
             .set_thread_summary(run.thread_id, &s, Timestamp::now())
             .await?;
         Ok(values)
+    }
+
+    /// How the thread rests at its head checkpoint: `interrupted` when nodes are pending (an
+    /// interrupt, a breakpoint, a cancelled step), else `idle`; and its pending interrupts.
+    async fn at_rest(&self, run: &Run) -> Result<(ThreadStatus, Value), StoreError> {
+        let never = CancellationToken::new();
+        let head = patiently(
+            self.settings.store_patience,
+            &never,
+            "read the thread's head",
+            || self.store.latest_checkpoint(run.thread_id, ""),
+        )
+        .await?;
+        Ok(match head {
+            Some(cp) if !cp.next.is_empty() => {
+                (ThreadStatus::Interrupted, interrupts::by_task(&cp.tasks))
+            }
+            _ => (ThreadStatus::Idle, json!({})),
+        })
     }
 
     /// Writes the run's end under its fence, retrying while the database is away: a run whose
@@ -656,6 +677,10 @@ impl Runner {
         let mut builder = StateBuilder::new(&*self.store, &graph, run.thread_id);
         Ok(Value::Object(builder.values(&head).await?))
     }
+}
+
+fn has_entries(value: &Value) -> bool {
+    value.as_object().is_some_and(|m| !m.is_empty())
 }
 
 fn summary(status: ThreadStatus, values: Value, error: Option<Value>) -> ThreadSummary {

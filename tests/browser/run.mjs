@@ -5,6 +5,7 @@
 import { createServer } from "node:http";
 import { readFileSync, existsSync } from "node:fs";
 import { join, extname } from "node:path";
+import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 
 const args = Object.fromEntries(
@@ -13,7 +14,7 @@ const args = Object.fromEntries(
     return pairs;
   }, []),
 );
-const dist = join(import.meta.dirname, "dist");
+const dist = fileURLToPath(new URL("./dist", import.meta.url));
 const TIMEOUT = 60_000;
 
 function serve() {
@@ -33,18 +34,26 @@ function serve() {
 /** The page's text of every element with this test id. */
 const texts = (page, id) => page.locator(`[data-testid="${id}"]`).allInnerTexts();
 
-async function send(page, text) {
-  await page.getByTestId("input").fill(text);
-  await page.getByTestId("send").click();
-}
+const loadingStarts = async (page) => Number(await page.getByTestId("loading-starts").innerText());
 
-async function waitIdle(page) {
-  // The run starts (loading), then ends (idle).
+/** Does `action`, then waits until the page showed a run start (loading) and end (idle). */
+async function andWaitForRun(page, action) {
+  const before = await loadingStarts(page);
+  await action();
   await page.waitForFunction(
-    () => document.querySelector('[data-testid="loading"]')?.textContent === "idle",
-    null,
+    (before) =>
+      Number(document.querySelector('[data-testid="loading-starts"]')?.textContent) > before &&
+      document.querySelector('[data-testid="loading"]')?.textContent === "idle",
+    before,
     { timeout: TIMEOUT },
   );
+}
+
+async function send(page, text) {
+  await andWaitForRun(page, async () => {
+    await page.getByTestId("input").fill(text);
+    await page.getByTestId("send").click();
+  });
 }
 
 async function waitForMessage(page, needle) {
@@ -64,8 +73,10 @@ async function waitForInterrupt(page) {
 }
 
 async function answer(page, value) {
-  await page.getByTestId("answer").fill(JSON.stringify(value));
-  await page.getByTestId("respond").click();
+  await andWaitForRun(page, async () => {
+    await page.getByTestId("answer").fill(JSON.stringify(value));
+    await page.getByTestId("respond").click();
+  });
 }
 
 async function waitForReport(page) {
@@ -82,13 +93,11 @@ function check(condition, what) {
 
 const scenarios = {
   // clarify → reply → report, on @langchain/react
-  async "react-research"(page) {
+  async "react-research"(page, url) {
     await send(page, "Tell me about batteries, it is vague");
     await waitForMessage(page, "Which aspect do you mean?");
-    await waitIdle(page);
     await send(page, "Their costs, please.");
     await waitForReport(page);
-    await waitIdle(page);
     const messages = await texts(page, "message");
     check(messages[0].includes("batteries"), `first message: ${messages[0]}`);
     check(messages.some((m) => m.includes("# Report")), `no report message in ${messages}`);
@@ -97,6 +106,12 @@ const scenarios = {
       !messages.some((m) => m.includes("Reflection recorded")),
       `the supervisor's internal turns are not the conversation: ${messages}`,
     );
+    // reloaded with the thread's id, the page shows the conversation again (GET /state)
+    const thread = await page.getByTestId("thread").innerText();
+    await page.goto(`${url}&thread=${thread}`);
+    await waitForMessage(page, "# Report");
+    const again = await texts(page, "message");
+    check(again[0] === messages[0], `after a reload: ${again}`);
   },
   // plan review shown on @langchain/react and approved from the page
   async "react-plan-review"(page) {
@@ -104,11 +119,9 @@ const scenarios = {
     const asked = await waitForInterrupt(page);
     check(asked.type === "plan_review", `interrupt: ${JSON.stringify(asked)}`);
     check(asked.topics.length === 3, `topics: ${asked.topics}`);
-    await waitIdle(page);
     check(Number(await page.getByTestId("report-length").innerText()) === 0, "reported early");
     await answer(page, { action: "approve" });
     await waitForReport(page);
-    await waitIdle(page);
   },
   // the hitl graph's interrupt on @langchain/react, answered with respond()
   async "react-hitl"(page) {
@@ -118,18 +131,15 @@ const scenarios = {
     await answer(page, "yes");
     await waitForMessage(page, "Hello there, I am a fake model.");
     await waitForMessage(page, "answer: yes");
-    await waitIdle(page);
   },
   // the classic useStream (runs API): interrupt shown, resumed with command.resume
   async "classic-hitl"(page) {
     await send(page, "hi");
     const asked = await waitForInterrupt(page);
     check(asked.question === "Approve?", `interrupt: ${JSON.stringify(asked)}`);
-    await waitIdle(page);
     await answer(page, "yes");
     await waitForMessage(page, "answer: yes");
     await waitForMessage(page, "Hello there, I am a fake model.");
-    await waitIdle(page);
   },
 };
 
@@ -166,7 +176,7 @@ async function main() {
   const url = `http://127.0.0.1:${server.address().port}/${pageName}.html?${query}`;
   try {
     await page.goto(url);
-    await scenario(page);
+    await scenario(page, url);
     const error = await texts(page, "error");
     check(error.length === 0, `the page shows an error: ${error}`);
     console.log(`ok ${args.scenario}`);

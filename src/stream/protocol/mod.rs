@@ -1,8 +1,9 @@
 //! The thread-centric event stream of `@langchain/react`'s `useStream` (LangGraph's "v2 event
-//! streaming"): every run of a thread, oldest first, as protocol events with a `seq` that
-//! counts every event of the thread's tape. Each connection replays the tape from the start and
-//! then follows new runs, so the same event has the same `seq` and `event_id` on every
-//! connection, whichever replica serves it.
+//! streaming"): the thread's recent runs, oldest first, replayed and then followed, as protocol
+//! events. An event's `event_id` derives from the frame it came from and its `seq` from that
+//! frame's time (see `Writer::number`), so every connection, on any replica, gives the same
+//! event the same id and number, whether it saw it live or replayed, and however many runs it
+//! replayed or were deleted meanwhile.
 
 mod translate;
 
@@ -11,7 +12,6 @@ pub use translate::{ProtocolEvent, RunTranslator, node_of};
 use super::{Bus, Frame, STORE_POLL, follow_run};
 use crate::store::{Run, Store};
 use crate::telemetry::metrics::SseSubscriber;
-use crate::time::Timestamp;
 use axum::body::Body;
 use bytes::Bytes;
 use serde_json::Value;
@@ -22,6 +22,7 @@ use tokio::sync::broadcast;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use uuid::Uuid;
 
 /// The channels a subscription may name (besides `custom:<name>`).
@@ -40,9 +41,13 @@ pub const CHANNELS: [&str; 9] = [
 /// How often an idle connection looks for runs another replica created on its thread.
 const DISCOVERY_POLL: Duration = Duration::from_secs(1);
 
-/// The runs of a thread a connection replays (oldest first): a bound on the work a
-/// connection does; a thread with more runs replays its newest ones.
-const MAX_RUNS: i64 = 1000;
+/// The runs a new connection replays: the newest ones (clients need the current run; older
+/// ones are in the thread's state), so a connection's work does not grow with the thread.
+const REPLAYED_RUNS: i64 = 20;
+
+/// `seq` = the event's time in milliseconds × this, plus its place among the events of the
+/// same millisecond. Below 2^53 (exact in JavaScript) until the year 2100.
+const SEQ_PER_MS: u64 = 2048;
 
 /// Which events a connection wants.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -158,11 +163,14 @@ pub struct ThreadTape {
 /// ones as they come, with heartbeats, until the client goes away or the server stops.
 pub fn events_sse_body(tape: ThreadTape, filter: Filter) -> Body {
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    tokio::spawn(heartbeats(tx.clone(), tape.heartbeat));
     tokio::spawn(async move {
         let _open = SseSubscriber::open();
+        // The heartbeats end with the tape (client gone, or the server shutting down), so the
+        // response ends and a graceful shutdown is not held up by open pages.
+        let beats = AbortOnDropHandle::new(tokio::spawn(heartbeats(tx.clone(), tape.heartbeat)));
         let mut writer = Writer { tx, filter, seq: 0 };
         tape.play(&mut writer).await;
+        drop(beats);
     });
     Body::from_stream(ReceiverStream::new(rx))
 }
@@ -170,13 +178,13 @@ pub fn events_sse_body(tape: ThreadTape, filter: Filter) -> Body {
 async fn heartbeats(tx: mpsc::Sender<Result<Bytes, std::io::Error>>, every: Duration) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                if tx.send(Ok(Bytes::from_static(super::HEARTBEAT))).await.is_err() {
-                    return;
-                }
-            }
-            () = tx.closed() => return,
+        tick.tick().await;
+        if tx
+            .send(Ok(Bytes::from_static(super::HEARTBEAT)))
+            .await
+            .is_err()
+        {
+            return;
         }
     }
 }
@@ -189,17 +197,27 @@ struct Writer {
 }
 
 impl Writer {
+    /// The event's `seq`: from its time, which the frame it came from fixes (or the run's
+    /// creation and end for lifecycle events), kept increasing. Every connection numbers the
+    /// same events alike, even one that replayed fewer runs or saw a run that was deleted
+    /// since.
+    fn number(&mut self, event: &ProtocolEvent) -> u64 {
+        let floor = u64::try_from(event.timestamp).unwrap_or(0) * SEQ_PER_MS;
+        self.seq = floor.max(self.seq + 1);
+        self.seq
+    }
+
     /// False when the client went away.
     async fn send(&mut self, events: Vec<ProtocolEvent>) -> bool {
         for event in events {
-            self.seq += 1;
-            if !self.filter.matches(self.seq, &event) {
+            let seq = self.number(&event);
+            if !self.filter.matches(seq, &event) {
                 continue;
             }
-            let envelope = event.envelope(self.seq);
+            let envelope = event.envelope(seq);
             let frame = format!(
                 "event: {}\r\ndata: {envelope}\r\nid: {}\r\n\r\n",
-                event.method, self.seq
+                event.method, seq
             );
             if self.tx.send(Ok(Bytes::from(frame))).await.is_err() {
                 return false;
@@ -220,7 +238,8 @@ impl ThreadTape {
                 nudges.try_recv(),
                 Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
             ) {}
-            let runs = match self.runs().await {
+            let window = if played.is_empty() { REPLAYED_RUNS } else { 5 };
+            let runs = match self.runs(window, &played).await {
                 Ok(runs) => runs,
                 Err(error) => {
                     tracing::warn!(%error, thread_id = %self.thread_id, "could not list the thread's runs");
@@ -246,14 +265,23 @@ impl ThreadTape {
         }
     }
 
-    /// The thread's runs, oldest first.
-    async fn runs(&self) -> Result<Vec<Run>, crate::store::StoreError> {
-        let mut runs = self
-            .store
-            .list_runs(self.thread_id, None, MAX_RUNS, 0)
-            .await?;
-        runs.reverse();
-        Ok(runs)
+    /// The thread's newest runs, oldest first: `window` of them, or more while every one
+    /// listed is new (runs created faster than a connection looks).
+    async fn runs(
+        &self,
+        window: i64,
+        played: &HashSet<Uuid>,
+    ) -> Result<Vec<Run>, crate::store::StoreError> {
+        let mut limit = window;
+        loop {
+            let mut runs = self.store.list_runs(self.thread_id, None, limit, 0).await?;
+            let all_new = runs.iter().all(|r| !played.contains(&r.run_id));
+            if played.is_empty() || !all_new || runs.len() < limit as usize || limit >= 1000 {
+                runs.reverse();
+                return Ok(runs);
+            }
+            limit *= 4;
+        }
     }
 
     /// One run from its start to its end; false when the client went away.
@@ -287,15 +315,14 @@ impl ThreadTape {
         if self.shutdown.is_cancelled() {
             return false;
         }
-        let status = match self.store.get_run(run.run_id).await {
-            Ok(found) => found.map(|r| r.status),
+        let ended = match self.store.get_run(run.run_id).await {
+            Ok(found) => found.map(|r| (r.status, r.updated_at.millis())),
             Err(error) => {
                 tracing::warn!(%error, run_id = %run.run_id, "could not read a run's status");
                 None
             }
         };
-        out.send(translator.finish(status, Timestamp::now().millis()))
-            .await
+        out.send(translator.finish(ended)).await
     }
 
     async fn until_ended(&self, run_id: Uuid, out: &Writer) -> bool {

@@ -64,9 +64,10 @@ pub struct RunTranslator {
     subgraphs: Vec<Vec<String>>,
     lifecycle_sent: HashSet<(String, &'static str)>,
     interrupts_sent: HashSet<String>,
-    /// A `values` event held back one frame: a `checkpoints` event for the same step goes
-    /// before it, as the protocol's clients pair each values event with the checkpoint before.
-    held_values: Option<ProtocolEvent>,
+    /// A `values` event (with the interrupts it announces) held back one frame: a
+    /// `checkpoints` event for the same step goes before it, as the protocol's clients pair
+    /// each values event with the checkpoint before it.
+    held: Vec<ProtocolEvent>,
     failure: Option<String>,
     /// Events made from the current frame (they share its id, suffixed `.1`, `.2`, …).
     base_id: String,
@@ -83,7 +84,7 @@ impl RunTranslator {
             subgraphs: Vec::new(),
             lifecycle_sent: HashSet::new(),
             interrupts_sent: HashSet::new(),
-            held_values: None,
+            held: Vec::new(),
             failure: None,
             base_id: String::new(),
             parts: 0,
@@ -118,11 +119,16 @@ impl RunTranslator {
             self.subgraph_seen(&namespace, &mut out);
         }
         match mode {
-            "values" => self.values(namespace, data, &mut out),
+            "values" => self.values(namespace, data),
             "updates" => self.updates(namespace, data, &mut out),
             "messages" => self.message(namespace, &data, &mut out),
             "custom" => {
-                let ev = self.event("custom", namespace, None, json!({"payload": data}));
+                // A payload's `type` names it, so `custom:<type>` subscriptions select it.
+                let mut custom = json!({ "payload": data });
+                if let (Some(name), Some(map)) = (data["type"].as_str(), custom.as_object_mut()) {
+                    map.insert("name".into(), json!(name));
+                }
+                let ev = self.event("custom", namespace, None, custom);
                 out.push(ev);
             }
             "tasks" => out.push(self.event("tasks", namespace, None, data)),
@@ -135,11 +141,15 @@ impl RunTranslator {
         out
     }
 
-    /// The run ended with `status`: what is still open is closed, then the root terminal.
-    pub fn finish(&mut self, status: Option<RunStatus>, timestamp: i64) -> Vec<ProtocolEvent> {
+    /// The run ended (its status and when; `None` when it is gone, rolled back): what is
+    /// still open is closed, then the root terminal.
+    pub fn finish(&mut self, ended: Option<(RunStatus, i64)>) -> Vec<ProtocolEvent> {
         self.base_id = format!("{}:end", self.run_id);
         self.parts = 0;
-        self.timestamp = timestamp;
+        let status = ended.map(|(status, at)| {
+            self.timestamp = self.timestamp.max(at);
+            status
+        });
         let mut out = Vec::new();
         self.release_values(&mut out);
         for open in std::mem::take(&mut self.open) {
@@ -231,13 +241,13 @@ impl RunTranslator {
     }
 
     fn release_values(&mut self, out: &mut Vec<ProtocolEvent>) {
-        out.extend(self.held_values.take());
+        out.append(&mut self.held);
     }
 
     fn checkpoint(&mut self, namespace: &[String], data: &Value, out: &mut Vec<ProtocolEvent>) {
         if self
-            .held_values
-            .as_ref()
+            .held
+            .first()
             .is_some_and(|held| held.namespace != namespace)
         {
             self.release_values(out);
@@ -254,22 +264,23 @@ impl RunTranslator {
         self.release_values(out);
     }
 
-    fn values(&mut self, namespace: Vec<String>, data: Value, out: &mut Vec<ProtocolEvent>) {
+    /// Holds the values event (see `held`); the frame before released what was held.
+    fn values(&mut self, namespace: Vec<String>, data: Value) {
         let Value::Object(mut state) = data else {
             return;
         };
         let interrupts = state.remove("__interrupt__");
         let values = self.event("values", namespace.clone(), None, Value::Object(state));
-        match interrupts {
-            Some(Value::Array(list)) if !list.is_empty() => {
-                out.push(values);
-                for interrupt in list {
-                    self.input_requested(&namespace, &interrupt, out);
-                }
-                self.lifecycle(&[], "interrupted", None, out);
+        let mut group = vec![values];
+        if let Some(Value::Array(list)) = interrupts {
+            for interrupt in list {
+                self.input_requested(&namespace, &interrupt, &mut group);
             }
-            _ => self.held_values = Some(values),
+            if group.len() > 1 {
+                self.lifecycle(&[], "interrupted", None, &mut group);
+            }
         }
+        self.held = group;
     }
 
     fn input_requested(
@@ -607,7 +618,7 @@ mod tests {
         let mut events = t.start(1);
         events.extend(t.frame(&frame(1, "messages", chunk("m1", "Hel", false))));
         events.extend(t.frame(&frame(2, "messages", chunk("m1", "lo", true))));
-        events.extend(t.finish(Some(RunStatus::Success), 2));
+        events.extend(t.finish(Some((RunStatus::Success, 2))));
         assert_eq!(
             kinds(&events),
             [
@@ -648,17 +659,25 @@ mod tests {
         let mut t = RunTranslator::new(Uuid::nil(), "hitl");
         let values = json!({"messages": [], "__interrupt__": [{"id": "i1", "value": {"q": 1}}]});
         let mut events = t.frame(&frame(1, "values", values));
-        events.extend(t.finish(Some(RunStatus::Interrupted), 2));
+        let cp = json!({"config": {"configurable": {"checkpoint_id": "c2"}},
+                        "metadata": {"step": 1, "source": "loop"}});
+        events.extend(t.frame(&frame(2, "checkpoints", cp)));
+        events.extend(t.finish(Some((RunStatus::Interrupted, 2))));
         assert_eq!(
             kinds(&events),
-            ["values", "input.requested", "lifecycle:interrupted"]
+            [
+                "checkpoints",
+                "values",
+                "input.requested",
+                "lifecycle:interrupted"
+            ]
         );
         assert_eq!(
-            events[1].data,
+            events[2].data,
             json!({"interrupt_id": "i1", "payload": {"q": 1}})
         );
-        assert!(events[0].data.get("__interrupt__").is_none());
-        assert_eq!(events[1].channel(), "input");
+        assert!(events[1].data.get("__interrupt__").is_none());
+        assert_eq!(events[2].channel(), "input");
     }
 
     #[test]
@@ -671,7 +690,7 @@ mod tests {
             "error",
             json!({"error": "ValueError", "message": "kaboom"}),
         )));
-        events.extend(t.finish(Some(RunStatus::Error), 4));
+        events.extend(t.finish(Some((RunStatus::Error, 4))));
         assert_eq!(
             kinds(&events),
             [

@@ -1,7 +1,7 @@
 // What both pages show: the conversation, the pending interrupt with a JSON answer box, the
 // final report's length, loading and errors. Selectors are data-testid attributes the driver
 // (run.mjs) reads.
-import { useState } from "react";
+import { useEffect, useRef, useState } from "react";
 
 export const params = new URLSearchParams(location.search);
 
@@ -19,9 +19,21 @@ function typeOf(message) {
   return typeof message.getType === "function" ? message.getType() : message.type;
 }
 
+/** How many times the hook went from idle to loading: a run the page saw start. */
+function useLoadingStarts(isLoading) {
+  const [starts, setStarts] = useState(0);
+  const was = useRef(false);
+  useEffect(() => {
+    if (isLoading && !was.current) setStarts((n) => n + 1);
+    was.current = isLoading;
+  }, [isLoading]);
+  return starts;
+}
+
 export function Chat({ stream, onSend, onAnswer }) {
   const [text, setText] = useState("");
   const [answer, setAnswer] = useState("");
+  const loadingStarts = useLoadingStarts(stream.isLoading);
   const report = stream.values?.final_report ?? "";
   return (
     <main>
@@ -43,6 +55,7 @@ export function Chat({ stream, onSend, onAnswer }) {
       )}
       <p data-testid="report-length">{report.length}</p>
       <p data-testid="loading">{stream.isLoading ? "loading" : "idle"}</p>
+      <p data-testid="loading-starts">{loadingStarts}</p>
       {stream.error != null && <p data-testid="error">{String(stream.error)}</p>}
       <form
         onSubmit={(e) => {
