@@ -50,10 +50,19 @@ fn requests_of(ra: &ResearchApp, role: Role) -> Vec<Value> {
         .collect()
 }
 
+/// The topic line each researcher was given (the brief follows it, for context).
 fn researched_topics(ra: &ResearchApp) -> BTreeSet<String> {
     requests_of(ra, Role::Researcher)
         .iter()
-        .map(r::topic)
+        .filter_map(|q| {
+            let first = q["messages"]
+                .as_array()?
+                .iter()
+                .find(|m| m["role"] == "user")?;
+            let text = first["content"].as_str()?;
+            assert!(text.contains("larger research question"), "{text}");
+            Some(text.lines().next()?.to_owned())
+        })
         .collect()
 }
 

@@ -290,3 +290,66 @@ fn calls_by_role(usage: &Value) -> Value {
     }
     Value::Object(out)
 }
+
+/// Plan review on the real small model: the brief and a plan of topics come back as the
+/// interrupt, before any search; ending the thread there (`goto: "__end__"`) costs nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local model server: scripts/test.sh starts it and runs this tier"]
+async fn a_real_small_model_plans_research_for_review() {
+    let tavily = FakeTavily::start().await;
+    let text = config(&model_url(), &tavily);
+    let cfg = FileConfig::load(&[(&text, "real-model.toml")], &[]).expect("config");
+    let deps = cfg.research_deps(&|_: &str| None).expect("deps");
+    let mut registry = Registry::new();
+    research::register(&mut registry, Arc::new(deps));
+    let app = spawn_with(Backend::Sqlite, test_settings(), registry)
+        .await
+        .expect("sqlite app");
+    let tid = new_thread(&app).await;
+    let wait = |body: Value| {
+        let request = app
+            .client
+            .post(app.url(&format!("/threads/{tid}/runs/wait")))
+            .timeout(run_limit())
+            .json(&body);
+        async move {
+            request
+                .send()
+                .await
+                .expect("wait")
+                .json::<Value>()
+                .await
+                .expect("json")
+        }
+    };
+    let started = Instant::now();
+    let paused = wait(json!({"assistant_id": "deep_research",
+        "config": {"configurable": {"review_plan": true}},
+        "input": {"messages": [{"role": "user", "content": QUESTIONS[0]}]}}))
+    .await;
+    let asked = &paused["__interrupt__"][0]["value"];
+    println!(
+        "real-model plan review: {:?}, {}",
+        started.elapsed(),
+        json!({"research_brief": asked["research_brief"], "topics": asked["topics"]})
+    );
+    assert_eq!(asked["type"], "plan_review", "{paused}");
+    let topics = asked["topics"].as_array().expect("topics");
+    assert!(
+        (1..=2).contains(&topics.len())
+            && topics
+                .iter()
+                .all(|t| t.as_str().is_some_and(|t| !t.trim().is_empty())),
+        "{topics:?}"
+    );
+    assert_eq!(
+        tavily.calls(),
+        0,
+        "nothing is searched before the plan is approved"
+    );
+    let ended =
+        wait(json!({"assistant_id": "deep_research", "command": {"goto": "__end__"}})).await;
+    assert!(ended.get("__interrupt__").is_none(), "{ended}");
+    let thread = app.get_json(&format!("/threads/{tid}")).await;
+    assert_eq!(thread["status"], "idle");
+}

@@ -240,11 +240,16 @@ fn approved(deps: &Deps, state: &JsonMap, brief: &str, topics: &[String]) -> Jso
         .first()
         .cloned()
         .unwrap_or(Value::Null);
+    // A researcher sees only its topic: each carries the brief as context (a small model's
+    // plan names topics in two words).
     let mut delegate = ai_message(&format!("run-{}", Uuid::new_v4()), "");
     delegate["tool_calls"] = topics
         .iter()
         .map(|t| {
-            json!({"name": "ConductResearch", "args": {"research_topic": t},
+            let topic = deps
+                .prompts
+                .render("plan_topic", &[("topic", t), ("research_brief", brief)]);
+            json!({"name": "ConductResearch", "args": {"research_topic": topic.trim()},
                    "id": format!("call_{}", Uuid::new_v4().simple()), "type": "tool_call"})
         })
         .collect();

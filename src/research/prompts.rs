@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Built-in templates by name.
-const BUILT_IN: [(&str, &str); 11] = [
+const BUILT_IN: [(&str, &str); 12] = [
     (
         "clarify_with_user",
         include_str!("../../prompts/clarify_with_user.txt"),
@@ -50,6 +50,7 @@ const BUILT_IN: [(&str, &str); 11] = [
         "plan_approved",
         include_str!("../../prompts/plan_approved.txt"),
     ),
+    ("plan_topic", include_str!("../../prompts/plan_topic.txt")),
 ];
 
 /// The loaded templates.
