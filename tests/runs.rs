@@ -418,8 +418,10 @@ async fn a_live_join_of_a_pending_run_that_runs_elsewhere_gets_every_frame(app: 
     let run: Value = post(
         &replica,
         &format!("/threads/{tid}/runs"),
+        // Held back a moment, so the join below really comes before the run starts (a
+        // worker of the other replica could otherwise store its first frames first).
         json!({"assistant_id": "slow", "input": hello(), "stream_resumable": true,
-               "config": {"configurable": {"sleep_secs": 1.5}}}),
+               "after_seconds": 0.5, "config": {"configurable": {"sleep_secs": 1.5}}}),
     )
     .await
     .json()
