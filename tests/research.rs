@@ -344,6 +344,10 @@ async fn bad_per_run_settings_are_rejected_before_the_run() {
         (json!({"research_model": "gpt-4.1"}), "research_model"),
         (json!({"search_api": "none"}), "locked"),
         (json!({"serch_api": "none"}), "serch_api"),
+        (
+            json!({"mcp_config": {"url": "http://localhost:8000/mcp"}}),
+            "mcp_config",
+        ),
     ] {
         let resp = ra.app.client.post(ra.app.url(&format!("/threads/{tid}/runs")))
             .json(&json!({"assistant_id": "deep_research", "input": {"messages": []}, "config": {"configurable": configurable}}))
@@ -353,6 +357,84 @@ async fn bad_per_run_settings_are_rejected_before_the_run() {
         assert!(body["detail"].as_str().unwrap().contains(needle), "{body}");
     }
     assert_eq!(ra.llm.calls(), 0);
+
+    // An assistant with such settings is refused when it is made or changed, with the same
+    // message a run gets, instead of failing every run on it later.
+    let post = |path: &str, body: Value| ra.app.client.post(ra.app.url(path)).json(&body).send();
+    let resp = post(
+        "/assistants",
+        json!({"graph_id": "deep_research",
+        "config": {"configurable": {"max_concurrent_research_units": "lots"}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 422);
+    let detail = resp.json::<Value>().await.unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(detail.contains("max_concurrent_research_units"), "{detail}");
+    for context in [
+        json!({"research_model": "gpt-4.1"}),
+        json!({"reserch_model": "openai:x"}),
+    ] {
+        let resp = post(
+            "/assistants",
+            json!({"graph_id": "deep_research", "context": context}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(resp.status(), 422, "{context}");
+    }
+    let good: Value = post(
+        "/assistants",
+        json!({"graph_id": "deep_research",
+        "context": {"max_concurrent_research_units": 2}}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let aid = good["assistant_id"].as_str().unwrap();
+    let resp = ra
+        .app
+        .client
+        .patch(ra.app.url(&format!("/assistants/{aid}")))
+        .json(&json!({"context": {"max_researcher_iterations": 99}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let resp = ra
+        .app
+        .client
+        .patch(ra.app.url(&format!("/assistants/{aid}")))
+        .json(&json!({"config": {"interrupt_before": ["nowhere"]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let unchanged = ra.app.get_json(&format!("/assistants/{aid}")).await;
+    assert_eq!(unchanged["version"], good["version"]);
+    assert_eq!(
+        unchanged["context"],
+        json!({"max_concurrent_research_units": 2})
+    );
+    // its context reaches its runs, and a run's own values beat it
+    let run: Value = post(
+        &format!("/threads/{tid}/runs"),
+        json!({"assistant_id": aid,
+        "input": {"messages": []}, "context": {"max_researcher_iterations": 2}}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let configurable = &run["kwargs"]["config"]["configurable"];
+    assert_eq!(configurable["max_concurrent_research_units"], 2, "{run}");
+    assert_eq!(configurable["max_researcher_iterations"], 2, "{run}");
 }
 
 /// ODR ends a run whose supervisor never delegates with no research at all (and then writes a

@@ -3,8 +3,10 @@
 //! id does.
 
 use super::error::{ApiResult, AppError, Body, parse_id};
+use super::runs::check_recursion_limit;
 use super::{AppState, SearchParams, paged, project};
 use crate::graph::Graph;
+use crate::graph::interrupts::Breakpoints;
 use crate::ids;
 use crate::store::{Assistant, AssistantPatch, AssistantQuery, IfExists, JsonMap};
 use crate::time::Timestamp;
@@ -105,6 +107,34 @@ fn object_or_empty(v: Option<Value>, field: &str) -> ApiResult<Value> {
     }
 }
 
+/// An assistant's settings as a run on it starts from: its `config`, with its `context` merged
+/// into `configurable` (LangGraph mirrors one into the other).
+pub(crate) fn settings_of(config: &Value, context: &Value) -> JsonMap {
+    let mut settings = config.as_object().cloned().unwrap_or_default();
+    let mut configurable = settings
+        .get("configurable")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    configurable.extend(context.as_object().cloned().unwrap_or_default());
+    settings.insert("configurable".into(), Value::Object(configurable));
+    settings
+}
+
+/// Checks an assistant's settings as every run on it would be checked, so a bad value is a
+/// 422 now (naming the field, as a run gets) rather than a failed run later.
+fn check_settings(graph: &Graph, config: &Value, context: &Value) -> ApiResult<()> {
+    let settings = settings_of(config, context);
+    check_recursion_limit(&settings)?;
+    graph
+        .check_config(&Value::Object(settings))
+        .map_err(AppError::Invalid)?;
+    let key = |k: &str| config.get(k).cloned().unwrap_or(Value::Null);
+    Breakpoints::parse(&key("interrupt_before"), &key("interrupt_after"), graph)
+        .map_err(AppError::Invalid)?;
+    Ok(())
+}
+
 /// Creates an assistant for a registered graph.
 #[utoipa::path(post, path = "/assistants", tag = "assistants", request_body = NewAssistant,
     responses((status = 200, body = Assistant), (status = 404), (status = 409), (status = 422)))]
@@ -112,23 +142,26 @@ pub(super) async fn create(
     State(state): State<AppState>,
     Body(body): Body<NewAssistant>,
 ) -> ApiResult<Json<Assistant>> {
-    if state.registry.get(&body.graph_id).is_none() {
+    let Some(graph) = state.registry.get(&body.graph_id) else {
         return Err(AppError::NotFound(format!(
             "Graph '{}' not found",
             body.graph_id
         )));
-    }
+    };
     let if_exists: IfExists = parse_enum(body.if_exists.as_deref(), "if_exists", IfExists::Raise)?;
     let assistant_id = match body.assistant_id.as_deref() {
         Some(raw) => parse_id(raw, "assistant")?,
         None => ids::new_id(),
     };
     let now = Timestamp::now();
+    let config = object_or_empty(body.config, "config")?;
+    let context = object_or_empty(body.context, "context")?;
+    check_settings(&graph, &config, &context)?;
     let assistant = Assistant {
         assistant_id,
         graph_id: body.graph_id,
-        config: object_or_empty(body.config, "config")?,
-        context: object_or_empty(body.context, "context")?,
+        config,
+        context,
         metadata: body.metadata.unwrap_or_default(),
         name: body.name.unwrap_or_else(|| "Untitled".into()),
         description: body.description,
@@ -278,13 +311,10 @@ pub(super) async fn update(
     Body(body): Body<AssistantUpdate>,
 ) -> ApiResult<Json<Assistant>> {
     let current = by_path(&state, &id).await?;
-    if let Some(g) = body
-        .graph_id
-        .as_deref()
-        .filter(|g| state.registry.get(g).is_none())
-    {
-        return Err(AppError::NotFound(format!("Graph '{g}' not found")));
-    }
+    let graph_id = body.graph_id.as_deref().unwrap_or(&current.graph_id);
+    let Some(graph) = state.registry.get(graph_id) else {
+        return Err(AppError::NotFound(format!("Graph '{graph_id}' not found")));
+    };
     let patch = AssistantPatch {
         graph_id: body.graph_id,
         config: body
@@ -299,6 +329,12 @@ pub(super) async fn update(
         name: body.name,
         description: body.description,
     };
+    // What the assistant would be after the patch (config and context are replaced whole).
+    check_settings(
+        &graph,
+        patch.config.as_ref().unwrap_or(&current.config),
+        patch.context.as_ref().unwrap_or(&current.context),
+    )?;
     state
         .store
         .update_assistant(current.assistant_id, &patch, Timestamp::now())

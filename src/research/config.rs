@@ -176,6 +176,15 @@ impl ResearchConfig {
             _ => return Err("internal: research config is not an object".into()),
         };
         for (key, value) in configurable {
+            // Accepted and ignored would be worse than refused: the researchers would work
+            // without the tools the caller counted on.
+            if key == "mcp_config" && !value.is_null() {
+                return Err(
+                    "config.configurable.mcp_config: MCP tool servers are not supported \
+                            yet; remove mcp_config (or set it to null)"
+                        .into(),
+                );
+            }
             if PASSTHROUGH.contains(&key.as_str()) || key.starts_with("x-") {
                 continue;
             }
@@ -185,12 +194,31 @@ impl ResearchConfig {
             if locked.contains(key) && merged.get(key) != Some(value) {
                 return Err(format!("config.configurable.{key}: locked by the operator"));
             }
-            merged.insert(key.clone(), coerce(&merged[key], value));
+            let value = coerce(&merged[key], value);
+            if let Some(expected) = kind_mismatch(&merged[key], &value) {
+                return Err(format!(
+                    "config.configurable.{key}: expected {expected}, got {value}"
+                ));
+            }
+            merged.insert(key.clone(), value);
         }
         let cfg: Self = serde_json::from_value(Value::Object(merged))
             .map_err(|e| format!("config.configurable: {e}"))?;
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+/// What a setting's value must be, when `value` is not of the default's kind.
+fn kind_mismatch(default: &Value, value: &Value) -> Option<&'static str> {
+    match (default, value) {
+        (Value::Number(_), Value::Number(n)) if n.is_u64() => None,
+        (Value::Number(_), _) => Some("a whole number"),
+        (Value::Bool(_), Value::Bool(_)) => None,
+        (Value::Bool(_), _) => Some("true or false"),
+        (Value::String(_), Value::String(_)) => None,
+        (Value::String(_), _) => Some("a string"),
+        _ => None,
     }
 }
 
@@ -245,11 +273,25 @@ mod tests {
         assert!(e.contains("locked"), "{e}");
         let e = over(json!({"reserch_model": "openai:x"})).unwrap_err();
         assert!(e.contains("reserch_model: unknown setting"), "{e}");
-        let e = over(json!({"allow_clarification": "perhaps"})).unwrap_err();
+        let e = over(json!({"mcp_config": {"url": "http://localhost:8000/mcp", "tools": ["x"]}}))
+            .unwrap_err();
         assert!(
-            e.contains("allow_clarification") || e.contains("configurable"),
+            e.contains("mcp_config") && e.contains("not supported"),
             "{e}"
         );
+        assert!(over(json!({"mcp_config": null})).is_ok());
+        let e = over(json!({"allow_clarification": "perhaps"})).unwrap_err();
+        assert!(
+            e.contains("allow_clarification: expected true or false"),
+            "{e}"
+        );
+        let e = over(json!({"max_concurrent_research_units": "lots"})).unwrap_err();
+        assert!(
+            e.contains("max_concurrent_research_units: expected a whole number"),
+            "{e}"
+        );
+        let e = over(json!({"research_model": 5})).unwrap_err();
+        assert!(e.contains("research_model: expected a string"), "{e}");
         let e = ResearchConfig {
             search_api: SearchApi::Openai,
             ..Default::default()

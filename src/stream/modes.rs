@@ -15,7 +15,6 @@ pub enum StreamMode {
     Tasks,
     Checkpoints,
     Debug,
-    Events,
 }
 
 impl StreamMode {
@@ -29,11 +28,20 @@ impl StreamMode {
             "tasks" => Self::Tasks,
             "checkpoints" => Self::Checkpoints,
             "debug" => Self::Debug,
-            "events" => Self::Events,
+            // Accepted and silent would be worse: the client would wait for events that never
+            // come.
+            "events" => {
+                return Err(
+                    "stream_mode 'events' (LangChain callback events) is not supported \
+                            by this server; use values, updates, messages-tuple, custom, tasks, \
+                            checkpoints or debug"
+                        .into(),
+                );
+            }
             other => {
                 return Err(format!(
                     "Invalid stream_mode '{other}': expected one of values, updates, messages, \
-                     messages-tuple, custom, tasks, checkpoints, debug, events"
+                     messages-tuple, custom, tasks, checkpoints, debug"
                 ));
             }
         })
@@ -50,7 +58,6 @@ impl StreamMode {
             Self::Tasks => "tasks",
             Self::Checkpoints => "checkpoints",
             Self::Debug => "debug",
-            Self::Events => "events",
         }
     }
 }
@@ -171,6 +178,11 @@ mod tests {
         assert_eq!(q(&[""]).unwrap(), None);
         assert!(q(&["bogus"]).is_err());
         assert!(StreamModes::from_json(Some(&json!(["values", "lifecycle"]))).is_err());
+        let events = StreamModes::from_json(Some(&json!(["values", "events"]))).unwrap_err();
+        assert!(
+            events.contains("'events'") && events.contains("not supported"),
+            "{events}"
+        );
     }
 
     #[test]

@@ -326,6 +326,23 @@ async def test_run_with_user_assistant_stamps_its_id_on_thread(client, new_threa
         await client.assistants.delete(aid)
 
 
+async def test_assistant_context_reaches_its_runs_and_a_run_overrides_it(client, new_thread):
+    # `slow` sleeps `configurable.sleep_secs` (3 s by default)
+    assistant = await client.assistants.create("slow", context={"sleep_secs": 0.05})
+    aid = assistant["assistant_id"]
+    try:
+        tid = await new_thread()
+        started = time.monotonic()
+        await bounded(client.runs.wait(tid, aid, input=human()))
+        assert time.monotonic() - started < 2.5, "the assistant's context was not applied"
+        await bounded(client.runs.wait(tid, aid, input=human(), context={"sleep_secs": 0.01}))
+        first, second = reversed(await client.runs.list(tid))
+        assert first["kwargs"]["config"]["configurable"]["sleep_secs"] == 0.05
+        assert second["kwargs"]["config"]["configurable"]["sleep_secs"] == 0.01
+    finally:
+        await client.assistants.delete(aid)
+
+
 # --------------------------------------------------------------------------
 # threads (rows 2, 6, 16 and extras)
 # --------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 //! stream subscribed first.
 
 use super::super::AppState;
-use super::super::assistants::{parse_enum, resolve};
+use super::super::assistants::{parse_enum, resolve, settings_of};
 use super::super::error::{ApiResult, AppError, parse_id};
 use super::super::lookups::checkpoint_id_of;
 use crate::graph::Graph;
@@ -144,13 +144,10 @@ pub(super) fn validate(body: &NewRun, target: Target) -> ApiResult<()> {
     Ok(())
 }
 
-/// Builds the run's config: the assistant's, the request's, and the ids nodes may read.
-pub(super) fn run_config(
-    assistant_config: &Value,
-    body: &NewRun,
-    ids: &JsonMap,
-) -> ApiResult<Value> {
-    let mut config = assistant_config.as_object().cloned().unwrap_or_default();
+/// Builds the run's config: the assistant's (its `context` included), the request's, and the
+/// ids nodes may read. The run's values beat the assistant's, which beat the defaults.
+pub(super) fn run_config(assistant: &Assistant, body: &NewRun, ids: &JsonMap) -> ApiResult<Value> {
+    let mut config = settings_of(&assistant.config, &assistant.context);
     let request = object(body.config.clone(), "config")?;
     let mut configurable = config
         .get("configurable")
@@ -172,15 +169,21 @@ pub(super) fn run_config(
     configurable.extend(request_configurable);
     configurable.extend(context);
     configurable.extend(ids.clone());
-    if let Some(limit) = config.get("recursion_limit")
-        && !limit.as_i64().is_some_and(|l| (1..=10_000).contains(&l))
-    {
-        return Err(AppError::Invalid(
-            "config.recursion_limit must be an integer between 1 and 10000".into(),
-        ));
-    }
+    check_recursion_limit(&config)?;
     config.insert("configurable".into(), Value::Object(configurable));
     Ok(Value::Object(config))
+}
+
+/// `recursion_limit`, when set, is a whole number of supersteps in 1..=10000.
+pub(in crate::api) fn check_recursion_limit(config: &JsonMap) -> ApiResult<()> {
+    match config.get("recursion_limit") {
+        Some(limit) if !limit.as_i64().is_some_and(|l| (1..=10_000).contains(&l)) => {
+            Err(AppError::Invalid(
+                "config.recursion_limit must be an integer between 1 and 10000".into(),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The options of a run request, parsed once.
@@ -395,7 +398,7 @@ fn build_run(
         id_fields.insert("checkpoint_id".into(), json!(cid));
         id_fields.insert("checkpoint_ns".into(), json!(""));
     }
-    let config = run_config(&assistant.config, body, &id_fields)?;
+    let config = run_config(assistant, body, &id_fields)?;
     if let Some(graph) = state.registry.get(&assistant.graph_id) {
         graph.check_config(&config).map_err(AppError::Invalid)?;
     }

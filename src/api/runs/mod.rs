@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 use waiting::{result_body, wait_body};
 
-pub(super) use create::NewRun;
+pub(super) use create::{NewRun, check_recursion_limit};
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
