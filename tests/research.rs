@@ -1094,3 +1094,54 @@ async fn a_researcher_that_finishes_before_searching_searches_its_topic() {
     assert!(ra.tavily.calls() >= 1);
     assert!(!values["sources"].as_array().unwrap().is_empty());
 }
+
+/// `/schemas` describes every research setting: what it does, its default, its range or its
+/// choices, and whether the operator locked it, so Studio's form is useful.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_schema_describes_every_setting() {
+    let ra = r::start(
+        scripted(Script::default()),
+        "[operator]\nlocked = [\"search_api\"]\n",
+    )
+    .await;
+    let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
+    let props = schemas["config_schema"]["properties"].as_object().unwrap();
+    assert_eq!(props.len(), 17, "{props:?}");
+    assert!(
+        props
+            .values()
+            .all(|p| p["description"].as_str().is_some_and(|d| d.len() > 10))
+    );
+    let units = &props["max_concurrent_research_units"];
+    assert_eq!(
+        (units["minimum"].clone(), units["maximum"].clone()),
+        (json!(1), json!(20))
+    );
+    assert_eq!(units["default"], 5);
+    assert_eq!(
+        props["search_api"]["enum"],
+        json!(["tavily", "anthropic", "none"])
+    );
+    assert_eq!(props["search_api"]["readOnly"], true);
+    assert_eq!(props["review_plan"]["type"], "boolean");
+    assert_eq!(props["research_model"]["default"], r::MODEL);
+    // the form's bounds are the ones enforced
+    let tid = new_thread(&ra.app).await;
+    let resp = ra
+        .app
+        .client
+        .post(ra.app.url(&format!("/threads/{tid}/runs")))
+        .json(
+            &json!({"assistant_id": "deep_research", "input": {"messages": []},
+                      "context": {"max_concurrent_research_units": 21}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let detail = resp.json::<Value>().await.unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(detail.contains("between 1 and 20"), "{detail}");
+}

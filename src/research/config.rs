@@ -81,7 +81,143 @@ const PASSTHROUGH: [&str; 9] = [
     "mcp_config",
 ];
 
-fn range(field: &str, value: u64, lo: u64, hi: u64) -> Result<(), String> {
+/// One setting as clients see it (`/assistants/{id}/schemas`): what it does, and the values it
+/// takes. `validate` checks the same ranges, so the form and the check cannot disagree.
+pub struct Setting {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Inclusive bounds of a number.
+    pub range: Option<(u64, u64)>,
+    /// The values a choice takes.
+    pub choices: &'static [&'static str],
+}
+
+const fn setting(name: &'static str, description: &'static str) -> Setting {
+    Setting {
+        name,
+        description,
+        range: None,
+        choices: &[],
+    }
+}
+
+const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64) -> Setting {
+    Setting {
+        name,
+        description,
+        range: Some((lo, hi)),
+        choices: &[],
+    }
+}
+
+const TOKENS: (u64, u64) = (1, 200_000);
+
+/// Every research setting, in `ResearchConfig`'s order.
+pub const SETTINGS: [Setting; 17] = [
+    number(
+        "max_structured_output_retries",
+        "Attempts per structured-output or tool-calling model call before the step fails.",
+        1,
+        10,
+    ),
+    setting(
+        "allow_clarification",
+        "Ask the user one clarifying question first when the request is ambiguous.",
+    ),
+    number(
+        "max_concurrent_research_units",
+        "Researchers one supervisor round may run at once (and topics a plan may have).",
+        1,
+        20,
+    ),
+    Setting {
+        name: "search_api",
+        description: "Where researchers search: Tavily, the research model's own web search \
+                      (Anthropic models), or nowhere.",
+        range: None,
+        choices: &["tavily", "anthropic", "none"],
+    },
+    number(
+        "max_researcher_iterations",
+        "Supervisor model calls allowed: how many rounds of delegation.",
+        1,
+        10,
+    ),
+    number(
+        "max_react_tool_calls",
+        "Model calls allowed per researcher.",
+        1,
+        30,
+    ),
+    setting(
+        "summarization_model",
+        "Model that summarises each fetched page, as provider:model.",
+    ),
+    number(
+        "summarization_model_max_tokens",
+        "Output token limit of a page summary.",
+        TOKENS.0,
+        TOKENS.1,
+    ),
+    number(
+        "max_content_length",
+        "Characters of a page kept before it is summarised.",
+        1000,
+        200_000,
+    ),
+    setting(
+        "research_model",
+        "Model for clarifying, the brief, the plan, the supervisor and the researchers, as \
+         provider:model.",
+    ),
+    number(
+        "research_model_max_tokens",
+        "Output token limit of the research model's calls.",
+        TOKENS.0,
+        TOKENS.1,
+    ),
+    setting(
+        "compression_model",
+        "Model that condenses each researcher's findings, as provider:model.",
+    ),
+    number(
+        "compression_model_max_tokens",
+        "Output token limit of the condensed findings.",
+        TOKENS.0,
+        TOKENS.1,
+    ),
+    setting(
+        "final_report_model",
+        "Model that writes the final report, as provider:model.",
+    ),
+    number(
+        "final_report_model_max_tokens",
+        "Output token limit of the final report.",
+        TOKENS.0,
+        TOKENS.1,
+    ),
+    setting(
+        "mcp_prompt",
+        "Extra instructions for the researchers (Open Deep Research's mcp_prompt).",
+    ),
+    setting(
+        "review_plan",
+        "Pause after the brief so the user approves, edits or rejects the planned topics \
+         before any research is paid for.",
+    ),
+];
+
+/// The bounds `SETTINGS` gives a number setting.
+fn bounds(field: &str) -> (u64, u64) {
+    SETTINGS
+        .iter()
+        .find(|s| s.name == field)
+        .and_then(|s| s.range)
+        .unwrap_or((0, u64::MAX))
+}
+
+fn range(field: &str, value: u64) -> Result<(), String> {
+    let (lo, hi) = bounds(field);
     if (lo..=hi).contains(&value) {
         Ok(())
     } else {
@@ -97,36 +233,20 @@ impl ResearchConfig {
         range(
             "max_structured_output_retries",
             self.max_structured_output_retries.into(),
-            1,
-            10,
         )?;
         range(
             "max_concurrent_research_units",
             self.max_concurrent_research_units.into(),
-            1,
-            20,
         )?;
         range(
             "max_researcher_iterations",
             self.max_researcher_iterations.into(),
-            1,
-            10,
         )?;
-        range(
-            "max_react_tool_calls",
-            self.max_react_tool_calls.into(),
-            1,
-            30,
-        )?;
-        range(
-            "max_content_length",
-            self.max_content_length as u64,
-            1000,
-            200_000,
-        )?;
+        range("max_react_tool_calls", self.max_react_tool_calls.into())?;
+        range("max_content_length", self.max_content_length as u64)?;
         for (field, model, tokens) in self.models() {
             ModelName::parse(model).map_err(|e| format!("config.configurable.{field}: {e}"))?;
-            range(&format!("{field}_max_tokens"), tokens.into(), 1, 200_000)?;
+            range(&format!("{field}_max_tokens"), tokens.into())?;
         }
         if self.search_api == SearchApi::Openai {
             return Err(
@@ -261,6 +381,19 @@ mod tests {
         assert_eq!(c.max_concurrent_research_units, 3);
         assert!(!c.allow_clarification);
         assert_eq!(c.research_model, "ollama:llama3.1:8b");
+    }
+
+    #[test]
+    fn every_setting_is_described_in_order() {
+        let defaults = serde_json::to_value(ResearchConfig::default()).unwrap();
+        let fields: Vec<&String> = defaults.as_object().unwrap().keys().collect();
+        let described: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+        let mut sorted = described.clone();
+        sorted.sort_unstable();
+        let mut fields_sorted: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
+        fields_sorted.sort_unstable();
+        assert_eq!(sorted, fields_sorted);
+        assert!(SETTINGS.iter().all(|s| !s.description.is_empty()));
     }
 
     #[test]

@@ -117,6 +117,37 @@ fn research_complete_tool() -> crate::llm::ToolSpec {
     )
 }
 
+/// Each setting with its kind, the operator's default, what it does and the values it takes,
+/// so Studio's and other clients' forms are useful.
+fn config_properties(deps: &ResearchDeps) -> serde_json::Map<String, Value> {
+    let defaults = serde_json::to_value(&deps.defaults).unwrap_or_else(|_| json!({}));
+    config::SETTINGS
+        .iter()
+        .map(|s| {
+            let default = defaults.get(s.name).cloned().unwrap_or(Value::Null);
+            let kind = match default {
+                Value::Bool(_) => "boolean",
+                Value::Number(_) => "integer",
+                _ => "string",
+            };
+            let mut prop = json!({"type": kind, "default": default, "description": s.description});
+            if let Some(map) = prop.as_object_mut() {
+                if let Some((lo, hi)) = s.range {
+                    map.insert("minimum".into(), json!(lo));
+                    map.insert("maximum".into(), json!(hi));
+                }
+                if !s.choices.is_empty() {
+                    map.insert("enum".into(), json!(s.choices));
+                }
+                if deps.locked.iter().any(|l| l == s.name) {
+                    map.insert("readOnly".into(), json!(true));
+                }
+            }
+            (s.name.to_owned(), prop)
+        })
+        .collect()
+}
+
 fn schemas(deps: &ResearchDeps) -> Schemas {
     let messages = json!({"type": "array", "items": {"type": "object"}});
     let strings = json!({"type": "array", "items": {"type": "string"}});
@@ -135,20 +166,7 @@ fn schemas(deps: &ResearchDeps) -> Schemas {
             "fallbacks": {"type": "object", "additionalProperties": {"type": "integer"}}
         }
     });
-    let defaults = serde_json::to_value(&deps.defaults).unwrap_or_else(|_| json!({}));
-    let config_props: serde_json::Map<String, Value> = defaults
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| {
-            let kind = match v {
-                Value::Bool(_) => "boolean",
-                Value::Number(_) => "integer",
-                _ => "string",
-            };
-            (k.clone(), json!({"type": kind, "default": v}))
-        })
-        .collect();
+    let config_props = config_properties(deps);
     Schemas {
         input: json!({"title": "AgentInputState", "type": "object",
                       "properties": {"messages": messages}, "required": ["messages"]}),
