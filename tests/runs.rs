@@ -293,9 +293,28 @@ async fn a_second_client_joins_a_running_stream(app: &TestApp) {
 /// `app` claims the runs created through the replica meanwhile.
 async fn busy_replica(app: &TestApp, secs: f64) -> (TestApp, String) {
     let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
-    let busy_thread = new_thread(&replica).await;
-    let busy = start_slow(&replica, &busy_thread, secs, "reject").await;
-    (replica, busy)
+    // Both processes claim from one store: under load `app` may take the run first. Only a
+    // run the replica's one worker executes makes it busy, so try until it does.
+    for _ in 0..10 {
+        let busy_thread = new_thread(&replica).await;
+        let busy = start_slow(&replica, &busy_thread, secs, "reject").await;
+        wait_for_status(&replica, &busy_thread, &busy, "running").await;
+        let here = replica
+            .bus
+            .get(busy.parse().unwrap())
+            .is_some_and(|c| c.is_executing_here());
+        if here {
+            return (replica, busy);
+        }
+        let cancel = format!("/threads/{busy_thread}/runs/{busy}/cancel");
+        replica
+            .client
+            .post(replica.url(&cancel))
+            .send()
+            .await
+            .unwrap();
+    }
+    panic!("the replica never executed a run of its own");
 }
 
 /// A response body, failing the test if it has not ended within 20 s (a stream that never ends
