@@ -447,6 +447,24 @@ fn build_run(
     })
 }
 
+/// The insert, tried again a few times when it meets a transient store error: on Postgres a
+/// concurrent claim or checkpoint write can make the transaction a deadlock victim or a
+/// serialization failure, which changed nothing and succeeds when retried, and should not reach
+/// the client as a 503.
+async fn insert_retrying(state: &AppState, insert: &RunInsert) -> Result<Vec<Run>, StoreError> {
+    let mut attempt: u32 = 0;
+    loop {
+        match state.store.insert_run(insert).await {
+            Err(error) if error.is_transient() && attempt < 3 => {
+                attempt += 1;
+                tracing::debug!(%error, attempt, "inserting a run again after a transient error");
+                tokio::time::sleep(std::time::Duration::from_millis(25 * u64::from(attempt))).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Inserts the run with its stream subscribed first (a worker may start it the moment it is
 /// committed), then applies the multitask strategy's cancellations and wakes a worker.
 async fn insert_subscribed(
@@ -464,7 +482,7 @@ async fn insert_subscribed(
     let thread_tx = state.bus.thread_sender(thread_id);
     let metadata = json!({"run_id": run_id, "attempt": 1});
     channel.publish("metadata".into(), metadata.to_string(), thread_tx.as_ref());
-    let affected = match state.store.insert_run(insert).await {
+    let affected = match insert_retrying(state, insert).await {
         Ok(affected) => affected,
         Err(error) => {
             state.bus.close(run_id, None);
