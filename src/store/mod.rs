@@ -64,6 +64,19 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// A transaction that lost to a concurrent one (Postgres deadlock victim or serialization
+    /// failure): it changed nothing, and running it again at once usually succeeds. (A busy or
+    /// unreachable database is transient too, but retrying at once only makes the wait longer.)
+    pub fn is_conflict(&self) -> bool {
+        let Self::Database(sqlx::Error::Database(db)) = self else {
+            return false;
+        };
+        db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .is_some_and(|pg| ["40001", "40P01"].contains(&pg.code()))
+    }
+}
+
 /// Postgres: connection, resource, shutdown, timeout and serialization classes. SQLite: busy
 /// and locked (any extended code of them), which outlast the busy timeout under heavy writes.
 fn transient_database_error(db: &dyn sqlx::error::DatabaseError) -> bool {

@@ -447,17 +447,17 @@ fn build_run(
     })
 }
 
-/// The insert, tried again a few times when it meets a transient store error: on Postgres a
-/// concurrent claim or checkpoint write can make the transaction a deadlock victim or a
-/// serialization failure, which changed nothing and succeeds when retried, and should not reach
-/// the client as a 503.
+/// The insert, tried again a few times when it lost to a concurrent transaction: on Postgres a
+/// concurrent claim or checkpoint write can make it a deadlock victim or a serialization
+/// failure, which changed nothing and succeeds when retried, and should not reach the client as
+/// a 503. A database that is busy or away still answers 503 after one wait.
 async fn insert_retrying(state: &AppState, insert: &RunInsert) -> Result<Vec<Run>, StoreError> {
     let mut attempt: u32 = 0;
     loop {
         match state.store.insert_run(insert).await {
-            Err(error) if error.is_transient() && attempt < 3 => {
+            Err(error) if error.is_conflict() && attempt < 3 => {
                 attempt += 1;
-                tracing::debug!(%error, attempt, "inserting a run again after a transient error");
+                tracing::debug!(%error, attempt, "inserting a run again after a conflict");
                 tokio::time::sleep(std::time::Duration::from_millis(25 * u64::from(attempt))).await;
             }
             result => return result,
