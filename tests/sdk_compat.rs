@@ -30,6 +30,10 @@ async fn run_suite(backend: Backend) {
     };
     let url = app.address.clone();
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/compat");
+    // `DR_COMPAT_ARGS` narrows the suite while working on it, e.g. `-k versions`.
+    let extra: Vec<String> = std::env::var("DR_COMPAT_ARGS")
+        .map(|a| a.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
     let output = tokio::task::spawn_blocking(move || {
         Command::new(python)
             .args([
@@ -41,6 +45,7 @@ async fn run_suite(backend: Backend) {
                 "no:cacheprovider",
                 dir,
             ])
+            .args(extra)
             .env("LG_URL", url)
             .output()
     })

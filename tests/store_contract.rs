@@ -80,6 +80,7 @@ macro_rules! contract_tests {
 contract_tests!(
     assistants_crud,
     assistants_search,
+    assistant_versions,
     threads_crud,
     threads_search,
     metadata_containment,
@@ -319,6 +320,72 @@ mod contract {
         assert!(s.delete_assistant(a.assistant_id).await.unwrap());
         assert!(!s.delete_assistant(a.assistant_id).await.unwrap());
         assert!(s.get_assistant(a.assistant_id).await.unwrap().is_none());
+    }
+
+    pub async fn assistant_versions(s: Arc<dyn Store>) {
+        let a = assistant("g1", "one", json!({"stage": "draft"}), at(-100.0));
+        s.create_assistant(&a, IfExists::Raise).await.unwrap();
+        let id = a.assistant_id;
+        let rename = |name: &str| AssistantPatch {
+            name: Some(name.into()),
+            ..AssistantPatch::default()
+        };
+        s.update_assistant(id, &rename("two"), at(-90.0))
+            .await
+            .unwrap();
+        let versions = s
+            .assistant_versions(id, &JsonMap::new(), 10, 0)
+            .await
+            .unwrap()
+            .expect("exists");
+        let numbers: Vec<i64> = versions.iter().map(|v| v.version).collect();
+        assert_eq!(numbers, [2, 1], "newest first");
+        assert_eq!(versions[1].name, "one");
+        assert_eq!(versions[1].created_at, a.created_at);
+
+        // Back to 1: the assistant reads as version 1 again; the next patch is 3, not 2.
+        let back = s.set_latest_assistant(id, 1, at(-80.0)).await.unwrap();
+        assert_eq!((back.version, back.name.as_str()), (1, "one"));
+        assert_eq!(s.get_assistant(id).await.unwrap(), Some(back));
+        let next = s
+            .update_assistant(id, &rename("three"), at(-70.0))
+            .await
+            .unwrap()
+            .expect("exists");
+        assert_eq!(next.version, 3);
+
+        let drafts = s
+            .assistant_versions(id, &map(json!({"stage": "draft"})), 10, 0)
+            .await
+            .unwrap()
+            .expect("exists");
+        assert_eq!(drafts.len(), 3, "every version kept the metadata");
+        let paged = s
+            .assistant_versions(id, &JsonMap::new(), 1, 1)
+            .await
+            .unwrap();
+        assert_eq!(paged.expect("exists")[0].version, 2);
+
+        let missing = s.set_latest_assistant(id, 9, at(0.0)).await.unwrap_err();
+        assert!(matches!(missing, StoreError::NotFound("assistant version")));
+        let gone = Uuid::new_v4();
+        assert!(
+            s.assistant_versions(gone, &JsonMap::new(), 10, 0)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let err = s.set_latest_assistant(gone, 1, at(0.0)).await.unwrap_err();
+        assert!(matches!(err, StoreError::NotFound("assistant")));
+
+        // Deleting the assistant takes its versions; the id can be used afresh.
+        assert!(s.delete_assistant(id).await.unwrap());
+        s.create_assistant(&a, IfExists::Raise).await.unwrap();
+        let fresh = s
+            .assistant_versions(id, &JsonMap::new(), 10, 0)
+            .await
+            .unwrap();
+        assert_eq!(fresh.expect("exists").len(), 1);
     }
 
     pub async fn assistants_search(s: Arc<dyn Store>) {

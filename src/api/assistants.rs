@@ -8,7 +8,9 @@ use super::{AppState, SearchParams, paged, project};
 use crate::graph::Graph;
 use crate::graph::interrupts::Breakpoints;
 use crate::ids;
-use crate::store::{Assistant, AssistantPatch, AssistantQuery, IfExists, JsonMap};
+use crate::store::{
+    Assistant, AssistantPatch, AssistantQuery, AssistantVersion, IfExists, JsonMap,
+};
 use crate::time::Timestamp;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -29,6 +31,8 @@ pub(super) fn router() -> Router<AppState> {
             "/assistants/{assistant_id}",
             get(fetch).patch(update).delete(remove),
         )
+        .route("/assistants/{assistant_id}/versions", post(versions))
+        .route("/assistants/{assistant_id}/latest", post(set_latest))
         .route("/assistants/{assistant_id}/graph", get(graph))
         .route("/assistants/{assistant_id}/schemas", get(schemas))
         .route("/assistants/{assistant_id}/subgraphs", get(subgraphs))
@@ -353,6 +357,68 @@ pub(super) async fn remove(
     let current = by_path(&state, &id).await?;
     state.store.delete_assistant(current.assistant_id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VersionSearch {
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+}
+
+/// The assistant's versions, newest first; `metadata` keeps those whose metadata contains it.
+#[utoipa::path(post, path = "/assistants/{assistant_id}/versions", tag = "assistants",
+    request_body = VersionSearch, params(("assistant_id" = String, Path)),
+    responses((status = 200, body = Vec<AssistantVersion>), (status = 404), (status = 422)))]
+pub(super) async fn versions(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<VersionSearch>,
+) -> ApiResult<Json<Vec<AssistantVersion>>> {
+    let current = by_path(&state, &id).await?;
+    let p = SearchParams::check(body.limit, body.offset, None, None, &[])?;
+    state
+        .store
+        .assistant_versions(
+            current.assistant_id,
+            &body.metadata.unwrap_or_default(),
+            p.limit,
+            p.offset,
+        )
+        .await?
+        .map(Json)
+        .ok_or_else(|| AppError::NotFound(format!("Assistant '{id}' not found")))
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LatestVersion {
+    version: i64,
+}
+
+/// Makes one of the assistant's versions its current one (runs use it from now on).
+#[utoipa::path(post, path = "/assistants/{assistant_id}/latest", tag = "assistants",
+    request_body = LatestVersion, params(("assistant_id" = String, Path)),
+    responses((status = 200, body = Assistant), (status = 404), (status = 422)))]
+pub(super) async fn set_latest(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<LatestVersion>,
+) -> ApiResult<Json<Assistant>> {
+    let current = by_path(&state, &id).await?;
+    let result = state
+        .store
+        .set_latest_assistant(current.assistant_id, body.version, Timestamp::now())
+        .await;
+    match result {
+        Ok(a) => Ok(Json(a)),
+        Err(crate::store::StoreError::NotFound("assistant version")) => Err(AppError::NotFound(
+            format!("Assistant '{id}' has no version {}", body.version),
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The graph's nodes and edges.

@@ -23,6 +23,8 @@ use utoipa_swagger_ui::SwaggerUi;
         assistants::fetch,
         assistants::update,
         assistants::remove,
+        assistants::versions,
+        assistants::set_latest,
         assistants::graph,
         assistants::schemas,
         assistants::subgraphs,

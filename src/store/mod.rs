@@ -129,16 +129,34 @@ pub trait AssistantStore: Send + Sync {
     /// `DoNothing` the existing row is returned unchanged.
     async fn create_assistant(&self, a: &Assistant, if_exists: IfExists) -> StoreResult<Assistant>;
     async fn get_assistant(&self, id: Uuid) -> StoreResult<Option<Assistant>>;
-    /// Applies `patch` (metadata merged), bumps `version` and `updated_at`.
+    /// Applies `patch` (metadata merged) as a new version, one past the highest the assistant
+    /// ever had (so a patch after `/latest` pointed back never reuses a number).
     async fn update_assistant(
         &self,
         id: Uuid,
         patch: &AssistantPatch,
         now: Timestamp,
     ) -> StoreResult<Option<Assistant>>;
-    /// Returns whether a row was deleted.
+    /// Returns whether a row was deleted (its versions go with it).
     async fn delete_assistant(&self, id: Uuid) -> StoreResult<bool>;
     async fn search_assistants(&self, q: &AssistantQuery) -> StoreResult<Page<Assistant>>;
+    /// The assistant's versions whose metadata contains `metadata`, newest version first.
+    /// `None` when the assistant does not exist.
+    async fn assistant_versions(
+        &self,
+        id: Uuid,
+        metadata: &JsonMap,
+        limit: i64,
+        offset: i64,
+    ) -> StoreResult<Option<Vec<AssistantVersion>>>;
+    /// Makes `version` the assistant's current one (its graph, config, context, metadata, name
+    /// and description), bumping `updated_at`. `NotFound` names what is missing.
+    async fn set_latest_assistant(
+        &self,
+        id: Uuid,
+        version: i64,
+        now: Timestamp,
+    ) -> StoreResult<Assistant>;
 }
 
 /// Threads: metadata, status summary and their lifetime (copy, delete with everything on them).

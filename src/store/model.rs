@@ -116,6 +116,25 @@ pub struct Assistant {
     pub updated_at: Timestamp,
 }
 
+/// One version of an assistant as it was saved (an assistant without `updated_at`: a version
+/// never changes once written).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AssistantVersion {
+    pub assistant_id: Uuid,
+    pub version: i64,
+    pub graph_id: String,
+    #[schema(value_type = Object)]
+    pub config: Value,
+    #[schema(value_type = Object)]
+    pub context: Value,
+    #[schema(value_type = Object)]
+    pub metadata: JsonMap,
+    pub name: String,
+    pub description: Option<String>,
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+}
+
 /// Fields a PATCH may change; `None` leaves the field alone. Metadata is merged.
 #[derive(Clone, Debug, Default)]
 pub struct AssistantPatch {
