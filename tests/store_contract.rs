@@ -5,10 +5,10 @@
 mod pg;
 
 use deep_research::store::{
-    Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery, EventId,
-    IfExists, JsonMap, LeaseState, MultitaskStrategy, Run, RunEnd, RunInsert, RunStatus, SortOrder,
-    SqlStore, Store, StoreError, StoredChunks, StoredEvent, Thread, ThreadQuery, ThreadStatus,
-    ThreadSummary,
+    Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery,
+    Comparison, EventId, FieldMatch, IfExists, ItemQuery, JsonMap, LeaseState, MultitaskStrategy,
+    Namespace, NamespaceQuery, Run, RunEnd, RunInsert, RunStatus, SortOrder, SqlStore, Store,
+    StoreError, StoredChunks, StoredEvent, Thread, ThreadQuery, ThreadStatus, ThreadSummary,
 };
 use deep_research::time::Timestamp;
 use serde_json::{Value, json};
@@ -81,6 +81,8 @@ contract_tests!(
     assistants_crud,
     assistants_search,
     assistant_versions,
+    store_items,
+    store_item_filters_and_namespaces,
     threads_crud,
     threads_search,
     metadata_containment,
@@ -386,6 +388,213 @@ mod contract {
             .await
             .unwrap();
         assert_eq!(fresh.expect("exists").len(), 1);
+    }
+
+    fn ns(labels: &[&str]) -> Namespace {
+        Namespace::new(labels.iter().map(|l| l.to_string()).collect()).unwrap()
+    }
+
+    fn search(prefix: &[&str], filter: Vec<(&str, FieldMatch)>) -> ItemQuery {
+        ItemQuery {
+            prefix: Namespace::prefix(prefix.iter().map(|l| l.to_string()).collect()).unwrap(),
+            filter: filter
+                .into_iter()
+                .map(|(k, m)| (k.to_string(), m))
+                .collect(),
+            limit: 100,
+            offset: 0,
+            refresh_ttl: false,
+        }
+    }
+
+    fn keys(items: &[deep_research::store::Item]) -> Vec<String> {
+        items
+            .iter()
+            .map(|i| format!("{}/{}", i.namespace.dotted(), i.key))
+            .collect()
+    }
+
+    pub async fn store_items(s: Arc<dyn Store>) {
+        let prefs = ns(&["users", "u1"]);
+        let t0 = at(-100.0);
+        s.put_item(&prefs, "style", &map(json!({"tone": "dry"})), None, t0)
+            .await
+            .unwrap();
+        let got = s.get_item(&prefs, "style", true, at(-99.0)).await.unwrap();
+        let got = got.expect("stored");
+        assert_eq!(got.value, map(json!({"tone": "dry"})));
+        assert_eq!((got.created_at, got.updated_at), (t0, t0));
+        assert_eq!(got.namespace, prefs);
+
+        // Replacing keeps created_at and moves updated_at.
+        let t1 = at(-90.0);
+        s.put_item(&prefs, "style", &map(json!({"tone": "warm"})), None, t1)
+            .await
+            .unwrap();
+        let got = s
+            .get_item(&prefs, "style", true, t1)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((got.created_at, got.updated_at), (t0, t1));
+        assert_eq!(got.value["tone"], "warm");
+        assert!(
+            s.get_item(&ns(&["users"]), "style", true, t1)
+                .await
+                .unwrap()
+                .is_none()
+        );
+
+        // A ttl: live before it runs out, gone after; a refreshing read restarts it.
+        s.put_item(&prefs, "brief", &map(json!({"n": 1})), Some(1.0), at(-50.0))
+            .await
+            .unwrap();
+        assert!(
+            s.get_item(&prefs, "brief", false, at(-20.0))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            s.get_item(&prefs, "brief", false, at(20.0))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        // Read at -20 s with refresh: expires at +40 s instead of +10 s.
+        assert!(
+            s.get_item(&prefs, "brief", true, at(-20.0))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert!(
+            s.get_item(&prefs, "brief", false, at(30.0))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(s.delete_expired_items(at(30.0)).await.unwrap(), 0);
+        assert_eq!(s.delete_expired_items(at(50.0)).await.unwrap(), 1);
+        assert!(
+            s.get_item(&prefs, "brief", false, at(0.0))
+                .await
+                .unwrap()
+                .is_none()
+        );
+
+        assert!(s.delete_item(&prefs, "style").await.unwrap());
+        assert!(!s.delete_item(&prefs, "style").await.unwrap());
+        assert!(
+            s.get_item(&prefs, "style", true, at(0.0))
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    pub async fn store_item_filters_and_namespaces(s: Arc<dyn Store>) {
+        let now = at(0.0);
+        let docs = [
+            (
+                &["users", "u1", "facts"][..],
+                "a",
+                json!({"score": 3, "kind": "x", "tags": ["p", "q"]}),
+            ),
+            (
+                &["users", "u1", "facts"][..],
+                "b",
+                json!({"score": 10, "kind": "y"}),
+            ),
+            (&["users", "u10"][..], "c", json!({"score": 7, "kind": "x"})),
+            (
+                &["users", "u1_0"][..],
+                "d",
+                json!({"score": 1, "kind": "x"}),
+            ),
+            (&["teams", "t%"][..], "e", json!({"score": 5, "kind": "z"})),
+        ];
+        for (labels, key, value) in &docs {
+            s.put_item(&ns(labels), key, &map(value.clone()), None, now)
+                .await
+                .unwrap();
+        }
+        let found = |q| {
+            let s = s.clone();
+            async move { keys(&s.search_items(&q, now).await.unwrap()) }
+        };
+        // The prefix matches whole labels: u1 is not u10 nor u1_0.
+        assert_eq!(
+            found(search(&["users", "u1"], vec![])).await,
+            ["users.u1.facts/a", "users.u1.facts/b"]
+        );
+        assert_eq!(found(search(&[], vec![])).await.len(), 5);
+        assert_eq!(
+            found(search(&["teams", "t%"], vec![])).await,
+            ["teams.t%/e"]
+        );
+
+        let x = FieldMatch::Contains(json!("x"));
+        assert_eq!(
+            found(search(&["users"], vec![("kind", x.clone())])).await,
+            ["users.u1.facts/a", "users.u10/c", "users.u1_0/d"]
+        );
+        let ne = FieldMatch::NotContains(json!("x"));
+        assert_eq!(
+            found(search(&[], vec![("kind", ne)])).await,
+            ["teams.t%/e", "users.u1.facts/b"]
+        );
+        let gte5 = FieldMatch::Compare(Comparison::Gte, json!(5));
+        let lt10 = FieldMatch::Compare(Comparison::Lt, json!(10));
+        assert_eq!(
+            found(search(&[], vec![("score", gte5), ("score", lt10)])).await,
+            ["teams.t%/e", "users.u10/c"]
+        );
+        let after_x = FieldMatch::Compare(Comparison::Gt, json!("x"));
+        assert_eq!(
+            found(search(&[], vec![("kind", after_x)])).await,
+            ["teams.t%/e", "users.u1.facts/b"]
+        );
+        let tag = FieldMatch::Contains(json!(["q"]));
+        assert_eq!(
+            found(search(&[], vec![("tags", tag)])).await,
+            ["users.u1.facts/a"]
+        );
+        let mut paged = search(&[], vec![]);
+        (paged.limit, paged.offset) = (2, 1);
+        assert_eq!(found(paged).await, ["users.u1.facts/a", "users.u1.facts/b"]);
+
+        let listing = |prefix: &[&str], suffix: &[&str], max_depth| NamespaceQuery {
+            prefix: Namespace::prefix(prefix.iter().map(|l| l.to_string()).collect()).unwrap(),
+            suffix: suffix.iter().map(|l| l.to_string()).collect(),
+            max_depth,
+            limit: 100,
+            offset: 0,
+        };
+        let names = |q| {
+            let s = s.clone();
+            async move {
+                s.list_namespaces(&q, now)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(Namespace::dotted)
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            names(listing(&[], &[], None)).await,
+            ["teams.t%", "users.u1.facts", "users.u10", "users.u1_0"]
+        );
+        assert_eq!(
+            names(listing(&["users"], &[], Some(2))).await,
+            ["users.u1", "users.u10", "users.u1_0"]
+        );
+        assert_eq!(
+            names(listing(&[], &["facts"], None)).await,
+            ["users.u1.facts"]
+        );
+        assert_eq!(names(listing(&[], &[], Some(1))).await, ["teams", "users"]);
     }
 
     pub async fn assistants_search(s: Arc<dyn Store>) {

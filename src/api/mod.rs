@@ -10,6 +10,7 @@ mod protocol;
 mod query;
 mod responses;
 mod runs;
+mod store_items;
 mod threads;
 
 use crate::config::Settings;
@@ -51,6 +52,7 @@ pub fn router(state: AppState) -> Router {
         .merge(threads::router())
         .merge(runs::router())
         .merge(protocol::router())
+        .merge(store_items::router())
         .merge(openapi::router())
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -1,7 +1,7 @@
 //! The OpenAPI document, generated from the handlers' annotations, served at `/openapi.json`
 //! with Swagger UI (bundled, works offline) at `/docs`.
 
-use super::{AppState, assistants, meta, protocol, runs, threads};
+use super::{AppState, assistants, meta, protocol, runs, store_items, threads};
 use crate::store::{Assistant, MultitaskStrategy, Run, RunStatus, Thread, ThreadStatus};
 use axum::Router;
 use utoipa::OpenApi;
@@ -57,6 +57,11 @@ use utoipa_swagger_ui::SwaggerUi;
         runs::cancel,
         runs::cancel_many,
         runs::join_stream,
+        store_items::put_item,
+        store_items::get_item,
+        store_items::delete_item,
+        store_items::search,
+        store_items::namespaces,
         protocol::command,
         protocol::events,
     ),

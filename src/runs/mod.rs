@@ -164,7 +164,7 @@ impl Runner {
         }
     }
 
-    /// Deletes threads whose `ttl` ran out and the stored events of runs that ended longer ago
+    /// Deletes threads and store items whose `ttl` ran out, and the stored events of runs that ended longer ago
     /// than `run_events_retention`. Every replica sweeps; the deletes are idempotent.
     async fn sweep_retention(self: Arc<Self>) {
         loop {
@@ -179,6 +179,11 @@ impl Runner {
                 }
                 Ok(_) => {}
                 Err(error) => tracing::warn!(%error, "sweeping threads past their ttl failed"),
+            }
+            match self.store.delete_expired_items(now).await {
+                Ok(0) => {}
+                Ok(count) => tracing::info!(count, "deleted store items past their ttl"),
+                Err(error) => tracing::warn!(%error, "sweeping store items past their ttl failed"),
             }
             let keep = self.settings.run_events_retention;
             if keep.is_zero() {

@@ -326,12 +326,55 @@ pub trait EventLog: Send + Sync {
     ) -> StoreResult<Vec<StoredEvent>>;
 }
 
+/// The Store API: JSON documents shared across threads, by namespace and key.
+#[async_trait]
+pub trait ItemStore: Send + Sync {
+    /// Inserts or replaces the item. With `ttl_minutes` it expires that long after this write
+    /// (or after the last read that refreshed it); without, it never does.
+    async fn put_item(
+        &self,
+        ns: &Namespace,
+        key: &str,
+        value: &JsonMap,
+        ttl_minutes: Option<f64>,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+    /// The item unless missing or expired; `refresh_ttl` restarts its time-to-live.
+    async fn get_item(
+        &self,
+        ns: &Namespace,
+        key: &str,
+        refresh_ttl: bool,
+        now: Timestamp,
+    ) -> StoreResult<Option<Item>>;
+    /// Returns whether an item was deleted.
+    async fn delete_item(&self, ns: &Namespace, key: &str) -> StoreResult<bool>;
+    /// Live items under the prefix matching every filter, by namespace then key.
+    async fn search_items(&self, q: &ItemQuery, now: Timestamp) -> StoreResult<Vec<Item>>;
+    /// Namespaces holding live items, as the query shapes them.
+    async fn list_namespaces(
+        &self,
+        q: &NamespaceQuery,
+        now: Timestamp,
+    ) -> StoreResult<Vec<Namespace>>;
+    /// Deletes items whose time-to-live ran out; returns how many.
+    async fn delete_expired_items(&self, now: Timestamp) -> StoreResult<u64>;
+}
+
 /// The whole persistence surface: every concern's trait, on one backend. Every method of every
 /// trait is one transaction — it happens entirely or not at all — except `append_events` (each
 /// page alone) and `delete_expired_threads` (each thread alone).
 #[async_trait]
 pub trait Store:
-    AssistantStore + ThreadStore + RunStore + CheckpointStore + EventLog + Send + Sync + 'static
+    AssistantStore
+    + ThreadStore
+    + RunStore
+    + CheckpointStore
+    + EventLog
+    + ItemStore
+    + Send
+    + Sync
+    + 'static
 {
     /// `postgres` or `sqlite`.
     fn backend(&self) -> &'static str;

@@ -353,3 +353,124 @@ pub struct Page<T> {
     pub items: Vec<T>,
     pub total: i64,
 }
+
+/// Where a Store API item lives: one or more labels, none empty or containing `.` (the
+/// separator the query string and the database use).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Namespace(Vec<String>);
+
+impl Namespace {
+    /// Checks the labels; the message says what is wrong.
+    pub fn new(labels: Vec<String>) -> Result<Self, String> {
+        if labels.is_empty() {
+            return Err("namespace must have at least one label".into());
+        }
+        if labels.len() > Self::MAX_DEPTH {
+            return Err(format!(
+                "namespace has {} labels; at most {} are allowed",
+                labels.len(),
+                Self::MAX_DEPTH
+            ));
+        }
+        Self::check_labels(&labels)?;
+        Ok(Self(labels))
+    }
+
+    /// A prefix for search: like a namespace, but may be empty (everything).
+    pub fn prefix(labels: Vec<String>) -> Result<Self, String> {
+        Self::check_labels(&labels)?;
+        Ok(Self(labels))
+    }
+
+    fn check_labels(labels: &[String]) -> Result<(), String> {
+        for label in labels {
+            if label.is_empty() {
+                return Err("namespace labels must not be empty".into());
+            }
+            if label.contains('.') {
+                return Err(format!("namespace label '{label}' must not contain '.'"));
+            }
+            if label.len() > 256 {
+                return Err("namespace labels are at most 256 bytes".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses the dot-joined form (`users.u1`).
+    pub fn from_dotted(text: &str) -> Result<Self, String> {
+        Self::new(text.split('.').map(str::to_owned).collect())
+    }
+
+    pub const MAX_DEPTH: usize = 32;
+
+    pub fn labels(&self) -> &[String] {
+        &self.0
+    }
+
+    pub fn dotted(&self) -> String {
+        self.0.join(".")
+    }
+}
+
+impl Serialize for Namespace {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+/// A Store API document.
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Item {
+    #[schema(value_type = Vec<String>)]
+    pub namespace: Namespace,
+    pub key: String,
+    #[schema(value_type = Object)]
+    pub value: JsonMap,
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    #[schema(value_type = String)]
+    pub updated_at: Timestamp,
+}
+
+/// How one value field is compared in an item search (`filter`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum FieldMatch {
+    /// Contains this value, as metadata filters do (equal, for scalars).
+    Contains(Value),
+    /// Does not contain it (a missing field matches).
+    NotContains(Value),
+    /// Ordered against a number or a string of the same type.
+    Compare(Comparison, Value),
+}
+
+/// `$gt`, `$gte`, `$lt`, `$lte`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Comparison {
+    Gt,
+    Gte,
+    Lt,
+    Lte,
+}
+
+/// An item search: the namespace prefix, value filters (all must hold), paging.
+#[derive(Clone, Debug)]
+pub struct ItemQuery {
+    pub prefix: Namespace,
+    pub filter: Vec<(String, FieldMatch)>,
+    pub limit: i64,
+    pub offset: i64,
+    /// Extend the time-to-live of the items returned.
+    pub refresh_ttl: bool,
+}
+
+/// A namespace listing: those under `prefix` that end with `suffix`, cut to `max_depth`
+/// labels (then deduplicated), sorted, paged.
+#[derive(Clone, Debug)]
+pub struct NamespaceQuery {
+    pub prefix: Namespace,
+    pub suffix: Vec<String>,
+    pub max_depth: Option<usize>,
+    pub limit: usize,
+    pub offset: usize,
+}

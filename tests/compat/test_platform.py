@@ -6,6 +6,7 @@ Graphs are the deterministic test graphs described in test_sdk.py.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -110,3 +111,84 @@ async def test_unprocessable_error_class_is_what_the_sdk_raises(client):
             await client.assistants.update(a["assistant_id"], config="nope")
     finally:
         await client.assistants.delete(a["assistant_id"])
+
+
+# ---- the Store API ----------------------------------------------------------------------
+
+
+def fresh_ns(*rest: str) -> list[str]:
+    return ["t" + uuid.uuid4().hex[:12], *rest]
+
+
+async def test_store_put_get_search_delete(client):
+    root = fresh_ns()
+    await client.store.put_item([*root, "u1"], "prefs", {"tone": "dry", "level": 3})
+    await client.store.put_item([*root, "u1"], "notes", {"tone": "warm", "level": 8})
+    await client.store.put_item([*root, "u2"], "prefs", {"tone": "dry", "level": 5})
+
+    item = await client.store.get_item([*root, "u1"], "prefs")
+    assert item["namespace"] == [*root, "u1"]
+    assert item["key"] == "prefs"
+    assert item["value"] == {"tone": "dry", "level": 3}
+    assert item["created_at"] and item["updated_at"]
+    assert await client.store.get_item([*root, "u1"], "missing") is None
+
+    found = await client.store.search_items(root, filter={"tone": "dry"})
+    assert [(i["namespace"][-1], i["key"]) for i in found["items"]] == [("u1", "prefs"), ("u2", "prefs")]
+    assert all(i["score"] is None for i in found["items"])
+    high = await client.store.search_items(root, filter={"level": {"$gte": 5}})
+    assert sorted(i["key"] for i in high["items"]) == ["notes", "prefs"]
+    page = await client.store.search_items(root, limit=1, offset=2)
+    assert [i["namespace"][-1] for i in page["items"]] == ["u2"]
+
+    spaces = await client.store.list_namespaces(prefix=root)
+    assert spaces["namespaces"] == [[*root, "u1"], [*root, "u2"]]
+    assert (await client.store.list_namespaces(prefix=root, max_depth=1))["namespaces"] == [root]
+    assert (await client.store.list_namespaces(prefix=root, suffix=["u2"]))["namespaces"] == [[*root, "u2"]]
+
+    await client.store.delete_item([*root, "u1"], "prefs")
+    assert await client.store.get_item([*root, "u1"], "prefs") is None
+    remaining = await client.store.search_items(root)
+    assert sorted(i["key"] for i in remaining["items"]) == ["notes", "prefs"]
+
+
+async def test_store_item_with_ttl_is_kept_then_expires(client, http):
+    root = fresh_ns()
+    # 0.02 minutes = 1.2 s.
+    await client.store.put_item(root, "short", {"v": 1}, ttl=0.02)
+    assert (await client.store.get_item(root, "short", refresh_ttl=False))["value"] == {"v": 1}
+    await asyncio.sleep(1.5)
+    assert await client.store.get_item(root, "short") is None
+    assert (await client.store.search_items(root))["items"] == []
+
+
+async def test_store_bad_input_is_422_and_stores_nothing(http):
+    root = fresh_ns()
+    bad_puts = [
+        {"namespace": [*root, "a.b"], "key": "k", "value": {}},
+        {"namespace": [], "key": "k", "value": {}},
+        {"namespace": [*root, ""], "key": "k", "value": {}},
+        {"namespace": root, "key": "", "value": {}},
+        {"namespace": root, "key": "k", "value": [1, 2]},
+        {"namespace": root, "key": "k", "value": {}, "ttl": -1},
+        {"namespace": root, "key": "k", "value": {}, "index": ["$.text"]},
+        {"namespace": root, "key": "k", "value": {}, "surprise": 1},
+        {"namespace": "users", "key": "k", "value": {}},
+    ]
+    for body in bad_puts:
+        r = await http.put("/store/items", json=body)
+        assert r.status_code == 422, (body, r.text)
+        assert "detail" in r.json()
+    r = await http.post("/store/items/search", json={"namespace_prefix": root})
+    assert r.json() == {"items": []}
+
+    r = await http.get("/store/items", params={"namespace": ".".join(root)})
+    assert r.status_code == 422 and "key" in r.json()["detail"]
+    r = await http.post("/store/items/search", json={"namespace_prefix": root, "query": "cats"})
+    assert r.status_code == 422 and "semantic search" in r.json()["detail"]
+    r = await http.post("/store/items/search", json={"filter": {"n": {"$near": 1}}})
+    assert r.status_code == 422 and "$near" in r.json()["detail"]
+    r = await http.post("/store/items/search", json={"limit": 0})
+    assert r.status_code == 422
+    r = await http.post("/store/namespaces", json={"max_depth": 0})
+    assert r.status_code == 422

@@ -14,6 +14,7 @@ mod checkpoints;
 mod codec;
 mod events;
 mod filters;
+mod items;
 mod query;
 mod runs;
 mod threads;
