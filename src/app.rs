@@ -100,9 +100,11 @@ impl Application {
         &self.state
     }
 
-    /// Serves until the shutdown token is cancelled, then waits for the workers to stop.
+    /// Serves (and starts crons' runs) until the shutdown token is cancelled, then waits for
+    /// the workers and the cron scheduler to stop.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let token = self.state.shutdown.clone();
+        let scheduler = tokio::spawn(api::run_scheduler(self.state.clone()));
         let app = api::router(self.state);
         // Without TCP_NODELAY the small first SSE frame waits on the client's delayed ACK
         // (measured: ~45 ms to the first event on an idle server, 2.5 ms with it).
@@ -116,7 +118,7 @@ impl Application {
         axum::serve(listener, app.into_make_service())
             .with_graceful_shutdown(token.cancelled_owned())
             .await?;
-        for worker in self.workers {
+        for worker in self.workers.into_iter().chain([scheduler]) {
             if let Err(error) = worker.await {
                 tracing::error!(%error, "a background task ended abnormally");
             }

@@ -29,6 +29,16 @@ impl Timestamp {
             .map(|t| Self(t.with_timezone(&Utc)))
     }
 
+    /// From a chrono instant (truncated to microseconds, like `now`).
+    pub fn from_utc(t: DateTime<Utc>) -> Self {
+        Self(DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t))
+    }
+
+    /// As a chrono instant.
+    pub fn as_utc(&self) -> DateTime<Utc> {
+        self.0
+    }
+
     /// Milliseconds since the Unix epoch.
     pub fn millis(&self) -> i64 {
         self.0.timestamp_millis()

@@ -386,6 +386,7 @@ async fn a_run_out_of_attempts_ends_error_with_the_reason() {
         thread_metadata: Default::default(),
         create_thread: true,
         idempotency_key: None,
+        cron_tick: None,
     };
     store.insert_run(&insert).await.expect("insert");
     let lease = store

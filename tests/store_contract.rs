@@ -6,9 +6,10 @@ mod pg;
 
 use deep_research::store::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery,
-    Comparison, EventId, FieldMatch, IfExists, ItemQuery, JsonMap, LeaseState, MultitaskStrategy,
-    Namespace, NamespaceQuery, Run, RunEnd, RunInsert, RunStatus, SortOrder, SqlStore, Store,
-    StoreError, StoredChunks, StoredEvent, Thread, ThreadQuery, ThreadStatus, ThreadSummary,
+    Comparison, Cron, CronQuery, CronTick, EventId, FieldMatch, IfExists, ItemQuery, JsonMap,
+    LeaseState, MultitaskStrategy, Namespace, NamespaceQuery, Run, RunEnd, RunInsert, RunStatus,
+    SortOrder, SqlStore, Store, StoreError, StoredChunks, StoredEvent, Thread, ThreadQuery,
+    ThreadStatus, ThreadSummary,
 };
 use deep_research::time::Timestamp;
 use serde_json::{Value, json};
@@ -83,6 +84,8 @@ contract_tests!(
     assistant_versions,
     store_items,
     store_item_filters_and_namespaces,
+    crons_crud_and_search,
+    a_cron_tick_starts_one_run,
     threads_crud,
     threads_search,
     metadata_containment,
@@ -181,6 +184,7 @@ fn insert(r: &Run, thread_metadata: Value) -> RunInsert {
         thread_metadata: map(thread_metadata),
         create_thread: false,
         idempotency_key: None,
+        cron_tick: None,
     }
 }
 
@@ -595,6 +599,141 @@ mod contract {
             ["users.u1.facts"]
         );
         assert_eq!(names(listing(&[], &[], Some(1))).await, ["teams", "users"]);
+    }
+
+    fn cron(thread_id: Option<Uuid>, assistant_id: Uuid, next: Timestamp) -> Cron {
+        Cron {
+            cron_id: Uuid::new_v4(),
+            assistant_id,
+            thread_id,
+            user_id: None,
+            schedule: "* * * * *".into(),
+            timezone: Some("Europe/Paris".into()),
+            payload: map(json!({"assistant_id": assistant_id, "input": {"q": 1}})),
+            metadata: map(json!({"team": "red"})),
+            on_run_completed: None,
+            enabled: true,
+            end_time: None,
+            next_run_date: Some(next),
+            created_at: at(-10.0),
+            updated_at: at(-10.0),
+        }
+    }
+
+    pub async fn crons_crud_and_search(s: Arc<dyn Store>) {
+        let tid = new_thread(&s).await;
+        let (a1, a2) = (Uuid::new_v4(), Uuid::new_v4());
+        let on_thread = cron(Some(tid), a1, at(30.0));
+        let mut stateless = cron(None, a2, at(-1.0));
+        stateless.created_at = at(-5.0);
+        stateless.end_time = Some(at(3600.0));
+        s.create_cron(&on_thread).await.unwrap();
+        s.create_cron(&stateless).await.unwrap();
+        assert_eq!(
+            s.get_cron(on_thread.cron_id).await.unwrap(),
+            Some(on_thread.clone())
+        );
+
+        let q = |f: fn(&mut CronQuery)| {
+            let mut q = CronQuery {
+                limit: 10,
+                ..CronQuery::default()
+            };
+            f(&mut q);
+            q
+        };
+        let all = s.search_crons(&q(|_| {})).await.unwrap();
+        assert_eq!(all.total, 2);
+        assert_eq!(all.items[0].cron_id, stateless.cron_id, "newest first");
+        let mine = s
+            .search_crons(&q(|q| q.thread_id = Some(Uuid::nil())))
+            .await
+            .unwrap();
+        assert_eq!(mine.total, 0);
+        let red = s
+            .search_crons(&CronQuery {
+                assistant_id: Some(a1),
+                metadata: map(json!({"team": "red"})),
+                limit: 10,
+                ..CronQuery::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(ids(&red.items, |c| c.cron_id), [on_thread.cron_id]);
+
+        // Only the enabled one whose tick is due.
+        let due = s.due_crons(at(0.0), 10).await.unwrap();
+        assert_eq!(ids(&due, |c| c.cron_id), [stateless.cron_id]);
+        let mut off = stateless.clone();
+        off.enabled = false;
+        assert!(s.update_cron(&off).await.unwrap());
+        assert!(s.due_crons(at(0.0), 10).await.unwrap().is_empty());
+        let disabled = s
+            .search_crons(&q(|q| q.enabled = Some(false)))
+            .await
+            .unwrap();
+        assert_eq!(ids(&disabled.items, |c| c.cron_id), [stateless.cron_id]);
+        // Past its end time it is never due.
+        let mut ended = stateless.clone();
+        ended.end_time = Some(at(-2.0));
+        s.update_cron(&ended).await.unwrap();
+        assert!(s.due_crons(at(0.0), 10).await.unwrap().is_empty());
+
+        assert!(s.delete_cron(stateless.cron_id).await.unwrap());
+        assert!(!s.delete_cron(stateless.cron_id).await.unwrap());
+        assert!(!s.update_cron(&stateless).await.unwrap());
+        // A thread's crons go with it.
+        assert!(s.delete_thread(tid).await.unwrap());
+        assert!(s.get_cron(on_thread.cron_id).await.unwrap().is_none());
+    }
+
+    pub async fn a_cron_tick_starts_one_run(s: Arc<dyn Store>) {
+        let tid = new_thread(&s).await;
+        let due = at(-1.0);
+        let c = cron(Some(tid), Uuid::new_v4(), due);
+        s.create_cron(&c).await.unwrap();
+        let tick = CronTick {
+            cron_id: c.cron_id,
+            due,
+            next: Some(at(59.0)),
+        };
+        // Replicas race for the tick: exactly one inserts its run.
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let (s, tick) = (s.clone(), tick.clone());
+            tasks.push(tokio::spawn(async move {
+                let r = run(tid, at(0.0), MultitaskStrategy::Enqueue);
+                let ins = RunInsert {
+                    cron_tick: Some(tick),
+                    ..insert(&r, json!({}))
+                };
+                s.insert_run(&ins).await.map(|_| r.run_id)
+            }));
+        }
+        let mut started = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(id) => started.push(id),
+                Err(StoreError::Conflict("cron tick")) => {}
+                Err(other) => panic!("unexpected: {other}"),
+            }
+        }
+        assert_eq!(started.len(), 1, "one run per tick");
+        let runs = s.list_runs(tid, None, 10, 0).await.unwrap();
+        assert_eq!(ids(&runs, |r| r.run_id), started);
+        let moved = s.get_cron(c.cron_id).await.unwrap().unwrap();
+        assert_eq!(moved.next_run_date, tick.next);
+        assert!(s.due_crons(at(0.0), 10).await.unwrap().is_empty());
+
+        // A tick whose run could not start is skipped once, by whoever gets there first.
+        let next = CronTick {
+            cron_id: c.cron_id,
+            due: moved.next_run_date.expect("a next tick"),
+            next: Some(at(119.0)),
+        };
+        assert!(s.skip_cron_tick(&next).await.unwrap());
+        assert!(!s.skip_cron_tick(&next).await.unwrap());
+        assert_eq!(s.list_runs(tid, None, 10, 0).await.unwrap().len(), 1);
     }
 
     pub async fn assistants_search(s: Arc<dyn Store>) {

@@ -84,7 +84,7 @@ pub(super) async fn info() -> Json<Value> {
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "langgraph_py_version": "1.2.22",
-        "flags": {"assistants": true, "crons": false, "langsmith": false,
+        "flags": {"assistants": true, "crons": true, "langsmith": false,
                   "langsmith_tracing_replicas": false, "langsmith_tracing_session_on_runs": false},
         "host": {"kind": "self-hosted", "project_id": null, "host_revision_id": null,
                  "revision_id": null, "tenant_id": null},

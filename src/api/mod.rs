@@ -2,6 +2,7 @@
 //! OpenAPI. Handlers validate, call the store and the runner, and shape responses.
 
 mod assistants;
+mod crons;
 pub mod error;
 mod lookups;
 mod meta;
@@ -53,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .merge(runs::router())
         .merge(protocol::router())
         .merge(store_items::router())
+        .merge(crons::router())
         .merge(openapi::router())
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -193,6 +195,7 @@ pub(crate) fn check_paging(limit: i64, offset: i64) -> Result<(), AppError> {
 }
 
 pub use assistants::system_assistant;
+pub(crate) use crons::run_scheduler;
 
 /// The paging and sorting fields every search body has, checked.
 pub(crate) struct SearchParams {

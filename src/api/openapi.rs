@@ -1,8 +1,8 @@
 //! The OpenAPI document, generated from the handlers' annotations, served at `/openapi.json`
 //! with Swagger UI (bundled, works offline) at `/docs`.
 
-use super::{AppState, assistants, meta, protocol, runs, store_items, threads};
-use crate::store::{Assistant, MultitaskStrategy, Run, RunStatus, Thread, ThreadStatus};
+use super::{AppState, assistants, crons, meta, protocol, runs, store_items, threads};
+use crate::store::{Assistant, Cron, MultitaskStrategy, Run, RunStatus, Thread, ThreadStatus};
 use axum::Router;
 use utoipa::OpenApi;
 use utoipa_swagger_ui::SwaggerUi;
@@ -57,6 +57,13 @@ use utoipa_swagger_ui::SwaggerUi;
         runs::cancel,
         runs::cancel_many,
         runs::join_stream,
+        crons::create_stateless,
+        crons::create_for_thread,
+        crons::search,
+        crons::count,
+        crons::fetch,
+        crons::update,
+        crons::remove,
         store_items::put_item,
         store_items::get_item,
         store_items::delete_item,
@@ -65,7 +72,15 @@ use utoipa_swagger_ui::SwaggerUi;
         protocol::command,
         protocol::events,
     ),
-    components(schemas(Assistant, Thread, Run, RunStatus, ThreadStatus, MultitaskStrategy))
+    components(schemas(
+        Assistant,
+        Cron,
+        Thread,
+        Run,
+        RunStatus,
+        ThreadStatus,
+        MultitaskStrategy
+    ))
 )]
 pub struct ApiDoc;
 

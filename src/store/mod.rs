@@ -120,6 +120,9 @@ pub struct RunInsert {
     /// The client's `Idempotency-Key`: a second insert with it changes nothing and fails with
     /// `DuplicateRun` naming the first run.
     pub idempotency_key: Option<String>,
+    /// The cron tick this run is for: claimed in the same transaction, or nothing is inserted
+    /// (`Conflict("cron tick")`: another replica started it).
+    pub cron_tick: Option<CronTick>,
 }
 
 /// Assistants: the graph plus its saved config.
@@ -137,7 +140,7 @@ pub trait AssistantStore: Send + Sync {
         patch: &AssistantPatch,
         now: Timestamp,
     ) -> StoreResult<Option<Assistant>>;
-    /// Returns whether a row was deleted (its versions go with it).
+    /// Returns whether a row was deleted (its versions and crons go with it).
     async fn delete_assistant(&self, id: Uuid) -> StoreResult<bool>;
     async fn search_assistants(&self, q: &AssistantQuery) -> StoreResult<Page<Assistant>>;
     /// The assistant's versions whose metadata contains `metadata`, newest version first.
@@ -361,6 +364,24 @@ pub trait ItemStore: Send + Sync {
     async fn delete_expired_items(&self, now: Timestamp) -> StoreResult<u64>;
 }
 
+/// Crons: schedules that create runs.
+#[async_trait]
+pub trait CronStore: Send + Sync {
+    async fn create_cron(&self, cron: &Cron) -> StoreResult<()>;
+    async fn get_cron(&self, id: Uuid) -> StoreResult<Option<Cron>>;
+    /// Replaces the cron's row with `cron` (the API computed it from the patch); false when
+    /// it no longer exists.
+    async fn update_cron(&self, cron: &Cron) -> StoreResult<bool>;
+    async fn delete_cron(&self, id: Uuid) -> StoreResult<bool>;
+    async fn search_crons(&self, q: &CronQuery) -> StoreResult<Page<Cron>>;
+    /// Enabled crons whose tick is due at `now` (and not past their `end_time`), oldest
+    /// first, at most `limit`.
+    async fn due_crons(&self, now: Timestamp, limit: i64) -> StoreResult<Vec<Cron>>;
+    /// Moves a cron past a tick that started no run (its run could not be created), if the
+    /// tick is still due; returns whether it moved.
+    async fn skip_cron_tick(&self, tick: &CronTick) -> StoreResult<bool>;
+}
+
 /// The whole persistence surface: every concern's trait, on one backend. Every method of every
 /// trait is one transaction — it happens entirely or not at all — except `append_events` (each
 /// page alone) and `delete_expired_threads` (each thread alone).
@@ -372,6 +393,7 @@ pub trait Store:
     + CheckpointStore
     + EventLog
     + ItemStore
+    + CronStore
     + Send
     + Sync
     + 'static

@@ -474,3 +474,57 @@ pub struct NamespaceQuery {
     pub limit: usize,
     pub offset: usize,
 }
+
+/// A schedule that creates runs: on a thread, or stateless (a new thread each time).
+#[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Cron {
+    pub cron_id: Uuid,
+    pub assistant_id: Uuid,
+    pub thread_id: Option<Uuid>,
+    pub user_id: Option<String>,
+    /// Five-field cron expression.
+    pub schedule: String,
+    /// IANA time zone the schedule is read in; `None` is UTC.
+    pub timezone: Option<String>,
+    /// The run request each tick creates.
+    #[schema(value_type = Object)]
+    pub payload: JsonMap,
+    #[schema(value_type = Object)]
+    pub metadata: JsonMap,
+    /// Stateless crons: `delete` (the default) or `keep` the thread after the run.
+    pub on_run_completed: Option<String>,
+    pub enabled: bool,
+    #[schema(value_type = Option<String>)]
+    pub end_time: Option<Timestamp>,
+    /// When the next tick is due (`None` once the schedule has no tick before `end_time`).
+    #[schema(value_type = Option<String>)]
+    pub next_run_date: Option<Timestamp>,
+    #[schema(value_type = String)]
+    pub created_at: Timestamp,
+    #[schema(value_type = String)]
+    pub updated_at: Timestamp,
+}
+
+/// Filters for cron search and count.
+#[derive(Clone, Debug, Default)]
+pub struct CronQuery {
+    pub assistant_id: Option<Uuid>,
+    pub thread_id: Option<Uuid>,
+    pub enabled: Option<bool>,
+    pub metadata: JsonMap,
+    pub limit: i64,
+    pub offset: i64,
+    /// One of cron_id, assistant_id, thread_id, next_run_date, end_time, created_at,
+    /// updated_at (validated by the API).
+    pub sort_by: Option<String>,
+    pub sort_order: Option<SortOrder>,
+}
+
+/// A cron tick claimed by the run it starts: the run is inserted only if the cron's
+/// `next_run_date` is still `due`, and that insert moves it to `next`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CronTick {
+    pub cron_id: Uuid,
+    pub due: Timestamp,
+    pub next: Option<Timestamp>,
+}

@@ -192,3 +192,107 @@ async def test_store_bad_input_is_422_and_stores_nothing(http):
     assert r.status_code == 422
     r = await http.post("/store/namespaces", json={"max_depth": 0})
     assert r.status_code == 422
+
+
+# ---- crons ------------------------------------------------------------------------------
+
+
+async def test_info_says_crons_are_served(http):
+    assert (await http.get("/info")).json()["flags"]["crons"] is True
+
+
+async def test_thread_cron_is_saved_with_its_next_tick(client, new_thread):
+    tid = await new_thread()
+    cron = await client.crons.create_for_thread(
+        tid, "agent", schedule="0 9 * * MON", input=HI, metadata={"kind": "briefing"},
+        timezone="Europe/Paris",
+    )
+    try:
+        assert cron["thread_id"] == tid
+        assert cron["schedule"] == "0 9 * * MON"
+        assert cron["timezone"] == "Europe/Paris"
+        assert cron["enabled"] is True
+        assert cron["metadata"] == {"kind": "briefing"}
+        assert cron["payload"]["input"] == HI
+        # Monday 9:00 in Paris is 8:00 or 7:00 UTC, depending on the season.
+        assert cron["next_run_date"][11:16] in ("07:00", "08:00"), cron["next_run_date"]
+        system = await client.assistants.search(graph_id="agent", metadata={"created_by": "system"})
+        assert cron["assistant_id"] == system[0]["assistant_id"]
+
+        found = await client.crons.search(thread_id=tid)
+        assert [c["cron_id"] for c in found] == [cron["cron_id"]]
+        assert await client.crons.count(thread_id=tid) == 1
+        picked = await client.crons.search(thread_id=tid, select=["cron_id", "schedule"])
+        assert picked == [{"cron_id": cron["cron_id"], "schedule": "0 9 * * MON"}]
+    finally:
+        await client.crons.delete(cron["cron_id"])
+    assert await client.crons.count(thread_id=tid) == 0
+
+
+async def test_stateless_cron_update_and_delete(client, http):
+    cron = await client.crons.create("agent", schedule="*/5 * * * *", input=HI)
+    cid = cron["cron_id"]
+    try:
+        assert cron["thread_id"] is None
+        updated = await client.crons.update(cid, schedule="0 0 1 1 *", enabled=False,
+                                            on_run_completed="keep")
+        assert updated["schedule"] == "0 0 1 1 *"
+        assert updated["enabled"] is False
+        assert updated["on_run_completed"] == "keep"
+        assert updated["next_run_date"][5:16] == "01-01T00:00"
+        assert (await http.get(f"/runs/crons/{cid}")).json()["schedule"] == "0 0 1 1 *"
+        disabled = await client.crons.search(enabled=False)
+        assert cid in [c["cron_id"] for c in disabled]
+    finally:
+        await client.crons.delete(cid)
+    assert (await http.get(f"/runs/crons/{cid}")).status_code == 404
+    with pytest.raises(NotFoundError):
+        await client.crons.delete(cid)
+
+
+async def test_a_thread_cron_goes_with_its_thread(client, new_thread):
+    tid = await new_thread()
+    cron = await client.crons.create_for_thread(tid, "agent", schedule="* * * * *", input=HI)
+    await client.threads.delete(tid)
+    with pytest.raises(NotFoundError):
+        await client.crons.update(cron["cron_id"], enabled=False)
+
+
+async def test_cron_bad_input_is_refused_and_saves_nothing(http, new_thread):
+    tid = await new_thread()
+    before = (await http.post("/runs/crons/count", json={})).json()
+    bad = [
+        ({"assistant_id": "agent", "schedule": "every monday"}, 422, "schedule"),
+        ({"assistant_id": "agent", "schedule": "* * * * * *"}, 422, "five-field"),
+        ({"assistant_id": "agent", "schedule": "* * * * *", "timezone": "Mars/Base"}, 422, "timezone"),
+        ({"assistant_id": "agent"}, 422, "schedule is required"),
+        ({"schedule": "* * * * *"}, 422, "assistant_id"),
+        ({"assistant_id": "nope", "schedule": "* * * * *"}, 422, "nope"),
+        ({"assistant_id": "agent", "schedule": "* * * * *", "end_time": "soon"}, 422, "end_time"),
+        ({"assistant_id": "agent", "schedule": "* * * * *", "command": {"resume": 1}}, 422, "command"),
+        ({"assistant_id": "agent", "schedule": "* * * * *", "multitask_strategy": "sometimes"}, 422, "multitask_strategy"),
+        ({"assistant_id": "agent", "schedule": "* * * * *", "interrupt_before": ["nowhere"]}, 422, "nowhere"),
+        ({"assistant_id": "agent", "schedule": "* * * * *", "on_run_completed": "explode"}, 422, "on_run_completed"),
+    ]
+    for body, status, words in bad:
+        r = await http.post("/runs/crons", json=body)
+        assert r.status_code == status, (body, r.text)
+        assert words in r.json()["detail"], (body, r.text)
+    r = await http.post(f"/threads/{tid}/runs/crons",
+                        json={"assistant_id": "agent", "schedule": "* * * * *", "on_run_completed": "keep"})
+    assert r.status_code == 422 and "stateless" in r.json()["detail"]
+    r = await http.post(f"/threads/{uuid.uuid4()}/runs/crons",
+                        json={"assistant_id": "agent", "schedule": "* * * * *"})
+    assert r.status_code == 404
+    assert (await http.post("/runs/crons/count", json={})).json() == before
+
+    cron = (await http.post("/runs/crons", json={"assistant_id": "agent", "schedule": "0 0 * * *"})).json()
+    try:
+        r = await http.patch(f"/runs/crons/{cron['cron_id']}", json={"schedule": "nope"})
+        assert r.status_code == 422
+        assert (await http.get(f"/runs/crons/{cron['cron_id']}")).json()["schedule"] == "0 0 * * *"
+        r = await http.post("/runs/crons/search", json={"select": ["secret"]})
+        assert r.status_code == 422
+        assert (await http.get("/runs/crons/not-a-uuid")).status_code == 422
+    finally:
+        await http.delete(f"/runs/crons/{cron['cron_id']}")

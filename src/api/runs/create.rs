@@ -12,7 +12,8 @@ use crate::ids;
 use crate::runs::RunKwargs;
 use crate::runs::options::{Durability, IfNotExists, OnCompletion, OnDisconnect};
 use crate::store::{
-    Assistant, CancelAction, JsonMap, MultitaskStrategy, Run, RunInsert, RunStatus, StoreError,
+    Assistant, CancelAction, CronTick, JsonMap, MultitaskStrategy, Run, RunInsert, RunStatus,
+    StoreError,
 };
 use crate::stream::{StreamModes, bus::Subscription};
 use crate::time::Timestamp;
@@ -88,7 +89,7 @@ pub(in crate::api) struct NewRun {
 
 /// Where the run's thread comes from.
 #[derive(Clone, Copy)]
-pub(super) enum Target {
+pub(in crate::api) enum Target {
     Thread(Uuid),
     Stateless,
 }
@@ -233,6 +234,17 @@ pub(super) async fn start(
     body: NewRun,
     key: IdempotencyKey,
 ) -> ApiResult<Started> {
+    start_ticked(state, target, body, key, None).await
+}
+
+/// `start`, for a cron's tick: the run is inserted only while the tick is still due.
+pub(super) async fn start_ticked(
+    state: &AppState,
+    target: Target,
+    body: NewRun,
+    key: IdempotencyKey,
+    cron_tick: Option<CronTick>,
+) -> ApiResult<Started> {
     validate(&body, target)?;
     let options = Options::parse(&body)?;
     let assistant = resolve(state, &body.assistant_id)
@@ -253,7 +265,7 @@ pub(super) async fn start(
     if let Some(command) = &human.command {
         check_command(state, command, thread_id, checkpoint_id).await?;
     }
-    let run = build_run(
+    let mut run = build_run(
         &human,
         state,
         &body,
@@ -263,6 +275,9 @@ pub(super) async fn start(
         stateless,
         checkpoint_id,
     )?;
+    if let Some(tick) = &cron_tick {
+        run.metadata.insert("cron_id".into(), json!(tick.cron_id));
+    }
     let mut thread_metadata = JsonMap::new();
     thread_metadata.insert("graph_id".into(), json!(assistant.graph_id));
     thread_metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
@@ -271,6 +286,7 @@ pub(super) async fn start(
         thread_metadata,
         create_thread: stateless || options.if_not_exists == IfNotExists::Create,
         idempotency_key: key.0,
+        cron_tick,
     };
     let resumable = body.stream_resumable.unwrap_or(false);
     let (subscription, result) =
@@ -283,6 +299,30 @@ pub(super) async fn start(
         cancel_on_disconnect: options.on_disconnect == OnDisconnect::Cancel,
         stateless,
     })
+}
+
+/// Checks a run request as `start` would, without creating anything (a cron's payload, when
+/// the cron is saved). The assistant is the one the request names.
+pub(super) async fn check(state: &AppState, target: Target, body: &NewRun) -> ApiResult<Assistant> {
+    validate(body, target)?;
+    let options = Options::parse(body)?;
+    let assistant = resolve(state, &body.assistant_id).await?;
+    let graph = state.registry.get(&assistant.graph_id).ok_or_else(|| {
+        AppError::NotFound(format!("Graph '{}' is not registered", assistant.graph_id))
+    })?;
+    let human = HumanInput::parse(body, &assistant, &graph)?;
+    let stateless = matches!(target, Target::Stateless);
+    build_run(
+        &human,
+        state,
+        body,
+        &options,
+        &assistant,
+        ids::new_id(),
+        stateless,
+        None,
+    )?;
+    Ok(assistant)
 }
 
 /// The checkpoint the run starts from (`checkpoint_id`, or the one named in `checkpoint`),

@@ -17,13 +17,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use create::{IdempotencyKey, Started, Target, start, validate};
+use create::{IdempotencyKey, Started, start, validate};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use uuid::Uuid;
 use waiting::{result_body, wait_body};
 
-pub(super) use create::{NewRun, check_recursion_limit};
+pub(super) use create::{NewRun, Target, check_recursion_limit};
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -57,6 +57,34 @@ pub(super) async fn start_on_thread(
     let body: NewRun =
         serde_json::from_value(body).map_err(|e| AppError::Invalid(format!("Invalid run: {e}")))?;
     let started = start(state, Target::Thread(thread_id), body, IdempotencyKey(None)).await?;
+    Ok(started.run)
+}
+
+fn parse_new_run(body: Value) -> ApiResult<NewRun> {
+    serde_json::from_value(body).map_err(|e| AppError::Invalid(format!("Invalid run: {e}")))
+}
+
+/// Checks a run request built by another API (a cron's payload) without creating anything;
+/// returns the assistant it names.
+pub(super) async fn check_run_request(
+    state: &AppState,
+    target: Target,
+    body: Value,
+) -> ApiResult<crate::store::Assistant> {
+    create::check(state, target, &parse_new_run(body)?).await
+}
+
+/// Creates the run of a cron's tick: nothing when another replica already started it
+/// (`StoreError::Conflict("cron tick")`).
+pub(super) async fn start_for_cron(
+    state: &AppState,
+    target: Target,
+    body: Value,
+    tick: crate::store::CronTick,
+) -> ApiResult<Run> {
+    let body = parse_new_run(body)?;
+    let started =
+        create::start_ticked(state, target, body, IdempotencyKey(None), Some(tick)).await?;
     Ok(started.run)
 }
 

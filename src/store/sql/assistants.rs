@@ -81,6 +81,10 @@ impl crate::store::AssistantStore for SqlStore {
     async fn delete_assistant(&self, id: Uuid) -> StoreResult<bool> {
         let _timer = StoreTimer::start("delete_assistant");
         let mut tx = self.write_tx().await?;
+        sqlx::query("DELETE FROM crons WHERE assistant_id = $1")
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM assistant_versions WHERE assistant_id = $1")
             .bind(id.to_string())
             .execute(&mut *tx)

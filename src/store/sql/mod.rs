@@ -12,6 +12,7 @@
 mod assistants;
 mod checkpoints;
 mod codec;
+mod crons;
 mod events;
 mod filters;
 mod items;

@@ -227,7 +227,13 @@ impl crate::store::ThreadStore for SqlStore {
 
 /// Deletes a thread with its runs, checkpoints, chunks and events; whether it existed.
 async fn delete_thread_rows(conn: &mut sqlx::AnyConnection, id: Uuid) -> StoreResult<bool> {
-    for table in ["run_event_pages", "checkpoint_blobs", "checkpoints", "runs"] {
+    for table in [
+        "run_event_pages",
+        "checkpoint_blobs",
+        "checkpoints",
+        "runs",
+        "crons",
+    ] {
         q(format!("DELETE FROM {table} WHERE thread_id = $1"))
             .bind(id.to_string())
             .execute(&mut *conn)

@@ -25,6 +25,9 @@ impl SqlStore {
     ) -> StoreResult<Vec<Run>> {
         let run = &ins.run;
         let now = Timestamp::now();
+        if let Some(tick) = &ins.cron_tick {
+            self.claim_tick_in(conn, tick).await?;
+        }
         if ins.create_thread {
             self.ensure_thread(conn, ins, now).await?;
         }

@@ -1,0 +1,453 @@
+//! Crons (`/runs/crons`, `/threads/{id}/runs/crons`): schedules that create runs, on a thread
+//! or stateless. The body is a run request plus the schedule's own fields; the request is
+//! checked like a run's when the cron is saved, so a tick does not fail on what could be known
+//! then.
+
+mod schedule;
+mod scheduler;
+
+pub(crate) use scheduler::run as run_scheduler;
+
+use super::assistants::resolve;
+use super::error::{ApiResult, AppError, Body, parse_id};
+use super::runs::{Target, check_run_request};
+use super::{AppState, SearchParams, paged, project};
+use crate::ids;
+use crate::store::{Cron, CronQuery, JsonMap};
+use crate::time::Timestamp;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use schedule::Schedule;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/runs/crons", post(create_stateless))
+        .route("/threads/{thread_id}/runs/crons", post(create_for_thread))
+        .route("/runs/crons/search", post(search))
+        .route("/runs/crons/count", post(count))
+        .route(
+            "/runs/crons/{cron_id}",
+            get(fetch).patch(update).delete(remove),
+        )
+}
+
+/// Fields of the run request a cron may carry (the rest of a run body makes no sense on a
+/// schedule: `command`, checkpoints, `after_seconds`, …).
+const RUN_FIELDS: [&str; 14] = [
+    "assistant_id",
+    "input",
+    "config",
+    "context",
+    "metadata",
+    "interrupt_before",
+    "interrupt_after",
+    "webhook",
+    "multitask_strategy",
+    "stream_mode",
+    "stream_subgraphs",
+    "stream_resumable",
+    "durability",
+    "checkpoint_during",
+];
+
+/// The schedule's own fields.
+const CRON_FIELDS: [&str; 5] = [
+    "schedule",
+    "timezone",
+    "end_time",
+    "enabled",
+    "on_run_completed",
+];
+
+/// A cron body split into the schedule's fields and the run request.
+struct CronBody {
+    schedule: Option<String>,
+    timezone: Option<Option<String>>,
+    end_time: Option<Option<Timestamp>>,
+    enabled: Option<bool>,
+    on_run_completed: Option<String>,
+    run: JsonMap,
+}
+
+impl CronBody {
+    fn parse(mut body: JsonMap, stateless: bool) -> ApiResult<Self> {
+        if let Some(unknown) = body
+            .keys()
+            .find(|k| !RUN_FIELDS.contains(&k.as_str()) && !CRON_FIELDS.contains(&k.as_str()))
+        {
+            return Err(AppError::Invalid(format!(
+                "unknown field '{unknown}' (a cron takes {} and the run fields {})",
+                CRON_FIELDS.join(", "),
+                RUN_FIELDS.join(", ")
+            )));
+        }
+        let text = |v: Value, field: &str| match v {
+            Value::String(s) => Ok(s),
+            other => Err(AppError::Invalid(format!(
+                "{field} must be a string, got {other}"
+            ))),
+        };
+        let schedule = body
+            .remove("schedule")
+            .map(|v| text(v, "schedule"))
+            .transpose()?;
+        let timezone = match body.remove("timezone") {
+            None => None,
+            Some(Value::Null) => Some(None),
+            Some(v) => Some(Some(text(v, "timezone")?)),
+        };
+        let end_time = match body.remove("end_time") {
+            None => None,
+            Some(Value::Null) => Some(None),
+            Some(v) => Some(Some(parse_time(&text(v, "end_time")?)?)),
+        };
+        let enabled = match body.remove("enabled") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(b),
+            Some(other) => {
+                return Err(AppError::Invalid(format!(
+                    "enabled must be a boolean, got {other}"
+                )));
+            }
+        };
+        let on_run_completed = match body.remove("on_run_completed") {
+            None | Some(Value::Null) => None,
+            Some(v) => {
+                let choice = text(v, "on_run_completed")?;
+                if !stateless {
+                    return Err(AppError::Invalid(
+                        "on_run_completed applies to stateless crons only (a thread's cron \
+                         keeps its thread)"
+                            .into(),
+                    ));
+                }
+                if !["delete", "keep"].contains(&choice.as_str()) {
+                    return Err(AppError::Invalid(format!(
+                        "on_run_completed: invalid value '{choice}' (expected delete or keep)"
+                    )));
+                }
+                Some(choice)
+            }
+        };
+        Ok(Self {
+            schedule,
+            timezone,
+            end_time,
+            enabled,
+            on_run_completed,
+            run: body,
+        })
+    }
+}
+
+/// An ISO 8601 instant; one without an offset (what Python's `isoformat()` gives for a naive
+/// datetime) is taken as UTC.
+fn parse_time(text: &str) -> ApiResult<Timestamp> {
+    if let Some(t) = Timestamp::parse(text) {
+        return Ok(t);
+    }
+    [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%d %H:%M:%S%.f",
+    ]
+    .iter()
+    .find_map(|f| chrono::NaiveDateTime::parse_from_str(text, f).ok())
+    .map(|t| Timestamp::from_utc(t.and_utc()))
+    .ok_or_else(|| AppError::Invalid(format!("end_time: '{text}' is not an ISO 8601 date-time")))
+}
+
+fn schedule_of(cron: &Cron) -> ApiResult<Schedule> {
+    Schedule::parse(&cron.schedule, cron.timezone.as_deref()).map_err(AppError::Invalid)
+}
+
+fn target_of(cron: &Cron) -> Target {
+    cron.thread_id.map_or(Target::Stateless, Target::Thread)
+}
+
+/// A stateless cron: each tick runs on a new thread.
+#[utoipa::path(post, path = "/runs/crons", tag = "crons", request_body = Object,
+    responses((status = 200, body = Cron), (status = 404), (status = 422)))]
+pub(super) async fn create_stateless(
+    State(state): State<AppState>,
+    Body(body): Body<JsonMap>,
+) -> ApiResult<Json<Cron>> {
+    create(&state, None, body).await
+}
+
+/// A cron on a thread: each tick runs on it (queued behind its runs by default).
+#[utoipa::path(post, path = "/threads/{thread_id}/runs/crons", tag = "crons", request_body = Object,
+    params(("thread_id" = Uuid, Path)),
+    responses((status = 200, body = Cron), (status = 404), (status = 422)))]
+pub(super) async fn create_for_thread(
+    State(state): State<AppState>,
+    Path(tid): Path<String>,
+    Body(body): Body<JsonMap>,
+) -> ApiResult<Json<Cron>> {
+    let thread_id = parse_id(&tid, "thread")?;
+    if state.store.get_thread(thread_id).await?.is_none() {
+        return Err(AppError::NotFound(format!(
+            "Thread with ID {thread_id} not found"
+        )));
+    }
+    create(&state, Some(thread_id), body).await
+}
+
+async fn create(state: &AppState, thread_id: Option<Uuid>, body: JsonMap) -> ApiResult<Json<Cron>> {
+    let body = CronBody::parse(body, thread_id.is_none())?;
+    let Some(schedule) = body.schedule else {
+        return Err(AppError::Invalid("schedule is required".into()));
+    };
+    if !body.run.contains_key("assistant_id") {
+        return Err(AppError::Invalid("assistant_id is required".into()));
+    }
+    let now = Timestamp::now();
+    let mut cron = Cron {
+        cron_id: ids::new_id(),
+        assistant_id: Uuid::nil(),
+        thread_id,
+        user_id: None,
+        schedule,
+        timezone: body.timezone.flatten(),
+        metadata: run_metadata(&body.run)?,
+        payload: body.run,
+        on_run_completed: body.on_run_completed,
+        enabled: body.enabled.unwrap_or(true),
+        end_time: body.end_time.flatten(),
+        next_run_date: None,
+        created_at: now,
+        updated_at: now,
+    };
+    let target = target_of(&cron);
+    let assistant = check_run_request(state, target, Value::Object(cron.payload.clone())).await?;
+    cron.assistant_id = assistant.assistant_id;
+    cron.next_run_date = schedule_of(&cron)?.next_after(now, cron.end_time);
+    state.store.create_cron(&cron).await?;
+    Ok(Json(cron))
+}
+
+fn run_metadata(run: &JsonMap) -> ApiResult<JsonMap> {
+    match run.get("metadata") {
+        None | Some(Value::Null) => Ok(JsonMap::new()),
+        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(_) => Err(AppError::Invalid("metadata must be an object".into())),
+    }
+}
+
+async fn load(state: &AppState, raw: &str) -> ApiResult<Cron> {
+    let id = parse_id(raw, "cron")?;
+    state
+        .store
+        .get_cron(id)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("Cron with ID {id} not found")))
+}
+
+/// One cron.
+#[utoipa::path(get, path = "/runs/crons/{cron_id}", tag = "crons",
+    params(("cron_id" = Uuid, Path)), responses((status = 200, body = Cron), (status = 404), (status = 422)))]
+pub(super) async fn fetch(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Cron>> {
+    Ok(Json(load(&state, &id).await?))
+}
+
+/// Changes a cron. Run fields replace the payload's; metadata is merged. A new schedule, time
+/// zone, end time or `enabled` counts the next tick from now.
+#[utoipa::path(patch, path = "/runs/crons/{cron_id}", tag = "crons", request_body = Object,
+    params(("cron_id" = Uuid, Path)), responses((status = 200, body = Cron), (status = 404), (status = 422)))]
+pub(super) async fn update(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<JsonMap>,
+) -> ApiResult<Json<Cron>> {
+    let mut cron = load(&state, &id).await?;
+    let patch = CronBody::parse(body, cron.thread_id.is_none())?;
+    let reschedule = patch.schedule.is_some()
+        || patch.timezone.is_some()
+        || patch.end_time.is_some()
+        || patch.enabled.is_some();
+    if let Some(s) = patch.schedule {
+        cron.schedule = s;
+    }
+    if let Some(tz) = patch.timezone {
+        cron.timezone = tz;
+    }
+    if let Some(end) = patch.end_time {
+        cron.end_time = end;
+    }
+    if let Some(enabled) = patch.enabled {
+        cron.enabled = enabled;
+    }
+    if patch.on_run_completed.is_some() {
+        cron.on_run_completed = patch.on_run_completed;
+    }
+    for (key, value) in patch.run {
+        if key == "metadata" {
+            let extra = run_metadata(&JsonMap::from_iter([(key.clone(), value)]))?;
+            cron.metadata.extend(extra);
+            cron.payload
+                .insert(key, Value::Object(cron.metadata.clone()));
+        } else {
+            cron.payload.insert(key, value);
+        }
+    }
+    let assistant = check_run_request(
+        &state,
+        target_of(&cron),
+        Value::Object(cron.payload.clone()),
+    )
+    .await?;
+    cron.assistant_id = assistant.assistant_id;
+    let now = Timestamp::now();
+    if reschedule {
+        cron.next_run_date = schedule_of(&cron)?.next_after(now, cron.end_time);
+    }
+    cron.updated_at = now;
+    if !state.store.update_cron(&cron).await? {
+        return Err(AppError::NotFound(format!("Cron with ID {id} not found")));
+    }
+    Ok(Json(cron))
+}
+
+/// Deletes a cron (its runs stay).
+#[utoipa::path(delete, path = "/runs/crons/{cron_id}", tag = "crons",
+    params(("cron_id" = Uuid, Path)), responses((status = 204), (status = 404), (status = 422)))]
+pub(super) async fn remove(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let cron = load(&state, &id).await?;
+    state.store.delete_cron(cron.cron_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CronSearch {
+    assistant_id: Option<String>,
+    thread_id: Option<String>,
+    enabled: Option<bool>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<JsonMap>,
+    limit: Option<i64>,
+    offset: Option<i64>,
+    sort_by: Option<String>,
+    sort_order: Option<String>,
+    #[serde(default)]
+    select: Vec<String>,
+}
+
+const SORTS: [&str; 7] = [
+    "cron_id",
+    "assistant_id",
+    "thread_id",
+    "next_run_date",
+    "end_time",
+    "created_at",
+    "updated_at",
+];
+
+async fn cron_query(state: &AppState, body: CronSearch) -> ApiResult<(CronQuery, Vec<String>)> {
+    let p = SearchParams::check(
+        body.limit,
+        body.offset,
+        body.sort_by,
+        body.sort_order.as_deref(),
+        &SORTS,
+    )?;
+    let assistant_id = match body.assistant_id.as_deref() {
+        None => None,
+        Some(raw) => Some(match raw.parse::<Uuid>() {
+            Ok(id) => id,
+            Err(_) => resolve(state, raw).await?.assistant_id,
+        }),
+    };
+    let thread_id = body
+        .thread_id
+        .as_deref()
+        .map(|t| parse_id(t, "thread"))
+        .transpose()?;
+    if let Some(bad) = body
+        .select
+        .iter()
+        .find(|f| !CRON_COLUMNS.contains(&f.as_str()))
+    {
+        return Err(AppError::Invalid(format!(
+            "select: unknown field '{bad}' (expected some of {})",
+            CRON_COLUMNS.join(", ")
+        )));
+    }
+    let q = CronQuery {
+        assistant_id,
+        thread_id,
+        enabled: body.enabled,
+        metadata: body.metadata.unwrap_or_default(),
+        limit: p.limit,
+        offset: p.offset,
+        sort_by: p.sort_by,
+        sort_order: p.sort_order,
+    };
+    Ok((q, body.select))
+}
+
+const CRON_COLUMNS: [&str; 14] = [
+    "cron_id",
+    "assistant_id",
+    "thread_id",
+    "user_id",
+    "schedule",
+    "timezone",
+    "payload",
+    "metadata",
+    "on_run_completed",
+    "enabled",
+    "end_time",
+    "next_run_date",
+    "created_at",
+    "updated_at",
+];
+
+/// Lists crons, newest first by default.
+#[utoipa::path(post, path = "/runs/crons/search", tag = "crons", request_body = CronSearch,
+    responses((status = 200, body = Vec<Cron>), (status = 422)))]
+pub(super) async fn search(
+    State(state): State<AppState>,
+    Body(body): Body<CronSearch>,
+) -> ApiResult<Response> {
+    let (q, select) = cron_query(&state, body).await?;
+    let page = state.store.search_crons(&q).await?;
+    let items = page
+        .items
+        .into_iter()
+        .map(|c| project(json!(c), &select))
+        .collect();
+    Ok(paged(items, page.total, q.offset, q.limit))
+}
+
+/// Counts crons matching the filters.
+#[utoipa::path(post, path = "/runs/crons/count", tag = "crons", request_body = CronSearch,
+    responses((status = 200, body = i64), (status = 422)))]
+pub(super) async fn count(
+    State(state): State<AppState>,
+    Body(body): Body<CronSearch>,
+) -> ApiResult<Json<i64>> {
+    let (mut q, _) = cron_query(
+        &state,
+        CronSearch {
+            limit: Some(1),
+            offset: Some(0),
+            ..body
+        },
+    )
+    .await?;
+    q.limit = 1;
+    Ok(Json(state.store.search_crons(&q).await?.total))
+}
