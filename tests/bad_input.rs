@@ -305,3 +305,53 @@ async fn cors_exposes_the_headers_clients_need() {
         assert!(exposed.contains(h), "{exposed}");
     }
 }
+
+#[tokio::test]
+async fn webhooks_to_internal_addresses_or_without_a_secret_are_refused() {
+    let mut settings = test_settings();
+    settings.webhooks.allow_private_targets = false;
+    let app = support::spawn_app_on(support::Backend::Sqlite, settings)
+        .await
+        .expect("app");
+    let tid = new_thread(&app).await;
+    let before = counts(&app).await;
+    for url in [
+        "http://127.0.0.1:9/hook",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]:9/",
+        "http://10.0.0.7/",
+        "http://localhost:9/",
+    ] {
+        let body = json!({"assistant_id": "agent", "input": hello(), "webhook": url}).to_string();
+        let (status, v) = call(
+            &app,
+            Method::POST,
+            &format!("/threads/{tid}/runs"),
+            Some(&body),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{url}: {v}");
+        assert!(detail(&v).contains("internal address"), "{url}: {v}");
+    }
+    for url in [
+        "ftp://example.com/",
+        "/hooks/mine",
+        "http://user:pw@example.com/",
+    ] {
+        let body = json!({"assistant_id": "agent", "input": hello(), "webhook": url}).to_string();
+        let (status, v) = call(&app, Method::POST, "/runs", Some(&body)).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{url}: {v}");
+        assert!(detail(&v).starts_with("webhook:"), "{url}: {v}");
+    }
+    assert_eq!(counts(&app).await, before, "nothing was created");
+
+    let mut settings = test_settings();
+    settings.webhooks.secret = None;
+    let unsigned = support::spawn_app_on(support::Backend::Sqlite, settings)
+        .await
+        .expect("app");
+    let body = json!({"assistant_id": "agent", "input": hello(), "webhook": "http://127.0.0.1:9/"});
+    let (status, v) = call(&unsigned, Method::POST, "/runs", Some(&body.to_string())).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(detail(&v).contains("signing secret"), "{v}");
+}

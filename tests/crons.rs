@@ -25,7 +25,11 @@ async fn post(app: &TestApp, path: &str, body: Value) -> Value {
         .send()
         .await
         .unwrap();
-    assert!(response.status().is_success(), "{path}: {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "{path}: {}",
+        response.status()
+    );
     response.json().await.unwrap()
 }
 
@@ -88,14 +92,27 @@ async fn a_one_minute_schedule_fires_once_per_tick_across_two_replicas() {
     )
     .await;
     let kept = kept.as_array().unwrap();
-    assert_eq!(kept.len(), 1, "one stateless run, its thread kept: {kept:?}");
+    assert_eq!(
+        kept.len(),
+        1,
+        "one stateless run, its thread kept: {kept:?}"
+    );
     let stateless_runs = runs_of(&app, kept[0]["thread_id"].as_str().unwrap()).await;
     assert_eq!(stateless_runs.len(), 1);
-    assert_eq!(stateless_runs[0]["metadata"]["cron_id"], stateless["cron_id"]);
+    assert_eq!(
+        stateless_runs[0]["metadata"]["cron_id"],
+        stateless["cron_id"]
+    );
 
     for cron in [&on_thread, &stateless] {
         let path = format!("/runs/crons/{}", cron["cron_id"].as_str().unwrap());
-        let status = app.client.delete(app.url(&path)).send().await.unwrap().status();
+        let status = app
+            .client
+            .delete(app.url(&path))
+            .send()
+            .await
+            .unwrap()
+            .status();
         assert_eq!(status, 204);
     }
 }

@@ -47,6 +47,7 @@ async fn run_suite(backend: Backend) {
             ])
             .args(extra)
             .env("LG_URL", url)
+            .env("LG_WEBHOOK_SECRET", support::WEBHOOK_SECRET)
             .output()
     })
     .await

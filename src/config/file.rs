@@ -84,6 +84,17 @@ pub struct Telemetry {
     pub metrics: bool,
 }
 
+/// The `[webhooks]` section: how run-completion webhooks are signed and sent.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Webhooks {
+    /// Empty: runs with a `webhook` are refused (every webhook is signed).
+    pub signing_secret: SecretString,
+    pub allow_private_targets: bool,
+    pub timeout_ms: u64,
+    pub attempts: u32,
+}
+
 /// Process-wide limits.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -175,6 +186,7 @@ pub struct Search {
 pub struct FileConfig {
     pub server: Server,
     pub telemetry: Telemetry,
+    pub webhooks: Webhooks,
     pub research: ResearchConfig,
     pub limits: Limits,
     pub operator: Operator,

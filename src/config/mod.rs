@@ -52,6 +52,8 @@ pub struct Settings {
     pub max_body_bytes: usize,
     /// Logs, traces and metrics.
     pub telemetry: TelemetryConfig,
+    /// Run-completion webhooks.
+    pub webhooks: crate::runs::webhook::WebhookSettings,
 }
 
 impl Default for Settings {
@@ -97,6 +99,12 @@ impl Settings {
                 service_name: t.service_name.clone(),
                 metrics: t.metrics,
             },
+            webhooks: crate::runs::webhook::WebhookSettings {
+                secret: non_empty(&cfg.webhooks.signing_secret),
+                allow_private_targets: cfg.webhooks.allow_private_targets,
+                timeout: ms(cfg.webhooks.timeout_ms),
+                attempts: cfg.webhooks.attempts,
+            },
         };
         settings.validate()?;
         Ok(settings)
@@ -125,6 +133,12 @@ impl Settings {
         }
         if self.sweep_interval < Duration::from_millis(100) {
             return bad("server.sweep_interval_ms must be at least 100");
+        }
+        if !(1..=20).contains(&self.webhooks.attempts) {
+            return bad("webhooks.attempts must be between 1 and 20");
+        }
+        if self.webhooks.timeout < Duration::from_millis(100) {
+            return bad("webhooks.timeout_ms must be at least 100");
         }
         if self.max_body_bytes < 1024 {
             return bad("server.max_body_bytes must be at least 1024");

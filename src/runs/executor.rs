@@ -1,7 +1,7 @@
 //! Executes one claimed run: publishes its events, keeps its lease alive, and records how it
 //! ended (final status before the stream closes, as clients expect).
 
-use super::{Active, RunKwargs, Runner, lock};
+use super::{Active, RunKwargs, Runner, lock, webhook};
 use crate::graph::Start as GraphStart;
 use crate::graph::interrupts::{self, Breakpoints, Pause, ResumeCommand};
 use crate::graph::state::StateBuilder;
@@ -203,6 +203,9 @@ impl Runner {
                 None
             }
         };
+        if let Value::String(url) = &kwargs.webhook {
+            self.send_webhook(run.run_id, url, result.as_ref()).await;
+        }
         // A stateless run's thread goes before the stream closes, so a client that saw the end
         // never finds the temporary thread.
         if kwargs.temporary
@@ -227,6 +230,30 @@ impl Runner {
             let _ = tx.send(Arc::new(frame));
         }
         status
+    }
+
+    /// Posts the finished run, with its final values, to its webhook (in the background).
+    async fn send_webhook(&self, run_id: uuid::Uuid, url: &str, values: Option<&Value>) {
+        let run = match self.store.get_run(run_id).await {
+            Ok(Some(run)) => run,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, "webhook not sent: the finished run could not be read");
+                return;
+            }
+        };
+        let mut body = serde_json::to_value(&run).unwrap_or_else(|_| json!({}));
+        if let Some(fields) = body.as_object_mut() {
+            fields.insert("values".into(), values.cloned().unwrap_or(Value::Null));
+            fields.insert("webhook_sent_at".into(), json!(Timestamp::now()));
+        }
+        let bytes = body.to_string().into_bytes();
+        webhook::spawn_delivery(
+            self.settings.webhooks.clone(),
+            url.to_owned(),
+            run_id,
+            bytes,
+        );
     }
 
     /// Where the graph starts: where an earlier attempt of this run left its checkpoints (the

@@ -3,6 +3,7 @@
 
 mod executor;
 pub mod options;
+pub mod webhook;
 
 use crate::config::Settings;
 use crate::graph::Registry;

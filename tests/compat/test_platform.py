@@ -296,3 +296,96 @@ async def test_cron_bad_input_is_refused_and_saves_nothing(http, new_thread):
         assert (await http.get("/runs/crons/not-a-uuid")).status_code == 422
     finally:
         await http.delete(f"/runs/crons/{cron['cron_id']}")
+
+
+# ---- webhooks ---------------------------------------------------------------------------
+
+
+class Receiver:
+    """A local webhook receiver: answers 500 to the first `fail_first` POSTs, then 200."""
+
+    def __init__(self, fail_first: int = 0):
+        import http.server
+        import threading
+
+        self.requests: list[tuple[dict, bytes]] = []
+        self.fail_first = fail_first
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's naming)
+                body = self.rfile.read(int(self.headers["content-length"]))
+                receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                failing = len(receiver.requests) <= receiver.fail_first
+                self.send_response(500 if failing else 200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/run-done"
+
+    def close(self):
+        self.server.shutdown()
+
+    async def wait_for(self, count: int, timeout: float = 20.0):
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(self.requests) < count:
+            assert asyncio.get_running_loop().time() < deadline, f"got {len(self.requests)} webhook calls"
+            await asyncio.sleep(0.05)
+
+
+def verify(headers: dict, body: bytes) -> None:
+    import hashlib
+    import hmac
+    import os
+
+    secret = os.environ["LG_WEBHOOK_SECRET"].encode()
+    fields = dict(part.split("=", 1) for part in headers["x-webhook-signature"].split(","))
+    expected = hmac.new(secret, fields["t"].encode() + b"." + body, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(fields["v1"], expected), "bad signature"
+
+
+async def test_a_finished_run_is_posted_signed_to_its_webhook_and_retried(client, new_thread):
+    import json
+
+    receiver = Receiver(fail_first=1)
+    try:
+        tid = await new_thread()
+        run = await client.runs.create(tid, "agent", input=HI, webhook=receiver.url)
+        await client.runs.join(tid, run["run_id"])
+        # The first attempt gets a 500; the retry (after about a second) is accepted.
+        await receiver.wait_for(2)
+        for headers, body in receiver.requests:
+            verify(headers, body)
+            assert headers["content-type"] == "application/json"
+        payload = json.loads(receiver.requests[-1][1])
+        assert payload["run_id"] == run["run_id"]
+        assert payload["thread_id"] == tid
+        assert payload["status"] == "success"
+        assert payload["values"]["messages"][-1]["type"] == "ai"
+        assert payload["webhook_sent_at"]
+        await asyncio.sleep(0.5)
+        assert len(receiver.requests) == 2, "no more attempts after a 200"
+        stored = await client.runs.get(tid, run["run_id"])
+        assert stored["kwargs"]["webhook"] == receiver.url
+    finally:
+        receiver.close()
+
+
+async def test_a_stateless_run_and_a_failed_run_report_too(client, new_thread):
+    import json
+
+    receiver = Receiver()
+    try:
+        await client.runs.wait(None, "agent", input=HI, webhook=receiver.url)
+        tid = await new_thread()
+        failed = await client.runs.create(tid, "err", input=HI, webhook=receiver.url)
+        await client.runs.join(tid, failed["run_id"])
+        await receiver.wait_for(2)
+        statuses = sorted(json.loads(body)["status"] for _, body in receiver.requests)
+        assert statuses == ["error", "success"]
+    finally:
+        receiver.close()

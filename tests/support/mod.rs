@@ -146,12 +146,23 @@ pub async fn spawn_replica(
     serve(app.store.clone(), settings, registry, None).await
 }
 
-/// Test settings: short heartbeats so tests can see them.
+/// The webhook signing secret of `test_settings`.
+pub const WEBHOOK_SECRET: &str = "test-webhook-secret";
+
+/// Test settings: short heartbeats so tests can see them; webhooks signed with
+/// `WEBHOOK_SECRET` and allowed to loopback receivers.
 pub fn test_settings() -> Settings {
     Settings {
         port: 0,
         max_concurrent_runs: 8,
         heartbeat: std::time::Duration::from_millis(500),
+        // Test receivers listen on loopback; the secret is the one the SDK suite verifies with.
+        webhooks: deep_research::runs::webhook::WebhookSettings {
+            secret: Some(WEBHOOK_SECRET.into()),
+            allow_private_targets: true,
+            timeout: std::time::Duration::from_secs(2),
+            attempts: 3,
+        },
         ..Settings::default()
     }
 }

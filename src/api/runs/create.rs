@@ -11,6 +11,7 @@ use crate::graph::interrupts::{Breakpoints, ResumeCommand, ResumeError, check_re
 use crate::ids;
 use crate::runs::RunKwargs;
 use crate::runs::options::{Durability, IfNotExists, OnCompletion, OnDisconnect};
+use crate::runs::webhook;
 use crate::store::{
     Assistant, CancelAction, CronTick, JsonMap, MultitaskStrategy, Run, RunInsert, RunStatus,
     StoreError,
@@ -120,11 +121,6 @@ pub(super) fn validate(body: &NewRun, target: Target) -> ApiResult<()> {
     if matches!(target, Target::Stateless) && body.command.as_ref().is_some_and(|c| !c.is_null()) {
         return Err(AppError::BadRequest(
             "You must provide a thread_id when resuming.".into(),
-        ));
-    }
-    if body.webhook.is_some() {
-        return Err(AppError::Invalid(
-            "webhook is not supported by this server".into(),
         ));
     }
     if body
@@ -246,6 +242,7 @@ pub(super) async fn start_ticked(
     cron_tick: Option<CronTick>,
 ) -> ApiResult<Started> {
     validate(&body, target)?;
+    check_webhook(state, &body).await?;
     let options = Options::parse(&body)?;
     let assistant = resolve(state, &body.assistant_id)
         .await
@@ -301,10 +298,21 @@ pub(super) async fn start_ticked(
     })
 }
 
+/// A `webhook` must pass the outbound policy (and the server must be able to sign it).
+async fn check_webhook(state: &AppState, body: &NewRun) -> ApiResult<()> {
+    if let Some(url) = &body.webhook {
+        webhook::vet(url, &state.settings.webhooks)
+            .await
+            .map_err(|e| AppError::Invalid(format!("webhook: {e}")))?;
+    }
+    Ok(())
+}
+
 /// Checks a run request as `start` would, without creating anything (a cron's payload, when
 /// the cron is saved). The assistant is the one the request names.
 pub(super) async fn check(state: &AppState, target: Target, body: &NewRun) -> ApiResult<Assistant> {
     validate(body, target)?;
+    check_webhook(state, body).await?;
     let options = Options::parse(body)?;
     let assistant = resolve(state, &body.assistant_id).await?;
     let graph = state.registry.get(&assistant.graph_id).ok_or_else(|| {
@@ -464,7 +472,7 @@ fn build_run(
             .collect(),
         interrupt_before: human.interrupt_before.clone(),
         interrupt_after: human.interrupt_after.clone(),
-        webhook: Value::Null,
+        webhook: body.webhook.clone().map_or(Value::Null, Value::String),
         feedback_keys: body.feedback_keys.clone().unwrap_or(Value::Null),
         temporary: stateless,
         delete_on_completion: stateless && options.on_completion == OnCompletion::Delete,
