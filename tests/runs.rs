@@ -41,6 +41,8 @@ both_backends!(
     on_disconnect_cancel_stops_the_run,
     stateless_runs_leave_no_thread,
     thread_stream_reports_runs_and_their_end,
+    thread_stream_resumes_after_last_event_id,
+    thread_stream_follows_runs_another_replica_executes,
     follow_up_runs_continue_the_conversation,
     a_queued_run_announces_itself_at_once,
 );
@@ -862,4 +864,156 @@ async fn a_panicking_run_fails_with_the_reason_and_its_worker_goes_on() {
         next["messages"].as_array().is_some_and(|m| m.len() == 2),
         "{next}"
     );
+}
+
+/// Reads a thread stream until it has seen `runs` `run_done` markers.
+async fn read_thread_stream(
+    app: &TestApp,
+    tid: &str,
+    last_event_id: Option<&str>,
+    query: &str,
+    runs: usize,
+) -> Vec<support::SseFrame> {
+    let mut request = app
+        .client
+        .get(app.url(&format!("/threads/{tid}/stream{query}")));
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id);
+    }
+    let mut stream = request.send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let read = async {
+        let mut text = String::new();
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            if text.matches("run_done").count() >= runs && text.ends_with("\r\n\r\n") {
+                break;
+            }
+        }
+        text
+    };
+    let text = tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("the thread stream ended its runs");
+    parse_sse(&text)
+}
+
+fn run_done(frames: &[support::SseFrame]) -> Vec<&support::SseFrame> {
+    frames
+        .iter()
+        .filter(|f| f.data["status"] == "run_done")
+        .collect()
+}
+
+async fn thread_stream_resumes_after_last_event_id(app: &TestApp) {
+    let tid = new_thread(app).await;
+    for text in ["one", "two"] {
+        post(
+            app,
+            format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "agent", "stream_resumable": true,
+                   "input": {"messages": [{"role": "user", "content": text}]}}),
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    }
+    // From the start: both runs' frames, each run closed by its marker.
+    let all = read_thread_stream(app, &tid, Some("-1"), "", 2).await;
+    let done = run_done(&all);
+    assert_eq!(done.len(), 2, "{all:?}");
+    assert_eq!(all[0].event, "metadata");
+    assert!(all.iter().any(|f| f.event == "values"));
+    let ids: Vec<EventId> = all
+        .iter()
+        .map(|f| f.id.as_deref().unwrap().parse().unwrap())
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids increase across runs: {ids:?}"
+    );
+
+    // After the first run's marker: exactly what followed it.
+    let first_done = done[0].id.clone().unwrap();
+    let at = all
+        .iter()
+        .position(|f| f.id.as_deref() == Some(first_done.as_str()))
+        .unwrap();
+    let rest = read_thread_stream(app, &tid, Some(&first_done), "", 1).await;
+    assert_eq!(rest, all[at + 1..].to_vec());
+
+    // Narrowed to the lifecycle: each run's start and end.
+    let lifecycle = read_thread_stream(app, &tid, Some("-1"), "?stream_mode=lifecycle", 2).await;
+    let events: Vec<&str> = lifecycle.iter().map(|f| f.event.as_str()).collect();
+    assert_eq!(events, ["metadata"; 4], "{lifecycle:?}");
+    let only_values = read_thread_stream(app, &tid, Some("-1"), "?stream_mode=values", 2).await;
+    // Run stream modes narrow the frames as on a run's stream (its `metadata` always passes).
+    assert!(only_values.iter().any(|f| f.event == "values"));
+    assert!(
+        only_values
+            .iter()
+            .all(|f| ["values", "metadata"].contains(&f.event.as_str())),
+        "{only_values:?}"
+    );
+
+    for (query, header) in [
+        ("?stream_mode=state_update", None),
+        ("?stream_mode=nope", None),
+        ("", Some("x-y")),
+    ] {
+        let mut request = app
+            .client
+            .get(app.url(&format!("/threads/{tid}/stream{query}")));
+        if let Some(h) = header {
+            request = request.header("last-event-id", h);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 422, "{query} {header:?}");
+    }
+}
+
+async fn thread_stream_follows_runs_another_replica_executes(app: &TestApp) {
+    // The replica looks for no work of its own: the run below goes to `app`'s workers, and the
+    // replica's stream sees it only through the store.
+    let replica = support::spawn_replica(app, 1, support::graphs::registry()).await;
+    let tid = new_thread(app).await;
+    let stream = tokio::spawn({
+        let replica_url = replica.address.clone();
+        let tid = tid.clone();
+        async move {
+            let client = reqwest::Client::new();
+            let mut stream = client
+                .get(format!("{replica_url}/threads/{tid}/stream"))
+                .send()
+                .await
+                .unwrap();
+            let mut text = String::new();
+            while let Ok(Some(chunk)) = stream.chunk().await {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+                if text.contains("run_done") && text.ends_with("\r\n\r\n") {
+                    break;
+                }
+            }
+            text
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let created = post(
+        app,
+        format!("/threads/{tid}/runs"),
+        json!({"assistant_id": "agent", "stream_resumable": true, "input": hello()}),
+    )
+    .await
+    .json::<Value>()
+    .await
+    .unwrap();
+    join(app, &tid, &id(&created, "run_id")).await;
+    let text = tokio::time::timeout(Duration::from_secs(20), stream)
+        .await
+        .expect("the replica saw the run end")
+        .unwrap();
+    let frames = parse_sse(&text);
+    assert!(frames.iter().any(|f| f.event == "values"), "{frames:?}");
+    assert_eq!(frames.last().unwrap().data["run_id"], created["run_id"]);
 }

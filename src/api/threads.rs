@@ -3,6 +3,7 @@
 
 use super::error::{ApiResult, AppError, Body, parse_id};
 use super::lookups::{self, checkpoint_id_of};
+use super::query::{query_pairs, query_values};
 use super::responses::sse_response;
 use super::{AppState, SearchParams, optional_enum, paged, project};
 use crate::graph::channels::writes_to_json;
@@ -10,12 +11,12 @@ use crate::graph::state::{StateBuilder, empty_state};
 use crate::graph::{Graph, NullSink, RunScope, Start, update_state};
 use crate::ids;
 use crate::store::{
-    CancelAction, Checkpoint, CheckpointQuery, IfExists, JsonMap, Thread, ThreadQuery,
+    CancelAction, Checkpoint, CheckpointQuery, EventId, IfExists, JsonMap, Thread, ThreadQuery,
     ThreadStatus, ThreadSummary,
 };
-use crate::stream::thread_sse_body;
+use crate::stream::{ThreadFollow, ThreadModes, thread_sse_body};
 use crate::time::Timestamp;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -629,15 +630,47 @@ pub(super) async fn history_get(
     history(&state, &id, body).await
 }
 
-/// Every event of every run on the thread from now on, plus a `run_done` marker per run.
-#[utoipa::path(get, path = "/threads/{thread_id}/stream", tag = "threads", params(("thread_id" = String, Path)),
+/// Every event of every run on the thread, run after run, each followed by a `run_done`
+/// marker: from now on, or after `Last-Event-ID`. Runs on other replicas are followed through
+/// the store (their frames when they stream resumably, else their start and end).
+#[utoipa::path(get, path = "/threads/{thread_id}/stream", tag = "threads",
+    params(("thread_id" = Uuid, Path),
+        ("stream_mode" = Option<String>, Query, description = "run_modes (default), lifecycle, or run stream modes to narrow run_modes"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event")),
     responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 422)))]
 pub(super) async fn stream(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
+    RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
     let thread = lookups::thread(&state, &id).await?;
-    let rx = state.bus.subscribe_thread(thread.thread_id);
-    let body = thread_sse_body(rx, state.settings.heartbeat, state.shutdown.clone());
+    let pairs = query_pairs(q.as_deref());
+    let mut names = query_values(&pairs, "stream_mode");
+    names.extend(query_values(&pairs, "stream_modes"));
+    let modes = ThreadModes::parse(&names).map_err(AppError::Invalid)?;
+    let after = match headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+    {
+        None | Some("") => EventId {
+            ms: Timestamp::now().millis(),
+            seq: -1,
+        },
+        Some("-1") => EventId { ms: -1, seq: -1 },
+        Some(raw) => raw
+            .parse::<EventId>()
+            .map_err(|e| AppError::Invalid(format!("Last-Event-ID: {e}")))?,
+    };
+    let body = thread_sse_body(ThreadFollow {
+        store: state.store.clone(),
+        bus: state.bus.clone(),
+        thread_id: thread.thread_id,
+        modes,
+        after,
+        heartbeat: state.settings.heartbeat,
+        shutdown: state.shutdown.clone(),
+    });
     Ok(sse_response(body, None))
 }

@@ -215,20 +215,6 @@ impl Runner {
             tracing::warn!(%error, "could not delete a stateless run's thread");
         }
         self.bus.close(run.run_id, result);
-        if let Some(tx) = self.bus.thread_sender(run.thread_id) {
-            let done = json!({"status": "run_done", "run_id": run.run_id});
-            let id = EventId {
-                ms: Timestamp::now().millis(),
-                seq: 0,
-            };
-            let frame = crate::stream::Frame::new(
-                id,
-                run.run_id,
-                "metadata".into(),
-                done.to_string().into(),
-            );
-            let _ = tx.send(Arc::new(frame));
-        }
         status
     }
 

@@ -5,10 +5,12 @@ pub mod bus;
 pub mod encode;
 pub mod modes;
 pub mod protocol;
+mod thread;
 
 pub use bus::{Bus, Frame, RunChannel};
 pub use encode::Encoder;
 pub use modes::{StreamMode, StreamModes};
+pub use thread::{ThreadFollow, ThreadModes, thread_sse_body};
 
 use crate::store::{EventId, Store};
 use crate::telemetry::metrics::SseSubscriber;
@@ -99,47 +101,6 @@ pub async fn follow_run(
         sent_metadata: false,
     };
     pump(&mut source, &mut out).await
-}
-
-/// Every frame of every run on one thread from now on (`GET /threads/{id}/stream`), with
-/// heartbeats. A client that reads too slowly to keep up is told so in an `error` event and the
-/// stream ends, rather than frames going missing without a word.
-pub fn thread_sse_body(
-    mut rx: broadcast::Receiver<Arc<Frame>>,
-    heartbeat: Duration,
-    shutdown: CancellationToken,
-) -> Body {
-    let (tx, out) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
-    tokio::spawn(async move {
-        let _open = SseSubscriber::open();
-        let start = tokio::time::Instant::now() + heartbeat;
-        let mut tick = tokio::time::interval_at(start, heartbeat);
-        loop {
-            let (bytes, last) = tokio::select! {
-                frame = rx.recv() => match frame {
-                    Ok(frame) => (frame.wire(true), false),
-                    Err(broadcast::error::RecvError::Lagged(missed)) => (lagged(missed), true),
-                    Err(broadcast::error::RecvError::Closed) => break,
-                },
-                _ = tick.tick() => (Bytes::from_static(b": heartbeat\r\n\r\n"), false),
-                () = shutdown.cancelled() => break,
-            };
-            if tx.send(Ok(bytes)).await.is_err() || last {
-                break;
-            }
-        }
-    });
-    Body::from_stream(ReceiverStream::new(out))
-}
-
-/// The `error` event that ends a thread stream whose reader fell behind.
-fn lagged(missed: u64) -> Bytes {
-    let detail = serde_json::json!({
-        "error": "StreamLagged",
-        "message": format!("{missed} events were dropped because this client read too slowly; \
-                            reconnect, or follow a run with /threads/{{thread_id}}/runs/{{run_id}}/stream"),
-    });
-    Bytes::from(format!("event: error\r\ndata: {detail}\r\n\r\n"))
 }
 
 /// Where a followed run's frames go: an SSE body, or a consumer that reads the frames

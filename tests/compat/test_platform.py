@@ -389,3 +389,31 @@ async def test_a_stateless_run_and_a_failed_run_report_too(client, new_thread):
         assert statuses == ["error", "success"]
     finally:
         receiver.close()
+
+
+# ---- the thread stream ------------------------------------------------------------------
+
+
+async def test_thread_join_stream_replays_runs_from_last_event_id(client, new_thread):
+    tid = await new_thread()
+    for _ in range(2):
+        run = await client.runs.create(tid, "agent", input=HI, stream_resumable=True)
+        await client.runs.join(tid, run["run_id"])
+
+    async def read(last_event_id, runs):
+        parts = []
+        async def go():
+            async for part in await client.threads.join_stream(tid, last_event_id=last_event_id):
+                parts.append(part)
+                if sum(1 for p in parts if isinstance(p.data, dict) and p.data.get("status") == "run_done") == runs:
+                    return
+        await asyncio.wait_for(go(), timeout=20)
+        return parts
+
+    everything = await read("-1", 2)
+    done = [p for p in everything if isinstance(p.data, dict) and p.data.get("status") == "run_done"]
+    assert len(done) == 2
+    assert any(p.event == "values" for p in everything)
+    rest = await read(done[0].id, 1)
+    at = [p.id for p in everything].index(done[0].id)
+    assert [(p.event, p.id) for p in rest] == [(p.event, p.id) for p in everything[at + 1:]]
