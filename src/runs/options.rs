@@ -22,8 +22,9 @@ text_enum!(
 );
 
 text_enum!(
-    /// When checkpoints are persisted (LangGraph's `durability`). Recorded with the run; this
-    /// server writes every checkpoint as the step ends, which satisfies all three.
+    /// When checkpoints are persisted (LangGraph's `durability`). This server writes every
+    /// step's checkpoint before the next step starts (`sync`, which gives what `async`
+    /// promises too); `exit` is refused at run creation.
     Durability { Sync => "sync", Async => "async", Exit => "exit" }
 );
 

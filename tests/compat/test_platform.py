@@ -417,3 +417,31 @@ async def test_thread_join_stream_replays_runs_from_last_event_id(client, new_th
     rest = await read(done[0].id, 1)
     at = [p.id for p in everything].index(done[0].id)
     assert [(p.event, p.id) for p in rest] == [(p.event, p.id) for p in everything[at + 1:]]
+
+
+# ---- fields that do what they say, or are refused ---------------------------------------
+
+
+async def test_durability_sync_and_async_run_and_exit_is_refused(client, http, new_thread):
+    tid = await new_thread()
+    for durability in ("sync", "async"):
+        run = await client.runs.create(tid, "agent", input=HI, durability=durability)
+        await client.runs.join(tid, run["run_id"])
+        assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
+    before = len(await client.runs.list(tid))
+    for extra in ({"durability": "exit"}, {"checkpoint_during": False}, {"durability": "later"}):
+        r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "agent", "input": HI, **extra})
+        assert r.status_code == 422, (extra, r.text)
+        assert "durability" in r.json()["detail"]
+    assert len(await client.runs.list(tid)) == before
+    # Every step was checkpointed: the history has the run's steps, not just its end.
+    history = await client.threads.get_history(tid, limit=50)
+    assert len(history) > 2
+
+
+async def test_events_stream_mode_is_refused(http, new_thread):
+    tid = await new_thread()
+    r = await http.post(f"/threads/{tid}/runs/stream",
+                        json={"assistant_id": "agent", "input": HI, "stream_mode": "events"})
+    assert r.status_code == 422
+    assert "events" in r.json()["detail"]

@@ -131,6 +131,15 @@ pub(super) fn validate(body: &NewRun, target: Target) -> ApiResult<()> {
             "after_seconds must be between 0 and one year".into(),
         ));
     }
+    // Every step is checkpointed before the next one starts (LangGraph's `sync`, which also
+    // gives what `async` promises); that is what lets a run survive a crash, so skipping the
+    // steps' checkpoints is refused rather than accepted and not done.
+    if body.durability.as_deref() == Some("exit") || body.checkpoint_during == Some(false) {
+        return Err(AppError::Invalid(
+            "durability 'exit' (checkpoint_during: false) is not served: this server checkpoints              every step so that runs survive a crash; use 'sync' or 'async'"
+                .into(),
+        ));
+    }
     if matches!(target, Target::Stateless)
         && (body.checkpoint.is_some() || body.checkpoint_id.is_some())
     {
