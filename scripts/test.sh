@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command:   bash scripts/test.sh [extra `cargo test` args]
 #
-# 1. a Python venv (.venv-compat) with the LangGraph SDK compat suite's
+# 1. Python venvs: .venv-compat with the LangGraph SDK compat suite's
 #    requirements; exported as DR_COMPAT_PYTHON (with DR_REQUIRE_COMPAT=1) for
-#    tests/sdk_compat.rs, which runs tests/compat against a live server;
+#    tests/sdk_compat.rs, which runs tests/compat against a live server; .venv-schemathesis,
+#    exported as DR_SCHEMATHESIS (with DR_REQUIRE_SCHEMATHESIS=1) for tests/schemathesis.rs;
 # 2. the browser pages of tests/browser (npm ci, bundled with esbuild) and Debian's chromium,
 #    exported as DR_CHROMIUM with DR_REQUIRE_BROWSER=1 for tests/browser.rs;
 # 3. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
@@ -93,6 +94,26 @@ fi
 export DR_COMPAT_PYTHON=$VENV/bin/python
 export DR_REQUIRE_COMPAT=1 # tests/sdk_compat.rs fails instead of skipping without it
 "$DR_COMPAT_PYTHON" -c 'import importlib.metadata as m; print("langgraph-sdk", m.version("langgraph-sdk"), "| pytest", m.version("pytest"))'
+
+# ---------------------------------------------------------------------------
+section "Schemathesis (.venv-schemathesis)"
+ST_VENV=$ROOT/.venv-schemathesis
+ST_REQ=$ROOT/tests/schemathesis/requirements.txt
+if ! "$ST_VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    rm -rf "$ST_VENV"
+    python3 -m venv "$ST_VENV"
+fi
+want=$(sha256sum "$ST_REQ" | cut -d' ' -f1)
+stamp=$ST_VENV/.requirements.sha256
+if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ] && [ -x "$ST_VENV/bin/schemathesis" ]; then
+    echo "schemathesis already installed"
+else
+    "$ST_VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$ST_REQ"
+    echo "$want" >"$stamp"
+fi
+export DR_SCHEMATHESIS=$ST_VENV/bin/schemathesis
+export DR_REQUIRE_SCHEMATHESIS=1 # tests/schemathesis.rs fails instead of skipping without it
+"$DR_SCHEMATHESIS" --version
 
 # ---------------------------------------------------------------------------
 section "Browser pages (tests/browser: @langchain/react and the classic useStream in Chromium)"

@@ -165,7 +165,10 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Openapi => {
-            println!("{}", deep_research::api::openapi::document());
+            println!(
+                "{}",
+                deep_research::api::openapi::document(&[deep_research::research::GRAPH_ID])
+            );
             Ok(())
         }
         Command::Healthcheck { port } => healthcheck(port).await,

@@ -45,9 +45,17 @@ impl Timestamp {
     }
 
     /// This instant moved forward by `secs` seconds (negative moves back).
+    /// Saturates at the ends of the representable range instead of overflowing.
     pub fn plus_secs(&self, secs: f64) -> Self {
         let micros = (secs * 1_000_000.0) as i64;
-        Self(self.0 + chrono::Duration::microseconds(micros))
+        let moved = self
+            .0
+            .checked_add_signed(chrono::Duration::microseconds(micros));
+        Self(moved.unwrap_or(if secs < 0.0 {
+            DateTime::<Utc>::MIN_UTC
+        } else {
+            DateTime::<Utc>::MAX_UTC
+        }))
     }
 }
 

@@ -2,7 +2,7 @@
 //! assistant whose id is derived from the graph id, and the graph id works wherever an assistant
 //! id does.
 
-use super::error::{ApiResult, AppError, Body, parse_id};
+use super::error::{ApiResult, AppError, Body, Params, parse_id};
 use super::runs::check_recursion_limit;
 use super::{AppState, SearchParams, paged, project};
 use crate::graph::Graph;
@@ -12,7 +12,7 @@ use crate::store::{
     Assistant, AssistantPatch, AssistantQuery, AssistantVersion, IfExists, JsonMap,
 };
 use crate::time::Timestamp;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -198,7 +198,9 @@ pub(super) struct AssistantSearch {
     metadata: Option<JsonMap>,
     graph_id: Option<String>,
     name: Option<String>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     limit: Option<i64>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     offset: Option<i64>,
     sort_by: Option<String>,
     sort_order: Option<String>,
@@ -230,6 +232,7 @@ fn assistant_query(body: AssistantSearch) -> ApiResult<(AssistantQuery, Vec<Stri
         sort_by: p.sort_by,
         sort_order: p.sort_order,
     };
+    super::check_select(&body.select, &super::ASSISTANT_FIELDS)?;
     Ok((q, body.select))
 }
 
@@ -264,6 +267,8 @@ pub(super) async fn count(
     State(state): State<AppState>,
     Body(body): Body<AssistantSearch>,
 ) -> ApiResult<Json<i64>> {
+    // Counting ignores paging, but paging fields sent must still be valid.
+    super::check_paging(body.limit.unwrap_or(10), body.offset.unwrap_or(0))?;
     let (mut q, _) = assistant_query(AssistantSearch {
         limit: Some(1),
         offset: Some(0),
@@ -364,7 +369,9 @@ pub(super) async fn remove(
 pub(super) struct VersionSearch {
     #[schema(value_type = Option<Object>)]
     metadata: Option<JsonMap>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     limit: Option<i64>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     offset: Option<i64>,
 }
 
@@ -395,6 +402,7 @@ pub(super) async fn versions(
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct LatestVersion {
+    #[serde(deserialize_with = "super::numbers::whole_i64")]
     version: i64,
 }
 
@@ -464,7 +472,7 @@ pub(super) struct SubgraphQuery {
 pub(super) async fn subgraphs(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    Query(_q): Query<SubgraphQuery>,
+    Params(_q): Params<SubgraphQuery>,
 ) -> ApiResult<impl IntoResponse> {
     by_path(&state, &id).await?;
     Ok(Json(json!({})))

@@ -122,8 +122,70 @@ where
         } else {
             &bytes
         };
+        // serde would read a struct from an array too (`[1, 2]` as its fields in order).
+        if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(AppError::Invalid(
+                "Invalid request body: expected a JSON object".into(),
+            ));
+        }
         serde_json::from_slice(text)
             .map(Body)
             .map_err(|e| AppError::Invalid(format!("Invalid request body: {e}")))
     }
+}
+
+/// A JSON array body (`/runs/batch`), with `Body`'s errors.
+pub struct BodyList<T>(pub Vec<T>);
+
+impl<S, T> FromRequest<S> for BodyList<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
+            BytesRejection::FailedToBufferBody(inner)
+                if inner.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+            {
+                AppError::TooLarge("Request body is too large".into())
+            }
+            other => AppError::Invalid(format!("Could not read the request body: {other}")),
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(BodyList)
+            .map_err(|e| AppError::Invalid(format!("Invalid request body: {e}")))
+    }
+}
+
+/// A typed query string. Unlike axum's `Query` a malformed one is a 422 `{"detail"}`.
+pub struct Params<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for Params<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = AppError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let raw = parts.uri.query().unwrap_or_default();
+        query_from(raw)
+            .map(Params)
+            .map_err(|e| AppError::Invalid(format!("Invalid query string: {e}")))
+    }
+}
+
+fn query_from<T: DeserializeOwned>(raw: &str) -> Result<T, String> {
+    axum::extract::Query::<T>::try_from_uri(
+        &format!("/?{raw}")
+            .parse()
+            .map_err(|e: axum::http::uri::InvalidUri| e.to_string())?,
+    )
+    .map(|q| q.0)
+    .map_err(|e| e.body_text())
 }

@@ -22,6 +22,11 @@ pub(super) fn checkpoint_id_of(value: Option<&Value>) -> ApiResult<Option<Uuid>>
     let raw = match value {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::String(s)) => Some(s.as_str()),
+        Some(v) if !v.is_object() => {
+            return Err(AppError::Invalid(
+                "checkpoint must be an object ({\"checkpoint_id\": ...}) or a checkpoint id".into(),
+            ));
+        }
         Some(v) => v
             .get("checkpoint_id")
             .or_else(|| v.get("configurable").and_then(|c| c.get("checkpoint_id")))

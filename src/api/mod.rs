@@ -2,10 +2,11 @@
 //! OpenAPI. Handlers validate, call the store and the runner, and shape responses.
 
 mod assistants;
-mod crons;
+pub(crate) mod crons;
 pub mod error;
 mod lookups;
 mod meta;
+mod numbers;
 pub mod openapi;
 mod protocol;
 mod query;
@@ -47,6 +48,8 @@ pub struct AppState {
 /// The whole application router with its layers.
 pub fn router(state: AppState) -> Router {
     let limit = state.settings.max_body_bytes;
+    let graphs: Vec<&str> = state.registry.ids().collect();
+    let docs = openapi::router(&graphs);
     Router::new()
         .merge(meta::router())
         .merge(assistants::router())
@@ -55,7 +58,7 @@ pub fn router(state: AppState) -> Router {
         .merge(protocol::router())
         .merge(store_items::router())
         .merge(crons::router())
-        .merge(openapi::router())
+        .merge(docs)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             require_api_key,
@@ -152,12 +155,12 @@ pub(crate) fn paged(
 ) -> Response {
     let mut response = axum::Json(items).into_response();
     let headers = response.headers_mut();
-    let next = offset + limit;
+    let next = offset.saturating_add(limit);
     let total = if next < total {
         if let Ok(v) = HeaderValue::from_str(&next.to_string()) {
             headers.insert("x-pagination-next", v);
         }
-        total.max(next + 1)
+        total.max(next.saturating_add(1))
     } else {
         total
     };
@@ -165,6 +168,62 @@ pub(crate) fn paged(
         headers.insert("x-pagination-total", v);
     }
     response
+}
+
+/// Fields an assistant, a thread and a cron have (what `select` may name).
+pub(crate) const ASSISTANT_FIELDS: [&str; 10] = [
+    "assistant_id",
+    "graph_id",
+    "config",
+    "context",
+    "metadata",
+    "name",
+    "description",
+    "version",
+    "created_at",
+    "updated_at",
+];
+pub(crate) const THREAD_FIELDS: [&str; 10] = [
+    "thread_id",
+    "created_at",
+    "updated_at",
+    "state_updated_at",
+    "metadata",
+    "status",
+    "config",
+    "values",
+    "error",
+    "interrupts",
+];
+pub(crate) const CRON_FIELDS: [&str; 14] = [
+    "cron_id",
+    "assistant_id",
+    "thread_id",
+    "user_id",
+    "schedule",
+    "timezone",
+    "payload",
+    "metadata",
+    "on_run_completed",
+    "enabled",
+    "end_time",
+    "next_run_date",
+    "created_at",
+    "updated_at",
+];
+
+/// The longest time-to-live a thread or store item may have: ten years, in minutes.
+pub(crate) const MAX_TTL_MINUTES: f64 = 10.0 * 365.0 * 24.0 * 60.0;
+
+/// A `select` may only name fields the objects have.
+pub(crate) fn check_select(select: &[String], fields: &[&str]) -> Result<(), AppError> {
+    match select.iter().find(|f| !fields.contains(&f.as_str())) {
+        None => Ok(()),
+        Some(bad) => Err(AppError::Invalid(format!(
+            "select: unknown field '{bad}' (expected some of {})",
+            fields.join(", ")
+        ))),
+    }
 }
 
 /// Keeps only the `select`ed keys of each object (all when `select` is empty).

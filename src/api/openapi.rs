@@ -1,9 +1,14 @@
 //! The OpenAPI document, generated from the handlers' annotations, served at `/openapi.json`
 //! with Swagger UI (bundled, works offline) at `/docs`.
 
+mod refine;
+
 use super::{AppState, assistants, crons, meta, protocol, runs, store_items, threads};
 use crate::store::{Assistant, Cron, MultitaskStrategy, Run, RunStatus, Thread, ThreadStatus};
-use axum::Router;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use std::sync::Arc;
 use utoipa::OpenApi;
 use utoipa_swagger_ui::SwaggerUi;
 
@@ -84,13 +89,31 @@ use utoipa_swagger_ui::SwaggerUi;
 )]
 pub struct ApiDoc;
 
-/// The document as pretty JSON (what `deep-research openapi` prints).
-pub fn document() -> String {
-    ApiDoc::openapi()
-        .to_pretty_json()
+/// The document as pretty JSON (what `deep-research openapi` prints), for a server whose
+/// graphs are `graphs`.
+pub fn document(graphs: &[&str]) -> String {
+    serde_json::to_string_pretty(&finalized(graphs))
         .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-pub(super) fn router() -> Router<AppState> {
-    Router::new().merge(SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
+pub(super) fn router(graphs: &[&str]) -> Router<AppState> {
+    // Served as JSON directly: the refined document uses JSON Schema that utoipa's own types
+    // cannot hold (type lists with null, anyOf on parameters).
+    let doc = Arc::new(finalized(graphs));
+    Router::new()
+        .route(
+            "/openapi.json",
+            get(move || {
+                let doc = doc.clone();
+                async move { Json(doc.as_ref().clone()) }
+            }),
+        )
+        .merge(SwaggerUi::new("/docs").config(utoipa_swagger_ui::Config::from("/openapi.json")))
+}
+
+/// The annotations' document, refined with what the server enforces everywhere.
+fn finalized(graphs: &[&str]) -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
+    refine::refine(&mut doc, graphs);
+    doc
 }

@@ -89,6 +89,11 @@ pub(super) async fn command(
     Path(raw_thread): Path<String>,
     body: Bytes,
 ) -> Response {
+    // A malformed path is the transport's error, like on the events stream.
+    let thread_id = match parse_id(&raw_thread, "thread") {
+        Ok(id) => id,
+        Err(error) => return error.into_response(),
+    };
     let Ok(envelope) = serde_json::from_slice::<Value>(&body) else {
         return (
             StatusCode::BAD_REQUEST,
@@ -109,18 +114,19 @@ pub(super) async fn command(
     let params = match envelope.get("params") {
         None | Some(Value::Null) => json!({}),
         Some(p @ Value::Object(_)) => p.clone(),
+        // Part of the envelope, like `id` and `method`.
         Some(_) => {
-            return reply(
-                id,
-                Outcome::Refused(Refusal::new("invalid_argument", "params must be an object")),
-            );
+            return (
+                StatusCode::BAD_REQUEST,
+                Json(
+                    json!({"type": "error", "id": id, "error": "invalid_argument",
+                            "message": "params must be an object"}),
+                ),
+            )
+                .into_response();
         }
     };
-    let outcome = match parse_id(&raw_thread, "thread") {
-        Ok(thread_id) => dispatch(&state, thread_id, method, &params).await,
-        Err(e) => Outcome::Refused(Refusal::new("invalid_argument", e.to_string())),
-    };
-    reply(id, outcome)
+    reply(id, dispatch(&state, thread_id, method, &params).await)
 }
 
 fn reply(id: i64, outcome: Outcome) -> Response {

@@ -23,8 +23,8 @@ pub(super) fn router() -> Router<AppState> {
         .route("/store/namespaces", post(namespaces))
 }
 
-/// Keys longer than this are refused (they are part of the primary key).
-const MAX_KEY_BYTES: usize = 1024;
+/// Keys longer than this (in characters) are refused: they are part of the primary key.
+const MAX_KEY_CHARS: usize = 256;
 /// Filters per search.
 const MAX_FILTERS: usize = 32;
 
@@ -37,9 +37,9 @@ fn namespace(labels: Vec<String>) -> ApiResult<Namespace> {
 }
 
 fn key(raw: String) -> ApiResult<String> {
-    if raw.is_empty() || raw.len() > MAX_KEY_BYTES {
+    if raw.is_empty() || raw.chars().count() > MAX_KEY_CHARS {
         return Err(AppError::Invalid(format!(
-            "key must be 1 to {MAX_KEY_BYTES} bytes"
+            "key must be 1 to {MAX_KEY_CHARS} characters"
         )));
     }
     Ok(raw)
@@ -72,9 +72,12 @@ pub(super) async fn put_item(
         None | Some(Value::Null) | Some(Value::Bool(false)) => {}
         Some(_) => return Err(AppError::Invalid(format!("index: {NO_INDEX}"))),
     }
-    if let Some(ttl) = body.ttl.filter(|t| !(t.is_finite() && *t > 0.0)) {
+    if let Some(ttl) = body
+        .ttl
+        .filter(|t| !(t.is_finite() && *t > 0.0 && *t <= super::MAX_TTL_MINUTES))
+    {
         return Err(AppError::Invalid(format!(
-            "ttl must be a positive number of minutes, got {ttl}"
+            "ttl must be a positive number of minutes, at most ten years; got {ttl}"
         )));
     }
     state
@@ -139,7 +142,9 @@ pub(super) struct ItemSearch {
     /// (`$eq`, `$ne`, `$gt`, `$gte`, `$lt`, `$lte`) compare.
     #[schema(value_type = Option<Object>)]
     filter: Option<JsonMap>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     limit: Option<i64>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     offset: Option<i64>,
     query: Option<String>,
     refresh_ttl: Option<bool>,
@@ -234,8 +239,11 @@ pub(super) struct NamespaceSearch {
     prefix: Vec<String>,
     #[serde(default)]
     suffix: Vec<String>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     max_depth: Option<i64>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     limit: Option<i64>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     offset: Option<i64>,
 }
 

@@ -1,7 +1,7 @@
 //! Threads and their state: create, read, search, copy, delete; state at any checkpoint,
 //! history, state updates, and the thread-wide event stream.
 
-use super::error::{ApiResult, AppError, Body, parse_id};
+use super::error::{ApiResult, AppError, Body, Params, parse_id};
 use super::lookups::{self, checkpoint_id_of};
 use super::query::{query_pairs, query_values};
 use super::responses::sse_response;
@@ -16,7 +16,7 @@ use crate::store::{
 };
 use crate::stream::{ThreadFollow, ThreadModes, thread_sse_body};
 use crate::time::Timestamp;
-use axum::extract::{Path, Query, RawQuery, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -120,7 +120,9 @@ pub(super) struct ThreadSearch {
     values: Option<JsonMap>,
     ids: Option<Vec<String>>,
     status: Option<String>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     limit: Option<i64>,
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     offset: Option<i64>,
     sort_by: Option<String>,
     sort_order: Option<String>,
@@ -160,6 +162,7 @@ fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
         sort_by: p.sort_by,
         sort_order: p.sort_order,
     };
+    super::check_select(&body.select, &super::THREAD_FIELDS)?;
     Ok((q, body.select))
 }
 
@@ -187,6 +190,8 @@ pub(super) async fn count(
     State(state): State<AppState>,
     Body(body): Body<ThreadSearch>,
 ) -> ApiResult<Json<i64>> {
+    // Counting ignores paging, but paging fields sent must still be valid.
+    super::check_paging(body.limit.unwrap_or(10), body.offset.unwrap_or(0))?;
     let (q, _) = thread_query(ThreadSearch {
         limit: Some(1),
         offset: Some(0),
@@ -310,9 +315,9 @@ fn parse_ttl(value: Option<&Value>) -> ApiResult<Option<f64>> {
         }
     }
     match minutes.and_then(Value::as_f64) {
-        Some(m) if m > 0.0 && m.is_finite() => Ok(Some(m)),
+        Some(m) if m > 0.0 && m <= super::MAX_TTL_MINUTES => Ok(Some(m)),
         _ => Err(AppError::Invalid(
-            "ttl: expected a positive number of minutes, or {\"ttl\": minutes, \"strategy\": \"delete\"}".into(),
+            "ttl: expected a positive number of minutes (at most ten years), or {\"ttl\": minutes, \"strategy\": \"delete\"}".into(),
         )),
     }
 }
@@ -427,7 +432,7 @@ pub(super) struct StateQuery {
 pub(super) async fn get_state(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    Query(_q): Query<StateQuery>,
+    Params(_q): Params<StateQuery>,
 ) -> ApiResult<Json<Value>> {
     let thread = lookups::thread(&state, &id).await?;
     Ok(Json(state_of(&state, &thread, None).await?))
@@ -557,6 +562,7 @@ pub(super) async fn post_state(
 
 #[derive(Deserialize, utoipa::ToSchema)]
 pub(super) struct HistoryBody {
+    #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     limit: Option<i64>,
     #[schema(value_type = Option<Object>)]
     before: Option<Value>,
@@ -573,6 +579,15 @@ async fn history(state: &AppState, raw_id: &str, body: HistoryBody) -> ApiResult
         return Err(AppError::Invalid(format!(
             "limit must be between 1 and 1000, got {limit}"
         )));
+    }
+    if body
+        .checkpoint
+        .as_ref()
+        .is_some_and(|c| !c.is_object() && !c.is_null())
+    {
+        return Err(AppError::Invalid(
+            "checkpoint must be an object ({\"checkpoint_ns\": ...})".into(),
+        ));
     }
     let ns = body
         .checkpoint
@@ -619,7 +634,7 @@ pub(super) struct HistoryQuery {
 pub(super) async fn history_get(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    Query(q): Query<HistoryQuery>,
+    Params(q): Params<HistoryQuery>,
 ) -> ApiResult<Json<Vec<Value>>> {
     let body = HistoryBody {
         limit: q.limit,

@@ -378,6 +378,9 @@ impl Namespace {
 
     /// A prefix for search: like a namespace, but may be empty (everything).
     pub fn prefix(labels: Vec<String>) -> Result<Self, String> {
+        if labels.len() > Self::MAX_DEPTH {
+            return Err(format!("at most {} labels are allowed", Self::MAX_DEPTH));
+        }
         Self::check_labels(&labels)?;
         Ok(Self(labels))
     }
@@ -390,8 +393,8 @@ impl Namespace {
             if label.contains('.') {
                 return Err(format!("namespace label '{label}' must not contain '.'"));
             }
-            if label.len() > 256 {
-                return Err("namespace labels are at most 256 bytes".into());
+            if label.chars().count() > 256 {
+                return Err("namespace labels are at most 256 characters".into());
             }
         }
         Ok(())

@@ -171,8 +171,46 @@ fn target_of(cron: &Cron) -> Target {
     cron.thread_id.map_or(Target::Stateless, Target::Thread)
 }
 
+/// A cron request as the spec describes it. (The handlers read the body as a map, to tell
+/// the schedule's fields from the run request's and refuse unknown ones by name.)
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub(super) struct NewCron {
+    /// Five-field cron expression (minute hour day-of-month month day-of-week).
+    schedule: String,
+    /// An assistant's id or a graph id.
+    assistant_id: String,
+    /// IANA time zone; UTC when absent.
+    timezone: Option<String>,
+    /// No tick after this instant (ISO 8601).
+    end_time: Option<String>,
+    enabled: Option<bool>,
+    /// `delete` (default) or `keep` the thread a tick's run made.
+    on_run_completed: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    input: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    config: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    context: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    interrupt_before: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    interrupt_after: Option<Value>,
+    webhook: Option<String>,
+    multitask_strategy: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    stream_mode: Option<Value>,
+    stream_subgraphs: Option<bool>,
+    stream_resumable: Option<bool>,
+    durability: Option<String>,
+    checkpoint_during: Option<bool>,
+}
+
 /// A stateless cron: each tick runs on a new thread.
-#[utoipa::path(post, path = "/runs/crons", tag = "crons", request_body = Object,
+#[utoipa::path(post, path = "/runs/crons", tag = "crons", request_body = NewCron,
     responses((status = 200, body = Cron), (status = 404), (status = 422)))]
 pub(super) async fn create_stateless(
     State(state): State<AppState>,
@@ -182,7 +220,7 @@ pub(super) async fn create_stateless(
 }
 
 /// A cron on a thread: each tick runs on it (queued behind its runs by default).
-#[utoipa::path(post, path = "/threads/{thread_id}/runs/crons", tag = "crons", request_body = Object,
+#[utoipa::path(post, path = "/threads/{thread_id}/runs/crons", tag = "crons", request_body = NewCron,
     params(("thread_id" = Uuid, Path)),
     responses((status = 200, body = Cron), (status = 404), (status = 422)))]
 pub(super) async fn create_for_thread(
@@ -337,7 +375,9 @@ pub(super) struct CronSearch {
     enabled: Option<bool>,
     #[schema(value_type = Option<Object>)]
     metadata: Option<JsonMap>,
+    #[serde(default, deserialize_with = "crate::api::numbers::opt_whole")]
     limit: Option<i64>,
+    #[serde(default, deserialize_with = "crate::api::numbers::opt_whole")]
     offset: Option<i64>,
     sort_by: Option<String>,
     sort_order: Option<String>,
@@ -345,7 +385,7 @@ pub(super) struct CronSearch {
     select: Vec<String>,
 }
 
-const SORTS: [&str; 7] = [
+pub(crate) const SORTS: [&str; 7] = [
     "cron_id",
     "assistant_id",
     "thread_id",
@@ -375,16 +415,7 @@ async fn cron_query(state: &AppState, body: CronSearch) -> ApiResult<(CronQuery,
         .as_deref()
         .map(|t| parse_id(t, "thread"))
         .transpose()?;
-    if let Some(bad) = body
-        .select
-        .iter()
-        .find(|f| !CRON_COLUMNS.contains(&f.as_str()))
-    {
-        return Err(AppError::Invalid(format!(
-            "select: unknown field '{bad}' (expected some of {})",
-            CRON_COLUMNS.join(", ")
-        )));
-    }
+    super::check_select(&body.select, &super::CRON_FIELDS)?;
     let q = CronQuery {
         assistant_id,
         thread_id,
@@ -398,26 +429,9 @@ async fn cron_query(state: &AppState, body: CronSearch) -> ApiResult<(CronQuery,
     Ok((q, body.select))
 }
 
-const CRON_COLUMNS: [&str; 14] = [
-    "cron_id",
-    "assistant_id",
-    "thread_id",
-    "user_id",
-    "schedule",
-    "timezone",
-    "payload",
-    "metadata",
-    "on_run_completed",
-    "enabled",
-    "end_time",
-    "next_run_date",
-    "created_at",
-    "updated_at",
-];
-
 /// Lists crons, newest first by default.
 #[utoipa::path(post, path = "/runs/crons/search", tag = "crons", request_body = CronSearch,
-    responses((status = 200, body = Vec<Cron>), (status = 422)))]
+    responses((status = 200, body = Vec<Cron>), (status = 404, description = "The assistant filter names none"), (status = 422)))]
 pub(super) async fn search(
     State(state): State<AppState>,
     Body(body): Body<CronSearch>,
@@ -434,11 +448,13 @@ pub(super) async fn search(
 
 /// Counts crons matching the filters.
 #[utoipa::path(post, path = "/runs/crons/count", tag = "crons", request_body = CronSearch,
-    responses((status = 200, body = i64), (status = 422)))]
+    responses((status = 200, body = i64), (status = 404, description = "The assistant filter names none"), (status = 422)))]
 pub(super) async fn count(
     State(state): State<AppState>,
     Body(body): Body<CronSearch>,
 ) -> ApiResult<Json<i64>> {
+    // Counting ignores paging, but paging fields sent must still be valid.
+    super::check_paging(body.limit.unwrap_or(10), body.offset.unwrap_or(0))?;
     let (mut q, _) = cron_query(
         &state,
         CronSearch {

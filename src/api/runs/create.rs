@@ -42,7 +42,8 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
             return Ok(Self(None));
         };
         let key = value.to_str().ok().map(str::trim).unwrap_or_default();
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
+        let visible = key.bytes().all(|b| b.is_ascii_graphic());
+        if key.is_empty() || key.len() > MAX_KEY_LEN || !visible {
             return Err(AppError::Invalid(format!(
                 "Idempotency-Key: expected 1 to {MAX_KEY_LEN} visible ASCII characters"
             )));

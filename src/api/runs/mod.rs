@@ -6,7 +6,7 @@ mod waiting;
 
 use super::AppState;
 use super::assistants::parse_enum;
-use super::error::{ApiResult, AppError, Body, parse_id};
+use super::error::{ApiResult, AppError, Body, BodyList, parse_id};
 use super::query::{query_flag, query_int, query_pairs, query_values};
 use super::responses::{json_response, set_header, sse_response};
 use crate::runs::RunKwargs;
@@ -87,6 +87,19 @@ pub(super) async fn start_for_cron(
         create::start_ticked(state, target, body, IdempotencyKey(None), Some(tick)).await?;
     Ok(started.run)
 }
+
+/// Fields a run has (what `select` may name).
+const RUN_FIELDS: [&str; 9] = [
+    "run_id",
+    "thread_id",
+    "assistant_id",
+    "created_at",
+    "updated_at",
+    "status",
+    "metadata",
+    "multitask_strategy",
+    "kwargs",
+];
 
 fn run_path(run: &Run, stateless: bool) -> String {
     if stateless {
@@ -254,7 +267,7 @@ pub(super) async fn wait_stateless(
 pub(super) async fn batch(
     State(state): State<AppState>,
     key: IdempotencyKey,
-    Body(bodies): Body<Vec<NewRun>>,
+    BodyList(bodies): BodyList<NewRun>,
 ) -> ApiResult<Json<Vec<Run>>> {
     if key.0.is_some() {
         return Err(AppError::Invalid(
@@ -297,6 +310,7 @@ pub(super) async fn list(
         .filter(|s| !s.is_empty());
     let status = super::optional_enum::<RunStatus>(raw_status.as_deref(), "status")?;
     let select = query_values(&pairs, "select");
+    super::check_select(&select, &RUN_FIELDS)?;
     let runs = state
         .store
         .list_runs(thread.thread_id, status, limit, offset)
