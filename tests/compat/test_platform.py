@@ -429,10 +429,11 @@ async def test_durability_sync_and_async_run_and_exit_is_refused(client, http, n
         await client.runs.join(tid, run["run_id"])
         assert (await client.runs.get(tid, run["run_id"]))["status"] == "success"
     before = len(await client.runs.list(tid))
-    for extra in ({"durability": "exit"}, {"checkpoint_during": False}, {"durability": "later"}):
+    for extra, words in (({"durability": "exit"}, "durability"), ({"checkpoint_during": False}, "durability"),
+                         ({"durability": "later"}, "durability"), ({"feedback_keys": ["score"]}, "LangSmith")):
         r = await http.post(f"/threads/{tid}/runs", json={"assistant_id": "agent", "input": HI, **extra})
         assert r.status_code == 422, (extra, r.text)
-        assert "durability" in r.json()["detail"]
+        assert words in r.json()["detail"]
     assert len(await client.runs.list(tid)) == before
     # Every step was checkpointed: the history has the run's steps, not just its end.
     history = await client.threads.get_history(tid, limit=50)

@@ -132,6 +132,17 @@ pub(super) fn validate(body: &NewRun, target: Target) -> ApiResult<()> {
             "after_seconds must be between 0 and one year".into(),
         ));
     }
+    // LangGraph Platform mints LangSmith feedback tokens for these; this server has no
+    // LangSmith, so it would return none.
+    if body
+        .feedback_keys
+        .as_ref()
+        .is_some_and(|k| !k.is_null() && k.as_array().is_none_or(|a| !a.is_empty()))
+    {
+        return Err(AppError::Invalid(
+            "feedback_keys needs LangSmith, which this server does not use".into(),
+        ));
+    }
     // Every step is checkpointed before the next one starts (LangGraph's `sync`, which also
     // gives what `async` promises); that is what lets a run survive a crash, so skipping the
     // steps' checkpoints is refused rather than accepted and not done.
