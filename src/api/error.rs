@@ -109,14 +109,7 @@ where
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
-            BytesRejection::FailedToBufferBody(inner)
-                if inner.status() == StatusCode::PAYLOAD_TOO_LARGE =>
-            {
-                AppError::TooLarge("Request body is too large".into())
-            }
-            other => AppError::Invalid(format!("Could not read the request body: {other}")),
-        })?;
+        let bytes = read_body(req, state).await?;
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
@@ -134,6 +127,18 @@ where
     }
 }
 
+/// The request body, with a 413 when it is over the limit.
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes, AppError> {
+    Bytes::from_request(req, state).await.map_err(|e| match e {
+        BytesRejection::FailedToBufferBody(inner)
+            if inner.status() == StatusCode::PAYLOAD_TOO_LARGE =>
+        {
+            AppError::TooLarge("Request body is too large".into())
+        }
+        other => AppError::Invalid(format!("Could not read the request body: {other}")),
+    })
+}
+
 /// A JSON array body (`/runs/batch`), with `Body`'s errors.
 pub struct BodyList<T>(pub Vec<T>);
 
@@ -145,14 +150,7 @@ where
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| match e {
-            BytesRejection::FailedToBufferBody(inner)
-                if inner.status() == StatusCode::PAYLOAD_TOO_LARGE =>
-            {
-                AppError::TooLarge("Request body is too large".into())
-            }
-            other => AppError::Invalid(format!("Could not read the request body: {other}")),
-        })?;
+        let bytes = read_body(req, state).await?;
         serde_json::from_slice(&bytes)
             .map(BodyList)
             .map_err(|e| AppError::Invalid(format!("Invalid request body: {e}")))
