@@ -167,7 +167,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Openapi => {
             println!(
                 "{}",
-                deep_research::api::openapi::document(&[deep_research::research::GRAPH_ID])
+                deep_research::api::openapi::document(&[
+                    deep_research::research::GRAPH_ID,
+                    deep_research::research::ODR_GRAPH_ID
+                ])
             );
             Ok(())
         }
