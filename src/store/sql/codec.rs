@@ -198,10 +198,17 @@ pub(super) fn insert_assistant_query(a: &Assistant) -> StoreResult<AnyQuery> {
         .bind(a.updated_at.to_string()))
 }
 
+/// An optional float as a parameter: sent as text and cast in SQL. Bound as a float, a `None`
+/// and a number sent through one cached Postgres statement disagree on the parameter's type
+/// ("incorrect binary data format in bind parameter").
+pub(super) fn opt_float(value: Option<f64>) -> Option<String> {
+    value.map(|v| v.to_string())
+}
+
 pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
     let sql = format!(
-        "INSERT INTO threads ({THREAD_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-         ON CONFLICT (thread_id) DO NOTHING"
+        "INSERT INTO threads ({THREAD_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+         CAST($11 AS DOUBLE PRECISION)) ON CONFLICT (thread_id) DO NOTHING"
     );
     Ok(q(sql)
         .bind(t.thread_id.to_string())
@@ -214,7 +221,7 @@ pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
         .bind(opt_json(&t.values)?)
         .bind(opt_json(&t.error)?)
         .bind(to_json(&t.interrupts)?)
-        .bind(t.ttl_minutes))
+        .bind(opt_float(t.ttl_minutes)))
 }
 
 /// Inserts a run ($1–$9, see `bind_run`).

@@ -147,7 +147,7 @@ impl crate::store::ItemStore for SqlStore {
         let _timer = StoreTimer::start("put_item");
         sqlx::query(
             "INSERT INTO store_items (namespace, item_key, value, created_at, updated_at, \
-             ttl_minutes, expires_at) VALUES ($1, $2, $3, $4, $4, $5, $6) \
+             ttl_minutes, expires_at) VALUES ($1, $2, $3, $4, $4, CAST($5 AS DOUBLE PRECISION), $6) \
              ON CONFLICT (namespace, item_key) DO UPDATE SET value = excluded.value, \
              updated_at = excluded.updated_at, ttl_minutes = excluded.ttl_minutes, \
              expires_at = excluded.expires_at, \
@@ -159,7 +159,7 @@ impl crate::store::ItemStore for SqlStore {
         .bind(key.to_owned())
         .bind(to_json(value)?)
         .bind(now.to_string())
-        .bind(ttl_minutes)
+        .bind(opt_float(ttl_minutes))
         .bind(expiry(now, ttl_minutes))
         .execute(&self.pool)
         .await?;

@@ -53,12 +53,13 @@ impl crate::store::ThreadStore for SqlStore {
         merge(&mut merged, metadata);
         sqlx::query(
             "UPDATE threads SET metadata = $2, updated_at = $3, \
-             ttl_minutes = COALESCE($4, ttl_minutes) WHERE thread_id = $1",
+             ttl_minutes = COALESCE(CAST($4 AS DOUBLE PRECISION), ttl_minutes) \
+             WHERE thread_id = $1",
         )
         .bind(id.to_string())
         .bind(to_json(&merged)?)
         .bind(now.to_string())
-        .bind(ttl_minutes)
+        .bind(opt_float(ttl_minutes))
         .execute(&mut *tx)
         .await?;
         let sql = format!("SELECT {THREAD_COLS} FROM threads WHERE thread_id = $1");
