@@ -355,3 +355,40 @@ async fn webhooks_to_internal_addresses_or_without_a_secret_are_refused() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(detail(&v).contains("signing secret"), "{v}");
 }
+
+#[tokio::test]
+async fn oversized_id_lists_and_filters_are_422_before_the_database() {
+    let app = spawn_app().await;
+    let tid = new_thread(&app).await;
+    let before = counts(&app).await;
+    let many: Vec<String> = (0..1001)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    let mut deep = json!("x");
+    for _ in 0..30 {
+        deep = json!({ "k": deep });
+    }
+    let wide: serde_json::Map<String, Value> =
+        (0..1000).map(|i| (format!("k{i}"), json!(i))).collect();
+    let cases = [
+        ("/threads/search", json!({ "ids": many })),
+        ("/threads/count", json!({ "metadata": deep })),
+        ("/threads/search", json!({ "values": wide })),
+        ("/assistants/search", json!({ "metadata": wide })),
+        ("/threads/prune", json!({ "thread_ids": many })),
+        ("/runs/cancel", json!({ "thread_id": tid, "run_ids": many })),
+        ("/store/items/search", json!({ "filter": deep })),
+        ("/runs/crons/search", json!({ "metadata": wide })),
+    ];
+    for (path, body) in cases {
+        let (status, v) = call(&app, Method::POST, path, Some(&body.to_string())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {v}");
+        assert!(detail(&v).contains("at most"), "{path}: {v}");
+    }
+    assert_eq!(counts(&app).await, before, "nothing changed");
+    // At the limit they are served.
+    let thousand: Vec<String> = many[..1000].to_vec();
+    let body = json!({ "ids": thousand }).to_string();
+    let (status, _) = call(&app, Method::POST, "/threads/search", Some(&body)).await;
+    assert_eq!(status, StatusCode::OK);
+}

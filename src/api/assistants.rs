@@ -223,8 +223,10 @@ fn assistant_query(body: AssistantSearch) -> ApiResult<(AssistantQuery, Vec<Stri
         body.sort_order.as_deref(),
         &SORTS,
     )?;
+    let metadata = body.metadata.unwrap_or_default();
+    super::check_filter("metadata", &metadata)?;
     let q = AssistantQuery {
-        metadata: body.metadata.unwrap_or_default(),
+        metadata,
         graph_id: body.graph_id,
         name: body.name,
         limit: p.limit,
@@ -386,14 +388,11 @@ pub(super) async fn versions(
 ) -> ApiResult<Json<Vec<AssistantVersion>>> {
     let current = by_path(&state, &id).await?;
     let p = SearchParams::check(body.limit, body.offset, None, None, &[])?;
+    let metadata = body.metadata.unwrap_or_default();
+    super::check_filter("metadata", &metadata)?;
     state
         .store
-        .assistant_versions(
-            current.assistant_id,
-            &body.metadata.unwrap_or_default(),
-            p.limit,
-            p.offset,
-        )
+        .assistant_versions(current.assistant_id, &metadata, p.limit, p.offset)
         .await?
         .map(Json)
         .ok_or_else(|| AppError::NotFound(format!("Assistant '{id}' not found")))

@@ -215,6 +215,53 @@ pub(crate) const CRON_FIELDS: [&str; 14] = [
 /// The longest time-to-live a thread or store item may have: ten years, in minutes.
 pub(crate) const MAX_TTL_MINUTES: f64 = 10.0 * 365.0 * 24.0 * 60.0;
 
+/// Ids one request may name (`ids`, `thread_ids`, `run_ids`): each becomes a SQL parameter, and
+/// SQLite allows a few thousand per statement.
+pub(crate) const MAX_IDS: usize = 1000;
+/// Members a filter may have in all (each becomes SQL), and how deep it may nest.
+const MAX_FILTER_MEMBERS: usize = 100;
+const MAX_FILTER_DEPTH: usize = 8;
+
+/// Refuses more than `MAX_IDS` ids before the database sees them.
+pub(crate) fn check_ids(field: &str, count: usize) -> Result<(), AppError> {
+    if count > MAX_IDS {
+        return Err(AppError::Invalid(format!(
+            "{field}: at most {MAX_IDS} ids per request, got {count}"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a metadata/values/store filter too large or too deep to turn into SQL (a 422, where
+/// SQLite would fail with "Expression tree is too large").
+pub(crate) fn check_filter(field: &str, filter: &crate::store::JsonMap) -> Result<(), AppError> {
+    fn walk(v: &serde_json::Value, depth: usize, members: &mut usize) -> Option<usize> {
+        let mut deepest = depth;
+        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match v {
+            serde_json::Value::Object(m) => Box::new(m.values()),
+            serde_json::Value::Array(a) => Box::new(a.iter()),
+            _ => return Some(depth),
+        };
+        for child in children {
+            *members += 1;
+            if *members > MAX_FILTER_MEMBERS || depth >= MAX_FILTER_DEPTH {
+                return None;
+            }
+            deepest = deepest.max(walk(child, depth + 1, members)?);
+        }
+        Some(deepest)
+    }
+    let mut members = 0;
+    let root = serde_json::Value::Object(filter.clone());
+    match walk(&root, 0, &mut members) {
+        Some(_) => Ok(()),
+        None => Err(AppError::Invalid(format!(
+            "{field}: filters may have at most {MAX_FILTER_MEMBERS} members, nested at most \
+             {MAX_FILTER_DEPTH} deep"
+        ))),
+    }
+}
+
 /// A `select` may only name fields the objects have.
 pub(crate) fn check_select(select: &[String], fields: &[&str]) -> Result<(), AppError> {
     match select.iter().find(|f| !fields.contains(&f.as_str())) {

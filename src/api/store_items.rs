@@ -197,6 +197,7 @@ pub(super) async fn search(
     let prefix = Namespace::prefix(body.namespace_prefix)
         .map_err(|e| AppError::Invalid(format!("namespace_prefix: {e}")))?;
     let filter = body.filter.unwrap_or_default();
+    super::check_filter("filter", &filter)?;
     if filter.len() > MAX_FILTERS {
         return Err(AppError::Invalid(format!(
             "filter has {} fields; at most {MAX_FILTERS} are allowed",

@@ -146,6 +146,11 @@ fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
         &SORTS,
     )?;
     let status = optional_enum::<ThreadStatus>(body.status.as_deref(), "status")?;
+    let metadata = body.metadata.unwrap_or_default();
+    let values = body.values.unwrap_or_default();
+    super::check_filter("metadata", &metadata)?;
+    super::check_filter("values", &values)?;
+    super::check_ids("ids", body.ids.as_ref().map_or(0, Vec::len))?;
     let ids = body
         .ids
         .unwrap_or_default()
@@ -153,8 +158,8 @@ fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
         .map(|raw| parse_id(raw, "thread"))
         .collect::<ApiResult<Vec<Uuid>>>()?;
     let q = ThreadQuery {
-        metadata: body.metadata.unwrap_or_default(),
-        values: body.values.unwrap_or_default(),
+        metadata,
+        values,
         ids,
         status,
         limit: p.limit,
@@ -222,6 +227,7 @@ pub(super) async fn prune(
             )));
         }
     };
+    super::check_ids("thread_ids", body.thread_ids.len())?;
     let ids = body
         .thread_ids
         .iter()

@@ -420,7 +420,11 @@ async fn cron_query(state: &AppState, body: CronSearch) -> ApiResult<(CronQuery,
         assistant_id,
         thread_id,
         enabled: body.enabled,
-        metadata: body.metadata.unwrap_or_default(),
+        metadata: {
+            let metadata = body.metadata.unwrap_or_default();
+            super::check_filter("metadata", &metadata)?;
+            metadata
+        },
         limit: p.limit,
         offset: p.offset,
         sort_by: p.sort_by,

@@ -64,7 +64,7 @@ pub(super) fn refine(doc: &mut Value, graphs: &[&str]) {
 fn field_overrides() -> Vec<(&'static str, &'static str, Value)> {
     let uuid = json!({"type": "string", "format": "uuid"});
     let opt_uuid = json!({"type": ["string", "null"], "format": "uuid"});
-    let uuids = json!({"type": ["array", "null"], "items": uuid});
+    let uuids = json!({"type": ["array", "null"], "items": uuid, "maxItems": crate::api::MAX_IDS});
     let choice = |values: &[&str]| {
         let mut all: Vec<Value> = values.iter().map(|v| json!(v)).collect();
         all.push(Value::Null);
@@ -137,7 +137,7 @@ fn field_overrides() -> Vec<(&'static str, &'static str, Value)> {
         (
             "Prune",
             "thread_ids",
-            json!({"type": "array", "items": uuid}),
+            json!({"type": "array", "items": uuid, "maxItems": crate::api::MAX_IDS}),
         ),
         ("CronSearch", "sort_by", choice(&crate::api::crons::SORTS)),
         ("CronSearch", "sort_order", sort_order),

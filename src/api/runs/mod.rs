@@ -423,10 +423,12 @@ pub(super) async fn cancel_many(
     let action_raw = query_values(&pairs, "action").last().cloned();
     let action = parse_enum(action_raw.as_deref(), "action", CancelAction::Interrupt)?;
     let ids: Vec<Uuid> = match (&body.run_ids, &body.status) {
-        (Some(ids), None) => ids
-            .iter()
-            .map(|r| parse_id(r, "run"))
-            .collect::<ApiResult<_>>()?,
+        (Some(ids), None) => {
+            super::check_ids("run_ids", ids.len())?;
+            ids.iter()
+                .map(|r| parse_id(r, "run"))
+                .collect::<ApiResult<_>>()?
+        }
         (None, Some(_)) => {
             return Err(AppError::Invalid(
                 "cancelling by status is not supported: pass thread_id and run_ids".into(),
