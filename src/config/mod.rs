@@ -53,7 +53,17 @@ pub struct Settings {
     /// Logs, traces and metrics.
     pub telemetry: TelemetryConfig,
     /// Run-completion webhooks.
-    pub webhooks: crate::runs::webhook::WebhookSettings,
+    pub webhooks: WebhookSettings,
+}
+
+/// The `[webhooks]` settings (run-completion webhooks, sent by `runs::webhook`).
+#[derive(Clone, Debug)]
+pub struct WebhookSettings {
+    /// Signs every POST; without it runs with a webhook are refused.
+    pub secret: Option<SecretString>,
+    pub allow_private_targets: bool,
+    pub timeout: Duration,
+    pub attempts: u32,
 }
 
 impl Default for Settings {
@@ -99,7 +109,7 @@ impl Settings {
                 service_name: t.service_name.clone(),
                 metrics: t.metrics,
             },
-            webhooks: crate::runs::webhook::WebhookSettings {
+            webhooks: WebhookSettings {
                 secret: non_empty(&cfg.webhooks.signing_secret),
                 allow_private_targets: cfg.webhooks.allow_private_targets,
                 timeout: ms(cfg.webhooks.timeout_ms),

@@ -5,21 +5,14 @@
 //! answer differently, no redirects): unless the operator allows it, nothing is sent to
 //! loopback, private, link-local or other internal addresses.
 
+pub use crate::config::WebhookSettings;
 use hmac::{Hmac, KeyInit, Mac};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
+#[cfg(test)]
+use secrecy::SecretString;
 use sha2::Sha256;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
-
-/// The `[webhooks]` settings.
-#[derive(Clone, Debug)]
-pub struct WebhookSettings {
-    /// Signs every POST; without it runs with a webhook are refused.
-    pub secret: Option<SecretString>,
-    pub allow_private_targets: bool,
-    pub timeout: Duration,
-    pub attempts: u32,
-}
 
 /// The signature header: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
 pub const SIGNATURE_HEADER: &str = "x-webhook-signature";

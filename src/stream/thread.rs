@@ -140,7 +140,7 @@ impl ThreadFollow {
         // loop); those created on other replicas are found by reading the store now and then.
         let mut thread = self.bus.subscribe_thread(self.thread_id);
         loop {
-            drain(&mut thread, &mut seen, None);
+            drain(&mut thread, &mut seen);
             let runs = match self
                 .store
                 .list_runs(self.thread_id, None, LOOKBACK, 0)
@@ -274,10 +274,10 @@ impl ThreadFollow {
 }
 
 /// Keeps what the thread's channel holds now.
-fn drain(thread: &mut broadcast::Receiver<Arc<Frame>>, seen: &mut Seen, playing: Option<Uuid>) {
+fn drain(thread: &mut broadcast::Receiver<Arc<Frame>>, seen: &mut Seen) {
     loop {
         match thread.try_recv() {
-            Ok(frame) => keep(seen, frame, playing),
+            Ok(frame) => keep(seen, frame, None),
             Err(broadcast::error::TryRecvError::Lagged(_)) => {}
             Err(_) => return,
         }

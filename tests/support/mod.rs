@@ -157,7 +157,7 @@ pub fn test_settings() -> Settings {
         max_concurrent_runs: 8,
         heartbeat: std::time::Duration::from_millis(500),
         // Test receivers listen on loopback; the secret is the one the SDK suite verifies with.
-        webhooks: deep_research::runs::webhook::WebhookSettings {
+        webhooks: deep_research::config::WebhookSettings {
             secret: Some(WEBHOOK_SECRET.into()),
             allow_private_targets: true,
             timeout: std::time::Duration::from_secs(2),
