@@ -406,7 +406,7 @@ impl Server {
             None => Command::new(bin),
         };
         cmd.arg("serve")
-            .args(["--port", "0", "--config"])
+            .args(["--no-auth", "--port", "0", "--config"])
             .arg(&config_path)
             .args(["--max-concurrent-runs", &max_runs.to_string()]);
         if let Some(n) = opts.db_max_connections {

@@ -8,7 +8,6 @@ use crate::runs::Runner;
 use crate::store::{self, IfExists, Store};
 use crate::stream::Bus;
 use crate::time::Timestamp;
-use axum::serve::ListenerExt;
 use secrecy::ExposeSecret;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,6 +58,12 @@ impl Application {
                 .create_assistant(&assistant, IfExists::DoNothing)
                 .await?;
         }
+        let auth = Arc::new(api::auth::Authenticator::from_settings(&settings)?);
+        let open = settings.api_key.is_none() && !settings.auth.has_identities();
+        if open && !is_loopback(&settings.host) {
+            tracing::warn!(host = %settings.host, "authentication is disabled on a non-loopback \
+                address: anyone who can reach it acts as the one local owner");
+        }
         let settings = Arc::new(settings);
         let shutdown = CancellationToken::new();
         let bus = Bus::new();
@@ -76,6 +81,7 @@ impl Application {
             registry,
             runner,
             settings,
+            auth,
             shutdown,
         };
         Ok(Self {
@@ -105,19 +111,12 @@ impl Application {
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let token = self.state.shutdown.clone();
         let scheduler = tokio::spawn(api::run_scheduler(self.state.clone()));
+        let limits = crate::serve::ConnectionLimits {
+            max_connections: self.state.settings.max_connections,
+            header_read_timeout: self.state.settings.header_read_timeout,
+        };
         let app = api::router(self.state);
-        // Without TCP_NODELAY the small first SSE frame waits on the client's delayed ACK
-        // (measured: ~45 ms to the first event on an idle server, 2.5 ms with it).
-        let listener = self.listener.tap_io(|tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::debug!(%error, "could not set TCP_NODELAY");
-            }
-        });
-        // `into_make_service` prepares the routes once; serving the `Router` itself rebuilds
-        // the whole route table for every connection (16 MB of heap at 200 runs in flight).
-        axum::serve(listener, app.into_make_service())
-            .with_graceful_shutdown(token.cancelled_owned())
-            .await?;
+        crate::serve::serve(self.listener, app, limits, token).await;
         for worker in self.workers.into_iter().chain([scheduler]) {
             if let Err(error) = worker.await {
                 tracing::error!(%error, "a background task ended abnormally");
@@ -125,4 +124,13 @@ impl Application {
         }
         Ok(())
     }
+}
+
+/// Whether `host` (as configured to bind) is a loopback address or name.
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }

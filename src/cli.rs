@@ -15,6 +15,8 @@ pub struct ResearchArgs {
     pub output: PathBuf,
     /// `configurable` overrides for the run (e.g. models).
     pub configurable: Value,
+    /// Sent as `x-api-key`.
+    pub api_key: Option<String>,
 }
 
 /// Progress lines go to `out`; answers to clarifying questions come from `input`.
@@ -24,7 +26,13 @@ pub async fn research(
     input: &mut dyn BufRead,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = &args.api_key {
+        headers.insert("x-api-key", reqwest::header::HeaderValue::from_str(key)?);
+    }
+    let http = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()?;
     let thread: Value = http
         .post(format!("{base_url}/threads"))
         .json(&json!({}))

@@ -2,7 +2,8 @@
 //!
 //! Layout (data flows top to bottom; ARCHITECTURE.md maps every file):
 //! - `config`: one configuration story (defaults file → `--config` → `DR__…` env → flags → per run).
-//! - `api`: axum routes, errors as `{"detail": …}`, OpenAPI; runs under `api::runs`.
+//! - `api`: axum routes, authentication and owners (`api::auth`), errors as `{"detail": …}`,
+//!   OpenAPI; runs under `api::runs`. `serve`: the connection loop (caps and timeouts).
 //! - `runs`: the run queue and worker pool (claim, lease, cancel, multitask strategies).
 //! - `research`: the deep-research graph (clarify, brief, supervisor, researchers, compress,
 //!   report), its settings, cost meter, fallback counts and citation checks.
@@ -22,6 +23,7 @@ pub mod ids;
 pub mod llm;
 pub mod research;
 pub mod runs;
+pub mod serve;
 pub mod sse;
 pub mod store;
 pub mod stream;

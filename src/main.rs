@@ -36,6 +36,13 @@ enum Command {
     PrintConfig,
     /// Run one research here, showing progress, and write the report to a file.
     Research(ResearchCmd),
+    /// Print a new API key for an owner, and the entry for the [auth] keys_file that accepts
+    /// it (only its SHA-256 is stored).
+    NewKey {
+        /// Whose key: the owner its threads, runs, crons and store items belong to.
+        #[arg(long)]
+        owner: String,
+    },
     /// Exit 0 when the server on PORT answers /ok (for container health checks).
     Healthcheck {
         #[arg(long, env = "PORT", default_value_t = 2024)]
@@ -69,7 +76,11 @@ struct ServeArgs {
     /// Database connections in the pool [server.db_max_connections].
     #[arg(long, env = "DR_DB_MAX_CONNECTIONS")]
     db_max_connections: Option<u32>,
-    /// Require this key in the x-api-key header [server.api_key].
+    /// Serve without authentication: whoever reaches the port is the one local owner. For
+    /// local use only [auth.disabled].
+    #[arg(long, env = "DR_NO_AUTH")]
+    no_auth: bool,
+    /// One key every caller shares (x-api-key or Authorization: Bearer) [server.api_key].
     #[arg(long, env = "DR_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Largest accepted request body, in bytes [server.max_body_bytes].
@@ -128,6 +139,9 @@ impl ServeArgs {
             s.api_key = non_empty(&key);
         }
         s.max_body_bytes = self.max_body_bytes.unwrap_or(s.max_body_bytes);
+        if self.no_auth {
+            s.auth.disabled = true;
+        }
         match self.log_format.as_deref() {
             Some("json") => s.telemetry.log_format = LogFormat::Json,
             Some(_) => s.telemetry.log_format = LogFormat::Text,
@@ -174,8 +188,34 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::NewKey { owner } => new_key(&owner),
         Command::Healthcheck { port } => healthcheck(port).await,
     }
+}
+
+fn new_key(owner: &str) -> anyhow::Result<()> {
+    let owner = owner.trim();
+    anyhow::ensure!(!owner.is_empty(), "--owner must not be empty");
+    // Two v4 UUIDs: 244 random bits from the operating system's generator.
+    let key = format!(
+        "dr_{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let digest = deep_research::api::auth::key_digest(&key);
+    println!("key (give it to {owner}; it is not stored anywhere): {key}");
+    println!();
+    println!("entry for the keys file:");
+    println!(
+        "[[keys]]\nowner = {}\nsha256 = \"{digest}\"",
+        toml_string(owner)
+    );
+    Ok(())
+}
+
+/// A TOML basic string.
+fn toml_string(text: &str) -> String {
+    serde_json::Value::String(text.to_owned()).to_string()
 }
 
 /// The graphs `serve` offers: the research graph, configured from the layered config files.
@@ -208,11 +248,15 @@ async fn serve(settings: Settings, registry: Registry) -> anyhow::Result<()> {
 async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
     let cfg = FileConfig::load_from(cmd.config.as_deref())?;
     let registry = research_registry(&cfg)?;
+    // A private server on an ephemeral loopback port, with a key made for this run only, so
+    // no other local process can use it meanwhile.
+    let key = format!("dr_{}", uuid::Uuid::new_v4().simple());
     let settings = Settings {
         host: "127.0.0.1".into(),
         port: 0,
         database_url: None,
         sqlite_path: cmd.sqlite_path.clone(),
+        api_key: Some(SecretString::from(key.clone())),
         ..Settings::from_file(&cfg)?
     };
     let app = Application::build(settings, registry).await?;
@@ -228,6 +272,7 @@ async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
         question: cmd.question.clone(),
         output: cmd.output.clone(),
         configurable,
+        api_key: Some(key),
     };
     let stdin = std::io::stdin();
     let mut input = stdin.lock();

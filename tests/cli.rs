@@ -9,7 +9,7 @@ fn serve_prints_its_address_and_store_and_answers_ok() {
     let dir = tempfile::TempDir::new().unwrap();
     let db = dir.path().join("cli.db");
     let mut child = Command::new(env!("CARGO_BIN_EXE_deep-research"))
-        .args(["serve", "--port", "0", "--sqlite-path"])
+        .args(["serve", "--no-auth", "--port", "0", "--sqlite-path"])
         .arg(&db)
         .env_remove("DATABASE_URL")
         .stdout(Stdio::piped())

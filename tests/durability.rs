@@ -382,6 +382,7 @@ async fn a_run_out_of_attempts_ends_error_with_the_reason() {
                        "config": {"configurable": {"graph_id": "slow"}}}),
     };
     let insert = RunInsert {
+        owner: deep_research::store::Owner::local(),
         run: run.clone(),
         thread_metadata: Default::default(),
         create_thread: true,

@@ -341,9 +341,20 @@ async fn stored_frames(app: &TestApp, stream: &str) -> Vec<support::SseFrame> {
 
 async fn a_client_of_another_replica_follows_a_running_stream(app: &TestApp) {
     let replica = support::spawn_replica(app, 8, support::graphs::registry()).await;
-    let tid = new_thread(app).await;
-    let (resp, location) = slow_stream(app, &tid, 0.6).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The replica's workers may claim the run first; start runs until `app` executes one.
+    let mut started = None;
+    for _ in 0..10 {
+        let tid = new_thread(app).await;
+        let (resp, location) = slow_stream(app, &tid, 0.6).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let run_id = location.split('/').nth(4).unwrap().parse().unwrap();
+        if app.bus.get(run_id).is_some_and(|c| c.is_executing_here()) {
+            started = Some((resp, location));
+            break;
+        }
+        resp.text().await.unwrap();
+    }
+    let (resp, location) = started.expect("app never executed a run of its own");
     // The run is live only in `app`; the replica has nothing of it but the store.
     let join = |last_event_id: Option<&'static str>| {
         let mut request = replica.client.get(replica.url(&location));

@@ -7,9 +7,9 @@ mod pg;
 use deep_research::store::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery,
     Comparison, Cron, CronQuery, CronTick, EventId, FieldMatch, IfExists, ItemQuery, JsonMap,
-    LeaseState, MultitaskStrategy, Namespace, NamespaceQuery, Run, RunEnd, RunInsert, RunStatus,
-    SortOrder, SqlStore, Store, StoreError, StoredChunks, StoredEvent, Thread, ThreadQuery,
-    ThreadStatus, ThreadSummary,
+    LeaseState, MultitaskStrategy, Namespace, NamespaceQuery, Owner, Run, RunEnd, RunInsert,
+    RunStatus, SortOrder, SqlStore, Store, StoreError, StoredChunks, StoredEvent, Thread,
+    ThreadQuery, ThreadStatus, ThreadSummary,
 };
 use deep_research::time::Timestamp;
 use serde_json::{Value, json};
@@ -79,6 +79,7 @@ macro_rules! contract_tests {
 }
 
 contract_tests!(
+    owners_are_kept_apart,
     assistants_crud,
     assistants_search,
     assistant_versions,
@@ -129,6 +130,7 @@ fn at(secs: f64) -> Timestamp {
 
 fn assistant(graph: &str, name: &str, metadata: Value, created: Timestamp) -> Assistant {
     Assistant {
+        owner: Some(Owner::local()),
         assistant_id: Uuid::new_v4(),
         graph_id: graph.into(),
         config: json!({"configurable": {"model": "m"}}),
@@ -144,6 +146,7 @@ fn assistant(graph: &str, name: &str, metadata: Value, created: Timestamp) -> As
 
 fn thread(metadata: Value, values: Option<Value>, status: ThreadStatus, at: Timestamp) -> Thread {
     Thread {
+        owner: Owner::local(),
         thread_id: Uuid::new_v4(),
         created_at: at,
         updated_at: at,
@@ -180,6 +183,7 @@ fn run(thread_id: Uuid, created: Timestamp, strategy: MultitaskStrategy) -> Run 
 
 fn insert(r: &Run, thread_metadata: Value) -> RunInsert {
     RunInsert {
+        owner: Owner::local(),
         run: r.clone(),
         thread_metadata: map(thread_metadata),
         create_thread: false,
@@ -400,6 +404,7 @@ mod contract {
 
     fn search(prefix: &[&str], filter: Vec<(&str, FieldMatch)>) -> ItemQuery {
         ItemQuery {
+            owner: Owner::local(),
             prefix: Namespace::prefix(prefix.iter().map(|l| l.to_string()).collect()).unwrap(),
             filter: filter
                 .into_iter()
@@ -421,10 +426,20 @@ mod contract {
     pub async fn store_items(s: Arc<dyn Store>) {
         let prefs = ns(&["users", "u1"]);
         let t0 = at(-100.0);
-        s.put_item(&prefs, "style", &map(json!({"tone": "dry"})), None, t0)
+        s.put_item(
+            &Owner::local(),
+            &prefs,
+            "style",
+            &map(json!({"tone": "dry"})),
+            None,
+            t0,
+        )
+        .await
+        .unwrap();
+        let got = s
+            .get_item(&Owner::local(), &prefs, "style", true, at(-99.0))
             .await
             .unwrap();
-        let got = s.get_item(&prefs, "style", true, at(-99.0)).await.unwrap();
         let got = got.expect("stored");
         assert_eq!(got.value, map(json!({"tone": "dry"})));
         assert_eq!((got.created_at, got.updated_at), (t0, t0));
@@ -432,48 +447,62 @@ mod contract {
 
         // Replacing keeps created_at and moves updated_at.
         let t1 = at(-90.0);
-        s.put_item(&prefs, "style", &map(json!({"tone": "warm"})), None, t1)
-            .await
-            .unwrap();
+        s.put_item(
+            &Owner::local(),
+            &prefs,
+            "style",
+            &map(json!({"tone": "warm"})),
+            None,
+            t1,
+        )
+        .await
+        .unwrap();
         let got = s
-            .get_item(&prefs, "style", true, t1)
+            .get_item(&Owner::local(), &prefs, "style", true, t1)
             .await
             .unwrap()
             .unwrap();
         assert_eq!((got.created_at, got.updated_at), (t0, t1));
         assert_eq!(got.value["tone"], "warm");
         assert!(
-            s.get_item(&ns(&["users"]), "style", true, t1)
+            s.get_item(&Owner::local(), &ns(&["users"]), "style", true, t1)
                 .await
                 .unwrap()
                 .is_none()
         );
 
         // A ttl: live before it runs out, gone after; a refreshing read restarts it.
-        s.put_item(&prefs, "brief", &map(json!({"n": 1})), Some(1.0), at(-50.0))
-            .await
-            .unwrap();
+        s.put_item(
+            &Owner::local(),
+            &prefs,
+            "brief",
+            &map(json!({"n": 1})),
+            Some(1.0),
+            at(-50.0),
+        )
+        .await
+        .unwrap();
         assert!(
-            s.get_item(&prefs, "brief", false, at(-20.0))
+            s.get_item(&Owner::local(), &prefs, "brief", false, at(-20.0))
                 .await
                 .unwrap()
                 .is_some()
         );
         assert!(
-            s.get_item(&prefs, "brief", false, at(20.0))
+            s.get_item(&Owner::local(), &prefs, "brief", false, at(20.0))
                 .await
                 .unwrap()
                 .is_none()
         );
         // Read at -20 s with refresh: expires at +40 s instead of +10 s.
         assert!(
-            s.get_item(&prefs, "brief", true, at(-20.0))
+            s.get_item(&Owner::local(), &prefs, "brief", true, at(-20.0))
                 .await
                 .unwrap()
                 .is_some()
         );
         assert!(
-            s.get_item(&prefs, "brief", false, at(30.0))
+            s.get_item(&Owner::local(), &prefs, "brief", false, at(30.0))
                 .await
                 .unwrap()
                 .is_some()
@@ -481,16 +510,24 @@ mod contract {
         assert_eq!(s.delete_expired_items(at(30.0)).await.unwrap(), 0);
         assert_eq!(s.delete_expired_items(at(50.0)).await.unwrap(), 1);
         assert!(
-            s.get_item(&prefs, "brief", false, at(0.0))
+            s.get_item(&Owner::local(), &prefs, "brief", false, at(0.0))
                 .await
                 .unwrap()
                 .is_none()
         );
 
-        assert!(s.delete_item(&prefs, "style").await.unwrap());
-        assert!(!s.delete_item(&prefs, "style").await.unwrap());
         assert!(
-            s.get_item(&prefs, "style", true, at(0.0))
+            s.delete_item(&Owner::local(), &prefs, "style")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !s.delete_item(&Owner::local(), &prefs, "style")
+                .await
+                .unwrap()
+        );
+        assert!(
+            s.get_item(&Owner::local(), &prefs, "style", true, at(0.0))
                 .await
                 .unwrap()
                 .is_none()
@@ -519,9 +556,16 @@ mod contract {
             (&["teams", "t%"][..], "e", json!({"score": 5, "kind": "z"})),
         ];
         for (labels, key, value) in &docs {
-            s.put_item(&ns(labels), key, &map(value.clone()), None, now)
-                .await
-                .unwrap();
+            s.put_item(
+                &Owner::local(),
+                &ns(labels),
+                key,
+                &map(value.clone()),
+                None,
+                now,
+            )
+            .await
+            .unwrap();
         }
         let found = |q| {
             let s = s.clone();
@@ -569,6 +613,7 @@ mod contract {
         assert_eq!(found(paged).await, ["users.u1.facts/a", "users.u1.facts/b"]);
 
         let listing = |prefix: &[&str], suffix: &[&str], max_depth| NamespaceQuery {
+            owner: Owner::local(),
             prefix: Namespace::prefix(prefix.iter().map(|l| l.to_string()).collect()).unwrap(),
             suffix: suffix.iter().map(|l| l.to_string()).collect(),
             max_depth,
@@ -603,6 +648,7 @@ mod contract {
 
     fn cron(thread_id: Option<Uuid>, assistant_id: Uuid, next: Timestamp) -> Cron {
         Cron {
+            owner: Owner::local(),
             cron_id: Uuid::new_v4(),
             assistant_id,
             thread_id,
@@ -2246,5 +2292,158 @@ mod contract {
             assert_eq!(th.status, ThreadStatus::Idle);
             assert!(s.inflight_runs(t).await.unwrap().is_empty());
         }
+    }
+
+    /// Every searchable resource is filtered by owner, store items of two owners never meet,
+    /// and a run cannot be put on another owner's thread.
+    pub async fn owners_are_kept_apart(s: Arc<dyn Store>) {
+        let (alice, bob) = (Owner::named("alice").unwrap(), Owner::named("bob").unwrap());
+        let now = at(0.0);
+        // Assistants: each sees their own plus system ones (no owner).
+        let mut mine = assistant("g", "alice's", json!({}), now);
+        mine.owner = Some(alice.clone());
+        let mut system = assistant("g", "system", json!({}), now);
+        system.owner = None;
+        for a in [&mine, &system] {
+            s.create_assistant(a, IfExists::Raise).await.unwrap();
+        }
+        let names = |who: &Owner| {
+            let q = AssistantQuery {
+                owner: who.clone(),
+                limit: 10,
+                ..Default::default()
+            };
+            let s = s.clone();
+            async move {
+                let mut n: Vec<String> = s
+                    .search_assistants(&q)
+                    .await
+                    .unwrap()
+                    .items
+                    .into_iter()
+                    .map(|a| a.name)
+                    .collect();
+                n.sort();
+                n
+            }
+        };
+        assert_eq!(names(&alice).await, ["alice's", "system"]);
+        assert_eq!(names(&bob).await, ["system"]);
+        let stored = s.get_assistant(system.assistant_id).await.unwrap().unwrap();
+        assert_eq!(stored.owner, None, "a system assistant stays ownerless");
+
+        // Threads: search and count see only the owner's.
+        let mut t = thread(json!({"k": 1}), None, ThreadStatus::Idle, now);
+        t.owner = alice.clone();
+        s.create_thread(&t, IfExists::Raise).await.unwrap();
+        let count = |who: &Owner| {
+            let q = ThreadQuery {
+                owner: who.clone(),
+                limit: 10,
+                ..Default::default()
+            };
+            let s = s.clone();
+            async move { s.search_threads(&q).await.unwrap().total }
+        };
+        assert_eq!(count(&alice).await, 1);
+        assert_eq!(count(&bob).await, 0);
+        assert_eq!(
+            s.get_thread(t.thread_id).await.unwrap().unwrap().owner,
+            alice
+        );
+
+        // Runs: only on the owner's thread; a thread created by a run is the creator's.
+        let r = run(t.thread_id, now, MultitaskStrategy::Enqueue);
+        let mut ins = insert(&r, json!({}));
+        ins.owner = bob.clone();
+        assert!(matches!(
+            s.insert_run(&ins).await,
+            Err(StoreError::NotFound("thread"))
+        ));
+        assert!(
+            s.list_runs(t.thread_id, None, 10, 0)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        ins.owner = alice.clone();
+        s.insert_run(&ins).await.unwrap();
+        let fresh = run(Uuid::new_v4(), now, MultitaskStrategy::Enqueue);
+        let mut ins = insert(&fresh, json!({}));
+        ins.owner = bob.clone();
+        ins.create_thread = true;
+        s.insert_run(&ins).await.unwrap();
+        let made = s.get_thread(fresh.thread_id).await.unwrap().unwrap();
+        assert_eq!(made.owner, bob);
+        // A copy keeps its owner.
+        let copy = s
+            .copy_thread(t.thread_id, Uuid::new_v4(), now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(copy.owner, alice);
+
+        // Store items: the same namespace and key are two items.
+        let ns = Namespace::new(vec!["memories".into()]).unwrap();
+        s.put_item(&alice, &ns, "k", &map(json!({"who": "alice"})), None, now)
+            .await
+            .unwrap();
+        s.put_item(&bob, &ns, "k", &map(json!({"who": "bob"})), None, now)
+            .await
+            .unwrap();
+        let got = s
+            .get_item(&bob, &ns, "k", false, now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.value["who"], "bob");
+        assert!(s.delete_item(&alice, &ns, "k").await.unwrap());
+        assert!(
+            s.get_item(&alice, &ns, "k", false, now)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            s.get_item(&bob, &ns, "k", false, now)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        let q = ItemQuery {
+            owner: alice.clone(),
+            prefix: Namespace::prefix(vec![]).unwrap(),
+            filter: vec![],
+            limit: 10,
+            offset: 0,
+            refresh_ttl: false,
+        };
+        assert!(s.search_items(&q, now).await.unwrap().is_empty());
+        let listing = NamespaceQuery {
+            owner: alice.clone(),
+            prefix: Namespace::prefix(vec![]).unwrap(),
+            suffix: vec![],
+            max_depth: None,
+            limit: 10,
+            offset: 0,
+        };
+        assert!(s.list_namespaces(&listing, now).await.unwrap().is_empty());
+
+        // Crons: search and count by owner.
+        let mut c = cron(None, mine.assistant_id, at(60.0));
+        c.owner = alice.clone();
+        s.create_cron(&c).await.unwrap();
+        let crons = |who: &Owner| {
+            let q = CronQuery {
+                owner: who.clone(),
+                limit: 10,
+                ..Default::default()
+            };
+            let s = s.clone();
+            async move { s.search_crons(&q).await.unwrap().total }
+        };
+        assert_eq!(crons(&alice).await, 1);
+        assert_eq!(crons(&bob).await, 0);
+        assert_eq!(s.get_cron(c.cron_id).await.unwrap().unwrap().owner, alice);
     }
 }

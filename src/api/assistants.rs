@@ -2,12 +2,14 @@
 //! assistant whose id is derived from the graph id, and the graph id works wherever an assistant
 //! id does.
 
+use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body, Params, parse_id};
 use super::runs::check_recursion_limit;
 use super::{AppState, SearchParams, paged, project};
 use crate::graph::Graph;
 use crate::graph::interrupts::Breakpoints;
 use crate::ids;
+use crate::store::Owner;
 use crate::store::{
     Assistant, AssistantPatch, AssistantQuery, AssistantVersion, IfExists, JsonMap,
 };
@@ -57,12 +59,13 @@ pub fn system_assistant(graph_id: &str, now: Timestamp) -> Assistant {
         version: 1,
         created_at: now,
         updated_at: now,
+        owner: None,
     }
 }
 
 /// Finds the assistant an id names: an assistant UUID, or a registered graph id (its system
 /// assistant). Unknown names get the reference's 422 message listing the graphs.
-pub(crate) async fn resolve(state: &AppState, raw: &str) -> ApiResult<Assistant> {
+pub(crate) async fn resolve(state: &AppState, raw: &str, who: &Owner) -> ApiResult<Assistant> {
     let id = match raw.parse::<Uuid>() {
         Ok(id) => id,
         Err(_) if state.registry.get(raw).is_some() => ids::default_assistant_id(raw),
@@ -79,6 +82,7 @@ pub(crate) async fn resolve(state: &AppState, raw: &str) -> ApiResult<Assistant>
         .store
         .get_assistant(id)
         .await?
+        .filter(|a| a.visible_to(who))
         .ok_or_else(|| AppError::NotFound(format!("Assistant '{raw}' not found")))
 }
 
@@ -144,6 +148,7 @@ fn check_settings(graph: &Graph, config: &Value, context: &Value) -> ApiResult<(
     responses((status = 200, body = Assistant), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn create(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<NewAssistant>,
 ) -> ApiResult<Json<Assistant>> {
     let Some(graph) = state.registry.get(&body.graph_id) else {
@@ -172,10 +177,14 @@ pub(super) async fn create(
         version: 1,
         created_at: now,
         updated_at: now,
+        owner: Some(who.owner.clone()),
     };
-    Ok(Json(
-        state.store.create_assistant(&assistant, if_exists).await?,
-    ))
+    let stored = state.store.create_assistant(&assistant, if_exists).await?;
+    // `do_nothing` on an id someone else holds must not hand their assistant over.
+    if !stored.visible_to(&who.owner) {
+        return Err(AppError::Conflict("Assistant already exists".into()));
+    }
+    Ok(Json(stored))
 }
 
 /// Parses an optional enum field, naming the field in the error.
@@ -208,7 +217,10 @@ pub(super) struct AssistantSearch {
     select: Vec<String>,
 }
 
-fn assistant_query(body: AssistantSearch) -> ApiResult<(AssistantQuery, Vec<String>)> {
+fn assistant_query(
+    body: AssistantSearch,
+    who: &Principal,
+) -> ApiResult<(AssistantQuery, Vec<String>)> {
     const SORTS: [&str; 5] = [
         "assistant_id",
         "graph_id",
@@ -226,6 +238,7 @@ fn assistant_query(body: AssistantSearch) -> ApiResult<(AssistantQuery, Vec<Stri
     let metadata = body.metadata.unwrap_or_default();
     super::check_filter("metadata", &metadata)?;
     let q = AssistantQuery {
+        owner: who.owner.clone(),
         metadata,
         graph_id: body.graph_id,
         name: body.name,
@@ -243,6 +256,7 @@ fn assistant_query(body: AssistantSearch) -> ApiResult<(AssistantQuery, Vec<Stri
     responses((status = 200, body = Vec<Assistant>), (status = 404), (status = 422)))]
 pub(super) async fn search(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<AssistantSearch>,
 ) -> ApiResult<Response> {
     if let Some(g) = body
@@ -252,7 +266,7 @@ pub(super) async fn search(
     {
         return Err(AppError::NotFound(format!("Graph '{g}' not found")));
     }
-    let (q, select) = assistant_query(body)?;
+    let (q, select) = assistant_query(body, &who)?;
     let page = state.store.search_assistants(&q).await?;
     let items = page
         .items
@@ -267,26 +281,41 @@ pub(super) async fn search(
     responses((status = 200, body = i64)))]
 pub(super) async fn count(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<AssistantSearch>,
 ) -> ApiResult<Json<i64>> {
     // Counting ignores paging, but paging fields sent must still be valid.
     super::check_paging(body.limit.unwrap_or(10), body.offset.unwrap_or(0))?;
-    let (mut q, _) = assistant_query(AssistantSearch {
-        limit: Some(1),
-        offset: Some(0),
-        ..body
-    })?;
+    let (mut q, _) = assistant_query(
+        AssistantSearch {
+            limit: Some(1),
+            offset: Some(0),
+            ..body
+        },
+        &who,
+    )?;
     q.limit = 1;
     Ok(Json(state.store.search_assistants(&q).await?.total))
 }
 
-async fn by_path(state: &AppState, raw: &str) -> ApiResult<Assistant> {
-    resolve(state, raw).await.map_err(|e| match e {
+async fn by_path(state: &AppState, raw: &str, who: &Principal) -> ApiResult<Assistant> {
+    resolve(state, raw, &who.owner).await.map_err(|e| match e {
         AppError::Invalid(_) => AppError::Invalid(
             "Invalid assistant ID: must be a UUID or a registered graph id".into(),
         ),
         other => other,
     })
+}
+
+/// An assistant the caller may change: their own (system assistants are read-only to all).
+async fn owned(state: &AppState, raw: &str, who: &Principal) -> ApiResult<Assistant> {
+    let assistant = by_path(state, raw, who).await?;
+    if assistant.owner.is_none() {
+        return Err(AppError::Forbidden(
+            "System assistants are read-only: create your own with POST /assistants".into(),
+        ));
+    }
+    Ok(assistant)
 }
 
 /// One assistant.
@@ -295,9 +324,10 @@ async fn by_path(state: &AppState, raw: &str) -> ApiResult<Assistant> {
     responses((status = 200, body = Assistant), (status = 404), (status = 422)))]
 pub(super) async fn fetch(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Assistant>> {
-    Ok(Json(by_path(&state, &id).await?))
+    Ok(Json(by_path(&state, &id, &who).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -318,10 +348,11 @@ pub(super) struct AssistantUpdate {
     params(("assistant_id" = String, Path)), responses((status = 200, body = Assistant), (status = 404), (status = 422)))]
 pub(super) async fn update(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Body(body): Body<AssistantUpdate>,
 ) -> ApiResult<Json<Assistant>> {
-    let current = by_path(&state, &id).await?;
+    let current = owned(&state, &id, &who).await?;
     let graph_id = body.graph_id.as_deref().unwrap_or(&current.graph_id);
     let Some(graph) = state.registry.get(graph_id) else {
         return Err(AppError::NotFound(format!("Graph '{graph_id}' not found")));
@@ -359,9 +390,10 @@ pub(super) async fn update(
     params(("assistant_id" = String, Path)), responses((status = 204), (status = 404), (status = 422)))]
 pub(super) async fn remove(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let current = by_path(&state, &id).await?;
+    let current = owned(&state, &id, &who).await?;
     state.store.delete_assistant(current.assistant_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -383,10 +415,11 @@ pub(super) struct VersionSearch {
     responses((status = 200, body = Vec<AssistantVersion>), (status = 404), (status = 422)))]
 pub(super) async fn versions(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Body(body): Body<VersionSearch>,
 ) -> ApiResult<Json<Vec<AssistantVersion>>> {
-    let current = by_path(&state, &id).await?;
+    let current = by_path(&state, &id, &who).await?;
     let p = SearchParams::check(body.limit, body.offset, None, None, &[])?;
     let metadata = body.metadata.unwrap_or_default();
     super::check_filter("metadata", &metadata)?;
@@ -411,10 +444,11 @@ pub(super) struct LatestVersion {
     responses((status = 200, body = Assistant), (status = 404), (status = 422)))]
 pub(super) async fn set_latest(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Body(body): Body<LatestVersion>,
 ) -> ApiResult<Json<Assistant>> {
-    let current = by_path(&state, &id).await?;
+    let current = owned(&state, &id, &who).await?;
     let result = state
         .store
         .set_latest_assistant(current.assistant_id, body.version, Timestamp::now())
@@ -433,9 +467,10 @@ pub(super) async fn set_latest(
     params(("assistant_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn graph(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let assistant = by_path(&state, &id).await?;
+    let assistant = by_path(&state, &id, &who).await?;
     Ok(Json(graph_of(&state, &assistant)?.drawing()))
 }
 
@@ -444,9 +479,10 @@ pub(super) async fn graph(
     params(("assistant_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn schemas(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let assistant = by_path(&state, &id).await?;
+    let assistant = by_path(&state, &id, &who).await?;
     let graph = graph_of(&state, &assistant)?;
     let s = &graph.schemas;
     Ok(Json(json!({
@@ -470,17 +506,19 @@ pub(super) struct SubgraphQuery {
     params(("assistant_id" = String, Path)), responses((status = 200), (status = 404)))]
 pub(super) async fn subgraphs(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Params(_q): Params<SubgraphQuery>,
 ) -> ApiResult<impl IntoResponse> {
-    by_path(&state, &id).await?;
+    by_path(&state, &id, &who).await?;
     Ok(Json(json!({})))
 }
 
 async fn subgraphs_ns(
     State(state): State<AppState>,
+    who: Principal,
     Path((id, _ns)): Path<(String, String)>,
 ) -> ApiResult<impl IntoResponse> {
-    by_path(&state, &id).await?;
+    by_path(&state, &id, &who).await?;
     Ok(Json(json!({})))
 }

@@ -25,8 +25,21 @@ pub enum AppError {
     Conflict(String),
     #[error("{0}")]
     TooLarge(String),
-    #[error("Missing or invalid API key: send it in the x-api-key header")]
-    Unauthorized,
+    /// No credentials, or ones that do not verify (401); the text says which.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Visible but not the caller's to change (system assistants).
+    #[error("{0}")]
+    Forbidden(String),
+    /// A limit on requests or runs (429, with Retry-After in seconds).
+    #[error("{detail}")]
+    TooMany { detail: String, retry_after: u64 },
+    /// A body that is not JSON (415).
+    #[error("{0}")]
+    UnsupportedMedia(String),
+    /// The client took too long to send its body (408).
+    #[error("{0}")]
+    Timeout(String),
     /// Something the request needs is down for now (503, with Retry-After).
     #[error("{0}")]
     Unavailable(String),
@@ -47,7 +60,11 @@ impl AppError {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::UnsupportedMedia(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(
@@ -72,6 +89,10 @@ impl AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = self.status();
+        if let Self::TooMany { retry_after, .. } = &self {
+            let retry = [(axum::http::header::RETRY_AFTER, retry_after.to_string())];
+            return (status, retry, Json(json!({ "detail": self.detail() }))).into_response();
+        }
         if status == StatusCode::SERVICE_UNAVAILABLE {
             tracing::warn!(error = %self, "request refused: a dependency is unavailable");
             let retry = [(axum::http::header::RETRY_AFTER, "5")];
@@ -96,9 +117,11 @@ pub fn parse_id(raw: &str, what: &str) -> ApiResult<Uuid> {
         .map_err(|_| AppError::Invalid(format!("Invalid {what} ID: must be a UUID")))
 }
 
-/// A JSON body. Unlike axum's `Json` it ignores the content type (the SDKs send bodiless POSTs
-/// and the reference accepts `text/plain`), treats an empty body as `{}`, and reports
-/// problems as `{"detail"}` with 422 (invalid) or 413 (too large).
+/// A JSON body. Unlike axum's `Json` it accepts a missing content type (the SDKs send bodiless
+/// POSTs), treats an empty body as `{}`, and reports problems as `{"detail"}` with 422
+/// (invalid), 413 (too large), 408 (sent too slowly) or 415 (not JSON: a form or `text/plain`
+/// body is what a web page of any origin may send without a preflight, so it is refused even
+/// where the reference reads it).
 pub struct Body<T>(pub T);
 
 impl<S, T> FromRequest<S> for Body<T>
@@ -109,6 +132,7 @@ where
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        check_content_type(&req)?;
         let bytes = read_body(req, state).await?;
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
@@ -125,6 +149,28 @@ where
             .map(Body)
             .map_err(|e| AppError::Invalid(format!("Invalid request body: {e}")))
     }
+}
+
+/// Refuses a body declared as anything but JSON (`application/json`, `…+json`); no content
+/// type at all is accepted.
+fn check_content_type(req: &Request) -> Result<(), AppError> {
+    let Some(value) = req.headers().get(axum::http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = value
+        .to_str()
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json" || essence.ends_with("+json") {
+        return Ok(());
+    }
+    Err(AppError::UnsupportedMedia(format!(
+        "Request bodies must be JSON: send Content-Type: application/json (got '{essence}')"
+    )))
 }
 
 /// The request body, with a 413 when it is over the limit.
@@ -150,6 +196,7 @@ where
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        check_content_type(&req)?;
         let bytes = read_body(req, state).await?;
         serde_json::from_slice(&bytes)
             .map(BodyList)

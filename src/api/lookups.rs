@@ -1,18 +1,26 @@
 //! Finding what a request names: a thread by its path id, the checkpoint id in a body.
 
 use super::AppState;
+use super::auth::Principal;
 use super::error::{ApiResult, AppError, parse_id};
 use crate::store::Thread;
 use serde_json::Value;
 use uuid::Uuid;
 
-/// The thread a path names, or the reference's 404.
-pub(super) async fn thread(state: &AppState, raw: &str) -> ApiResult<Thread> {
+/// The caller's thread a path names, or the reference's 404 (also for another owner's: whether
+/// it exists is not theirs to learn).
+pub(super) async fn thread(state: &AppState, raw: &str, who: &Principal) -> ApiResult<Thread> {
     let id = parse_id(raw, "thread")?;
+    owned_thread(state, id, who).await
+}
+
+/// `thread`, for an id already parsed.
+pub(super) async fn owned_thread(state: &AppState, id: Uuid, who: &Principal) -> ApiResult<Thread> {
     state
         .store
         .get_thread(id)
         .await?
+        .filter(|t| t.owner == who.owner)
         .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))
 }
 

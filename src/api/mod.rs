@@ -2,8 +2,10 @@
 //! OpenAPI. Handlers validate, call the store and the runner, and shape responses.
 
 mod assistants;
+pub mod auth;
 pub(crate) mod crons;
 pub mod error;
+mod guard;
 mod lookups;
 mod meta;
 mod numbers;
@@ -22,16 +24,15 @@ use crate::store::Store;
 use crate::stream::Bus;
 use crate::telemetry::metrics;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use error::AppError;
-use secrecy::ExposeSecret;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use tower_http::cors::{AllowHeaders, Any, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 use tracing::Instrument;
 
 /// What every handler can reach; cheap to clone.
@@ -42,6 +43,7 @@ pub struct AppState {
     pub registry: Registry,
     pub runner: Arc<Runner>,
     pub settings: Arc<Settings>,
+    pub auth: Arc<auth::Authenticator>,
     pub shutdown: CancellationToken,
 }
 
@@ -61,10 +63,19 @@ pub fn router(state: AppState) -> Router {
         .merge(docs)
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            require_api_key,
+            guard::read_body_in_time,
+        ))
+        // Outside the body reader: nobody unauthenticated gets a body buffered.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
         ))
         .layer(DefaultBodyLimit::max(limit))
-        .layer(cors())
+        .layer(cors(&state.settings))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::check_host,
+        ))
         .layer(middleware::from_fn(observe))
         .with_state(state)
 }
@@ -96,11 +107,24 @@ async fn observe(req: Request, next: Next) -> Response {
     response
 }
 
-/// The reference server's permissive CORS, plus `location` exposed so browser clients can
-/// reconnect to a stream, and Private Network Access for pages calling localhost.
-fn cors() -> CorsLayer {
+/// CORS for the configured origins (none: no CORS headers at all, so browsers keep pages of
+/// other origins out). `location` is exposed so browser clients can reconnect to a stream.
+fn cors(settings: &Settings) -> CorsLayer {
+    let origins = &settings.cors_origins;
+    if origins.is_empty() {
+        return CorsLayer::new();
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok()),
+        )
+    };
     CorsLayer::new()
-        .allow_origin(Any)
+        .allow_origin(allow)
         .allow_methods([
             Method::DELETE,
             Method::GET,
@@ -117,33 +141,8 @@ fn cors() -> CorsLayer {
             header::CONTENT_LOCATION,
             header::LOCATION,
         ])
-        .allow_private_network(true)
+        .allow_private_network(settings.cors_private_network)
         .max_age(Duration::from_secs(600))
-}
-
-/// Paths open without a key: health, server info, metrics and API docs.
-fn is_public(path: &str) -> bool {
-    matches!(path, "/ok" | "/info" | "/metrics" | "/openapi.json") || path.starts_with("/docs")
-}
-
-async fn require_api_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(expected) = state.settings.api_key.as_ref().map(|k| k.expose_secret()) else {
-        return next.run(req).await;
-    };
-    if req.method() == Method::OPTIONS || is_public(req.uri().path()) {
-        return next.run(req).await;
-    }
-    let given = req.headers().get("x-api-key").map(HeaderValue::as_bytes);
-    if given.is_some_and(|g| constant_time_eq(g, expected.as_bytes())) {
-        next.run(req).await
-    } else {
-        AppError::Unauthorized.into_response()
-    }
-}
-
-/// Compares secrets without leaking how many leading bytes matched.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A search response: the page as JSON plus the pagination headers the SDKs read.

@@ -7,6 +7,7 @@
 //! HTTP errors), 400 for an envelope that is not one, and 503 while the store is away.
 
 use super::AppState;
+use super::auth::Principal;
 use super::error::{AppError, parse_id};
 use super::responses::sse_response;
 use super::runs::start_on_thread;
@@ -86,6 +87,7 @@ impl From<AppError> for Outcome {
         (status = 400, description = "not a command envelope"), (status = 503)))]
 pub(super) async fn command(
     State(state): State<AppState>,
+    who: Principal,
     Path(raw_thread): Path<String>,
     body: Bytes,
 ) -> Response {
@@ -126,7 +128,10 @@ pub(super) async fn command(
                 .into_response();
         }
     };
-    reply(id, dispatch(&state, thread_id, method, &params).await)
+    if let Err(error) = not_anothers(&state, &who, thread_id).await {
+        return error.into_response();
+    }
+    reply(id, dispatch(&state, &who, thread_id, method, &params).await)
 }
 
 fn reply(id: i64, outcome: Outcome) -> Response {
@@ -143,13 +148,29 @@ fn reply(id: i64, outcome: Outcome) -> Response {
     }
 }
 
-async fn dispatch(state: &AppState, thread_id: Uuid, method: &str, params: &Value) -> Outcome {
+/// A thread that does not exist yet is fine (`run.start` creates it); another owner's is 404.
+async fn not_anothers(state: &AppState, who: &Principal, thread_id: Uuid) -> Result<(), AppError> {
+    match state.store.get_thread(thread_id).await? {
+        Some(thread) if thread.owner != who.owner => Err(AppError::NotFound(format!(
+            "Thread with ID {thread_id} not found"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+async fn dispatch(
+    state: &AppState,
+    who: &Principal,
+    thread_id: Uuid,
+    method: &str,
+    params: &Value,
+) -> Outcome {
     let result = match method {
-        "run.start" => run_start(state, thread_id, params).await,
-        "input.respond" => input_respond(state, thread_id, params).await,
+        "run.start" => run_start(state, who, thread_id, params).await,
+        "input.respond" => input_respond(state, who, thread_id, params).await,
         "state.get" => state_get(state, thread_id, params).await,
         "state.listCheckpoints" => list_checkpoints(state, thread_id, params).await,
-        "state.fork" => fork(state, thread_id, params).await,
+        "state.fork" => fork(state, who, thread_id, params).await,
         "input.inject" => Err(Outcome::Refused(Refusal::new(
             "not_supported",
             "input.inject is not supported: a message reaches the graph by starting a run \
@@ -213,7 +234,12 @@ async fn thread_of(state: &AppState, thread_id: Uuid) -> Step<Option<Thread>> {
 
 /// `run.start {assistant_id, input?, config?, metadata?, multitaskStrategy?}` → `{run_id}`.
 /// The thread is created on first use; input sent while interrupts wait answers them.
-async fn run_start(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Value> {
+async fn run_start(
+    state: &AppState,
+    who: &Principal,
+    thread_id: Uuid,
+    params: &Value,
+) -> Step<Value> {
     let Some(assistant) = params.get("assistant_id").filter(|v| v.is_string()) else {
         return Err(refuse(
             "invalid_argument",
@@ -244,13 +270,18 @@ async fn run_start(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Va
     if let Some(cid) = params["config"]["configurable"]["checkpoint_id"].as_str() {
         extra.insert("checkpoint_id".into(), json!(cid));
     }
-    let run = start_on_thread(state, thread_id, run_body(assistant.clone(), extra)).await?;
+    let run = start_on_thread(state, who, thread_id, run_body(assistant.clone(), extra)).await?;
     Ok(json!({"run_id": run.run_id}))
 }
 
 /// `input.respond {interrupt_id, response, namespace?}` or `{responses: [...]}`, with optional
 /// `update`, `goto`, `config`, `metadata` → `{}`: a run that resumes the interrupts by id.
-async fn input_respond(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Value> {
+async fn input_respond(
+    state: &AppState,
+    who: &Principal,
+    thread_id: Uuid,
+    params: &Value,
+) -> Step<Value> {
     let answers: Vec<(String, Value)> = match params.get("responses") {
         Some(Value::Array(list)) if !list.is_empty() => {
             list.iter().map(answer).collect::<Step<_>>()?
@@ -315,7 +346,7 @@ async fn input_respond(state: &AppState, thread_id: Uuid, params: &Value) -> Ste
     }
     let mut extra = copy_fields(params, &[("config", "config"), ("metadata", "metadata")]);
     extra.insert("command".into(), command);
-    start_on_thread(state, thread_id, run_body(assistant, extra)).await?;
+    start_on_thread(state, who, thread_id, run_body(assistant, extra)).await?;
     Ok(json!({}))
 }
 
@@ -442,7 +473,7 @@ async fn list_checkpoints(state: &AppState, thread_id: Uuid, params: &Value) -> 
 
 /// `state.fork {checkpoint_id, input?, config?}` → `{run_id, thread_id}`: a run from that
 /// checkpoint (with no input it re-runs the checkpoint's pending nodes).
-async fn fork(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Value> {
+async fn fork(state: &AppState, who: &Principal, thread_id: Uuid, params: &Value) -> Step<Value> {
     let Some(cid) = params["checkpoint_id"].as_str() else {
         return Err(refuse(
             "invalid_argument",
@@ -473,7 +504,7 @@ async fn fork(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Value> 
     }
     let mut extra = copy_fields(params, &[("input", "input"), ("config", "config")]);
     extra.insert("checkpoint_id".into(), json!(cid));
-    let run = start_on_thread(state, thread_id, run_body(assistant, extra)).await?;
+    let run = start_on_thread(state, who, thread_id, run_body(assistant, extra)).await?;
     Ok(json!({"run_id": run.run_id, "thread_id": thread_id}))
 }
 
@@ -486,6 +517,7 @@ async fn fork(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Value> 
         (status = 400), (status = 422)))]
 pub(super) async fn events(
     State(state): State<AppState>,
+    who: Principal,
     Path(raw_thread): Path<String>,
     body: Bytes,
 ) -> Response {
@@ -501,7 +533,10 @@ pub(super) async fn events(
         Err(why) => return AppError::BadRequest(why).into_response(),
     };
     // A thread that does not exist yet is fine: its first run (`run.start` creates it) shows
-    // up on this stream.
+    // up on this stream. Another owner's is not.
+    if let Err(error) = not_anothers(&state, &who, thread_id).await {
+        return error.into_response();
+    }
     let tape = ThreadTape {
         store: state.store.clone(),
         describe: describe_run,

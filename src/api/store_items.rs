@@ -2,6 +2,7 @@
 //! threads — what a deployment remembers between conversations (preferences, past findings).
 
 use super::AppState;
+use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body};
 use super::query::{query_flag, query_pairs, query_values};
 use crate::store::{Comparison, FieldMatch, Item, ItemQuery, JsonMap, Namespace, NamespaceQuery};
@@ -64,6 +65,7 @@ pub(super) struct PutItem {
     responses((status = 204), (status = 422)))]
 pub(super) async fn put_item(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<PutItem>,
 ) -> ApiResult<StatusCode> {
     let ns = namespace(body.namespace)?;
@@ -82,7 +84,14 @@ pub(super) async fn put_item(
     }
     state
         .store
-        .put_item(&ns, &key, &body.value, body.ttl, Timestamp::now())
+        .put_item(
+            &who.owner,
+            &ns,
+            &key,
+            &body.value,
+            body.ttl,
+            Timestamp::now(),
+        )
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -94,6 +103,7 @@ pub(super) async fn put_item(
     responses((status = 200, body = Option<Item>), (status = 422)))]
 pub(super) async fn get_item(
     State(state): State<AppState>,
+    who: Principal,
     RawQuery(raw): RawQuery,
 ) -> ApiResult<Json<Option<Item>>> {
     let pairs = query_pairs(raw.as_deref());
@@ -109,7 +119,7 @@ pub(super) async fn get_item(
         query_values(&pairs, "refresh_ttl").is_empty() || query_flag(&pairs, "refresh_ttl")?;
     let item = state
         .store
-        .get_item(&ns, &key, refresh, Timestamp::now())
+        .get_item(&who.owner, &ns, &key, refresh, Timestamp::now())
         .await?;
     Ok(Json(item))
 }
@@ -126,10 +136,14 @@ pub(super) struct ItemRef {
     responses((status = 204), (status = 422)))]
 pub(super) async fn delete_item(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<ItemRef>,
 ) -> ApiResult<StatusCode> {
     let ns = namespace(body.namespace)?;
-    state.store.delete_item(&ns, &key(body.key)?).await?;
+    state
+        .store
+        .delete_item(&who.owner, &ns, &key(body.key)?)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -189,6 +203,7 @@ fn field_match(field: &str, want: Value) -> ApiResult<Vec<FieldMatch>> {
     responses((status = 200, description = "`{\"items\": [Item + score]}`"), (status = 422)))]
 pub(super) async fn search(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<ItemSearch>,
 ) -> ApiResult<Json<Value>> {
     if body.query.as_deref().is_some_and(|q| !q.trim().is_empty()) {
@@ -213,6 +228,7 @@ pub(super) async fn search(
     let (limit, offset) = (body.limit.unwrap_or(10), body.offset.unwrap_or(0));
     super::check_paging(limit, offset)?;
     let q = ItemQuery {
+        owner: who.owner.clone(),
         prefix,
         filter: matches,
         limit,
@@ -254,6 +270,7 @@ pub(super) struct NamespaceSearch {
     responses((status = 200, description = "`{\"namespaces\": [[label, ...]]}`"), (status = 422)))]
 pub(super) async fn namespaces(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<NamespaceSearch>,
 ) -> ApiResult<Json<Value>> {
     let prefix =
@@ -272,6 +289,7 @@ pub(super) async fn namespaces(
     let (limit, offset) = (body.limit.unwrap_or(100), body.offset.unwrap_or(0));
     super::check_paging(limit, offset)?;
     let q = NamespaceQuery {
+        owner: who.owner.clone(),
         prefix,
         suffix: suffix.labels().to_vec(),
         max_depth,

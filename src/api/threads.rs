@@ -1,6 +1,7 @@
 //! Threads and their state: create, read, search, copy, delete; state at any checkpoint,
 //! history, state updates, and the thread-wide event stream.
 
+use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body, Params, parse_id};
 use super::lookups::{self, checkpoint_id_of};
 use super::query::{query_pairs, query_values};
@@ -78,6 +79,7 @@ pub(super) struct NewThread {
     responses((status = 200, body = Thread), (status = 409), (status = 422)))]
 pub(super) async fn create(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<NewThread>,
 ) -> ApiResult<Json<Thread>> {
     if body.supersteps.as_ref().is_some_and(|s| !s.is_empty()) {
@@ -108,8 +110,14 @@ pub(super) async fn create(
         error: None,
         interrupts: json!({}),
         ttl_minutes: parse_ttl(body.ttl.as_ref())?,
+        owner: who.owner.clone(),
     };
-    Ok(Json(state.store.create_thread(&thread, if_exists).await?))
+    let stored = state.store.create_thread(&thread, if_exists).await?;
+    // `do_nothing` on an id another owner holds must not hand their thread over.
+    if stored.owner != who.owner {
+        return Err(AppError::Conflict("Thread already exists".into()));
+    }
+    Ok(Json(stored))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -130,7 +138,7 @@ pub(super) struct ThreadSearch {
     select: Vec<String>,
 }
 
-fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
+fn thread_query(body: ThreadSearch, who: &Principal) -> ApiResult<(ThreadQuery, Vec<String>)> {
     const SORTS: [&str; 5] = [
         "thread_id",
         "status",
@@ -158,6 +166,7 @@ fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
         .map(|raw| parse_id(raw, "thread"))
         .collect::<ApiResult<Vec<Uuid>>>()?;
     let q = ThreadQuery {
+        owner: who.owner.clone(),
         metadata,
         values,
         ids,
@@ -176,9 +185,10 @@ fn thread_query(body: ThreadSearch) -> ApiResult<(ThreadQuery, Vec<String>)> {
     responses((status = 200, body = Vec<Thread>), (status = 422)))]
 pub(super) async fn search(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<ThreadSearch>,
 ) -> ApiResult<Response> {
-    let (q, select) = thread_query(body)?;
+    let (q, select) = thread_query(body, &who)?;
     let page = state.store.search_threads(&q).await?;
     let items = page
         .items
@@ -193,15 +203,19 @@ pub(super) async fn search(
     responses((status = 200, body = i64)))]
 pub(super) async fn count(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<ThreadSearch>,
 ) -> ApiResult<Json<i64>> {
     // Counting ignores paging, but paging fields sent must still be valid.
     super::check_paging(body.limit.unwrap_or(10), body.offset.unwrap_or(0))?;
-    let (q, _) = thread_query(ThreadSearch {
-        limit: Some(1),
-        offset: Some(0),
-        ..body
-    })?;
+    let (q, _) = thread_query(
+        ThreadSearch {
+            limit: Some(1),
+            offset: Some(0),
+            ..body
+        },
+        &who,
+    )?;
     Ok(Json(state.store.search_threads(&q).await?.total))
 }
 
@@ -216,6 +230,7 @@ pub(super) struct Prune {
     responses((status = 200), (status = 422)))]
 pub(super) async fn prune(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<Prune>,
 ) -> ApiResult<Json<Value>> {
     let keep_latest = match body.strategy.as_deref() {
@@ -235,6 +250,10 @@ pub(super) async fn prune(
         .collect::<ApiResult<Vec<Uuid>>>()?;
     let mut pruned = 0;
     for id in ids {
+        // Another owner's thread is skipped as if it did not exist.
+        if lookups::owned_thread(&state, id, &who).await.is_err() {
+            continue;
+        }
         let done = if keep_latest {
             keep_latest_checkpoint(&state, id).await?
         } else {
@@ -290,9 +309,10 @@ async fn keep_latest_checkpoint(state: &AppState, id: Uuid) -> ApiResult<bool> {
     responses((status = 200, body = Thread), (status = 404), (status = 422)))]
 pub(super) async fn fetch(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Thread>> {
-    Ok(Json(lookups::thread(&state, &id).await?))
+    Ok(Json(lookups::thread(&state, &id, &who).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -333,11 +353,12 @@ fn parse_ttl(value: Option<&Value>) -> ApiResult<Option<f64>> {
     params(("thread_id" = String, Path)), responses((status = 200, body = Thread), (status = 404), (status = 422)))]
 pub(super) async fn update(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     headers: HeaderMap,
     Body(body): Body<ThreadPatch>,
 ) -> ApiResult<Response> {
-    let id = parse_id(&id, "thread")?;
+    let id = lookups::thread(&state, &id, &who).await?.thread_id;
     let ttl = parse_ttl(body.ttl.as_ref())?;
     let thread = state
         .store
@@ -383,9 +404,10 @@ async fn stop_runs(state: &AppState, thread_id: Uuid) -> ApiResult<()> {
     responses((status = 204), (status = 404), (status = 422)))]
 pub(super) async fn remove(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let thread = lookups::thread(&state, &id).await?;
+    let thread = lookups::thread(&state, &id, &who).await?;
     stop_runs(&state, thread.thread_id).await?;
     state.store.delete_thread(thread.thread_id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -396,9 +418,10 @@ pub(super) async fn remove(
     responses((status = 200, body = Thread), (status = 404), (status = 422)))]
 pub(super) async fn copy(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Thread>> {
-    let thread = lookups::thread(&state, &id).await?;
+    let thread = lookups::thread(&state, &id, &who).await?;
     state
         .store
         .copy_thread(thread.thread_id, ids::new_id(), Timestamp::now())
@@ -437,10 +460,11 @@ pub(super) struct StateQuery {
     responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn get_state(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Params(_q): Params<StateQuery>,
 ) -> ApiResult<Json<Value>> {
-    let thread = lookups::thread(&state, &id).await?;
+    let thread = lookups::thread(&state, &id, &who).await?;
     Ok(Json(state_of(&state, &thread, None).await?))
 }
 
@@ -450,9 +474,10 @@ pub(super) async fn get_state(
     responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn state_at(
     State(state): State<AppState>,
+    who: Principal,
     Path((id, checkpoint)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let thread = lookups::thread(&state, &id).await?;
+    let thread = lookups::thread(&state, &id, &who).await?;
     let cid = parse_id(&checkpoint, "checkpoint")?;
     Ok(Json(state_of(&state, &thread, Some(cid)).await?))
 }
@@ -470,10 +495,11 @@ pub(super) struct CheckpointBody {
     params(("thread_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn state_at_body(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Body(body): Body<CheckpointBody>,
 ) -> ApiResult<Json<Value>> {
-    let thread = lookups::thread(&state, &id).await?;
+    let thread = lookups::thread(&state, &id, &who).await?;
     let cid = checkpoint_id_of(body.checkpoint.as_ref())?;
     Ok(Json(state_of(&state, &thread, cid).await?))
 }
@@ -493,10 +519,11 @@ pub(super) struct StateUpdate {
     params(("thread_id" = String, Path)), responses((status = 200), (status = 400), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn post_state(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Body(body): Body<StateUpdate>,
 ) -> ApiResult<Json<Value>> {
-    let thread = lookups::thread(&state, &id).await?;
+    let thread = lookups::thread(&state, &id, &who).await?;
     let graph = graph_of(&state, &thread).ok_or_else(|| {
         AppError::BadRequest(
             "Thread has no graph yet: start a run on it before updating its state".into(),
@@ -578,8 +605,13 @@ pub(super) struct HistoryBody {
     checkpoint: Option<Value>,
 }
 
-async fn history(state: &AppState, raw_id: &str, body: HistoryBody) -> ApiResult<Json<Vec<Value>>> {
-    let thread = lookups::thread(state, raw_id).await?;
+async fn history(
+    state: &AppState,
+    who: &Principal,
+    raw_id: &str,
+    body: HistoryBody,
+) -> ApiResult<Json<Vec<Value>>> {
+    let thread = lookups::thread(state, raw_id, who).await?;
     let limit = body.limit.unwrap_or(1);
     if !(1..=1000).contains(&limit) {
         return Err(AppError::Invalid(format!(
@@ -622,10 +654,11 @@ async fn history(state: &AppState, raw_id: &str, body: HistoryBody) -> ApiResult
     params(("thread_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn history_post(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Body(body): Body<HistoryBody>,
 ) -> ApiResult<Json<Vec<Value>>> {
-    history(&state, &id, body).await
+    history(&state, &who, &id, body).await
 }
 
 #[derive(Deserialize)]
@@ -639,6 +672,7 @@ pub(super) struct HistoryQuery {
     responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn history_get(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Params(q): Params<HistoryQuery>,
 ) -> ApiResult<Json<Vec<Value>>> {
@@ -648,7 +682,7 @@ pub(super) async fn history_get(
         metadata: None,
         checkpoint: None,
     };
-    history(&state, &id, body).await
+    history(&state, &who, &id, body).await
 }
 
 /// Every event of every run on the thread, run after run, each followed by a `run_done`
@@ -661,11 +695,12 @@ pub(super) async fn history_get(
     responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 422)))]
 pub(super) async fn stream(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     headers: HeaderMap,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
-    let thread = lookups::thread(&state, &id).await?;
+    let thread = lookups::thread(&state, &id, &who).await?;
     let pairs = query_pairs(q.as_deref());
     let mut names = query_values(&pairs, "stream_mode");
     names.extend(query_values(&pairs, "stream_modes"));

@@ -46,6 +46,12 @@ pub struct Server {
     /// Empty: no key required.
     pub api_key: SecretString,
     pub max_body_bytes: usize,
+    pub header_read_timeout_ms: u64,
+    pub body_read_timeout_ms: u64,
+    pub max_connections: usize,
+    pub allowed_hosts: Vec<String>,
+    pub cors_origins: Vec<String>,
+    pub cors_private_network: bool,
     pub run_lease_ms: u64,
     pub heartbeat_ms: u64,
     pub poll_interval_ms: u64,
@@ -95,6 +101,21 @@ pub struct Webhooks {
     pub attempts: u32,
 }
 
+/// The `[auth]` section: who may call the API, as which owner.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Auth {
+    pub disabled: bool,
+    pub keys_file: String,
+    pub jwt_secret: SecretString,
+    pub jwks_url: String,
+    pub jwt_issuer: String,
+    pub jwt_audience: String,
+    pub owner_claim: String,
+    pub requests_per_minute: u32,
+    pub failed_auth_per_minute: u32,
+}
+
 /// Process-wide limits.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,6 +126,10 @@ pub struct Limits {
     pub model_timeout_secs: u64,
     pub summary_timeout_secs: u64,
     pub search_timeout_secs: u64,
+    pub max_pending_runs: u64,
+    pub owner_max_inflight_runs: u64,
+    pub owner_runs_per_minute: u64,
+    pub run_deadline_secs: u64,
 }
 
 /// What the operator allows runs to do.
@@ -186,6 +211,7 @@ pub struct Search {
 pub struct FileConfig {
     pub server: Server,
     pub telemetry: Telemetry,
+    pub auth: Auth,
     pub webhooks: Webhooks,
     pub research: ResearchConfig,
     pub limits: Limits,

@@ -50,10 +50,58 @@ pub struct Settings {
     pub api_key: Option<SecretString>,
     /// Largest accepted request body in bytes.
     pub max_body_bytes: usize,
+    /// How long a client may take to send a request's headers, and its body.
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Accepted `Host` names (any port); `*` accepts any.
+    pub allowed_hosts: Vec<String>,
+    /// Origins allowed by CORS (`*`: any); empty sends no CORS headers.
+    pub cors_origins: Vec<String>,
+    pub cors_private_network: bool,
+    /// Who may call the API, as which owner.
+    pub auth: AuthSettings,
+    /// Admission limits on runs.
+    pub run_limits: RunLimits,
     /// Logs, traces and metrics.
     pub telemetry: TelemetryConfig,
     /// Run-completion webhooks.
     pub webhooks: WebhookSettings,
+}
+
+/// The `[auth]` settings (see `api::auth`).
+#[derive(Clone, Debug, Default)]
+pub struct AuthSettings {
+    /// Local use: every caller is the one local owner.
+    pub disabled: bool,
+    pub keys_file: Option<std::path::PathBuf>,
+    pub jwt_secret: Option<SecretString>,
+    pub jwks_url: Option<String>,
+    pub jwt_issuer: Option<String>,
+    pub jwt_audience: Option<String>,
+    pub owner_claim: String,
+    /// Per owner (0: unlimited).
+    pub requests_per_minute: u32,
+    /// Per client address, for requests that fail authentication.
+    pub failed_auth_per_minute: u32,
+}
+
+impl AuthSettings {
+    /// Whether any way to authenticate is configured besides the shared `server.api_key`.
+    pub fn has_identities(&self) -> bool {
+        self.keys_file.is_some() || self.jwt_secret.is_some() || self.jwks_url.is_some()
+    }
+}
+
+/// Admission limits on runs (`[limits]`); zero means unlimited.
+#[derive(Clone, Debug, Default)]
+pub struct RunLimits {
+    pub max_pending_runs: u64,
+    pub owner_max_inflight_runs: u64,
+    pub owner_runs_per_minute: u64,
+    /// A run still going after this long is stopped with an error.
+    pub run_deadline: Option<Duration>,
 }
 
 /// The `[webhooks]` settings (run-completion webhooks, sent by `runs::webhook`).
@@ -101,6 +149,24 @@ impl Settings {
             sweep_interval: ms(s.sweep_interval_ms),
             api_key: non_empty(&s.api_key),
             max_body_bytes: s.max_body_bytes,
+            header_read_timeout: ms(s.header_read_timeout_ms),
+            body_read_timeout: ms(s.body_read_timeout_ms),
+            max_connections: s.max_connections,
+            allowed_hosts: s
+                .allowed_hosts
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+            cors_origins: s.cors_origins.clone(),
+            cors_private_network: s.cors_private_network,
+            auth: auth_settings(&cfg.auth),
+            run_limits: RunLimits {
+                max_pending_runs: cfg.limits.max_pending_runs,
+                owner_max_inflight_runs: cfg.limits.owner_max_inflight_runs,
+                owner_runs_per_minute: cfg.limits.owner_runs_per_minute,
+                run_deadline: Some(Duration::from_secs(cfg.limits.run_deadline_secs))
+                    .filter(|d| !d.is_zero()),
+            },
             telemetry: TelemetryConfig {
                 log_format: t.log_format,
                 otlp_endpoint: Some(t.otlp_endpoint.trim())
@@ -150,6 +216,28 @@ impl Settings {
         if self.webhooks.timeout < Duration::from_millis(100) {
             return bad("webhooks.timeout_ms must be at least 100");
         }
+        if self.header_read_timeout < Duration::from_millis(100)
+            || self.body_read_timeout < Duration::from_millis(100)
+        {
+            return bad(
+                "server.header_read_timeout_ms and body_read_timeout_ms must be at least 100",
+            );
+        }
+        if self.max_connections == 0 {
+            return bad("server.max_connections must be at least 1");
+        }
+        if self
+            .cors_origins
+            .iter()
+            .any(|o| o != "*" && !o.contains("://"))
+        {
+            return bad(
+                "server.cors_origins lists origins like \"https://app.example.com\", or \"*\"",
+            );
+        }
+        if self.auth.owner_claim.trim().is_empty() {
+            return bad("auth.owner_claim must name a claim");
+        }
         if self.max_body_bytes < 1024 {
             return bad("server.max_body_bytes must be at least 1024");
         }
@@ -167,6 +255,21 @@ impl Settings {
     /// The store URL with any password replaced, for printing.
     pub fn store_description(&self) -> String {
         redact(self.store_url().expose_secret())
+    }
+}
+
+fn auth_settings(a: &file::Auth) -> AuthSettings {
+    let text = |s: &str| Some(s.trim().to_owned()).filter(|s| !s.is_empty());
+    AuthSettings {
+        disabled: a.disabled,
+        keys_file: text(&a.keys_file).map(std::path::PathBuf::from),
+        jwt_secret: non_empty(&a.jwt_secret),
+        jwks_url: text(&a.jwks_url),
+        jwt_issuer: text(&a.jwt_issuer),
+        jwt_audience: text(&a.jwt_audience),
+        owner_claim: a.owner_claim.trim().to_owned(),
+        requests_per_minute: a.requests_per_minute,
+        failed_auth_per_minute: a.failed_auth_per_minute,
     }
 }
 

@@ -113,6 +113,8 @@ pub enum LeaseState {
 #[derive(Clone, Debug)]
 pub struct RunInsert {
     pub run: Run,
+    /// Who creates the run: the thread must be theirs (or is created as theirs).
+    pub owner: model::Owner,
     /// Merged into the thread's metadata (`graph_id`, `assistant_id`, …).
     pub thread_metadata: model::JsonMap,
     /// Create the thread when it does not exist (`if_not_exists: create`, stateless runs).
@@ -329,13 +331,14 @@ pub trait EventLog: Send + Sync {
     ) -> StoreResult<Vec<StoredEvent>>;
 }
 
-/// The Store API: JSON documents shared across threads, by namespace and key.
+/// The Store API: JSON documents shared across an owner's threads, by namespace and key.
 #[async_trait]
 pub trait ItemStore: Send + Sync {
     /// Inserts or replaces the item. With `ttl_minutes` it expires that long after this write
     /// (or after the last read that refreshed it); without, it never does.
     async fn put_item(
         &self,
+        owner: &Owner,
         ns: &Namespace,
         key: &str,
         value: &JsonMap,
@@ -345,13 +348,14 @@ pub trait ItemStore: Send + Sync {
     /// The item unless missing or expired; `refresh_ttl` restarts its time-to-live.
     async fn get_item(
         &self,
+        owner: &Owner,
         ns: &Namespace,
         key: &str,
         refresh_ttl: bool,
         now: Timestamp,
     ) -> StoreResult<Option<Item>>;
     /// Returns whether an item was deleted.
-    async fn delete_item(&self, ns: &Namespace, key: &str) -> StoreResult<bool>;
+    async fn delete_item(&self, owner: &Owner, ns: &Namespace, key: &str) -> StoreResult<bool>;
     /// Live items under the prefix matching every filter, by namespace then key.
     async fn search_items(&self, q: &ItemQuery, now: Timestamp) -> StoreResult<Vec<Item>>;
     /// Namespaces holding live items, as the query shapes them.

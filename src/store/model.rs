@@ -96,6 +96,44 @@ text_enum!(
     SortOrder { Asc => "asc", Desc => "desc" }
 );
 
+/// Who a resource belongs to: the identity its creator authenticated as. Owners never see each
+/// other's assistants, threads (with their runs, checkpoints and events), crons or store items.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner(String);
+
+impl Owner {
+    /// The one owner of a server without authentication, or with a single shared key.
+    pub fn local() -> Self {
+        Self(String::new())
+    }
+
+    /// An authenticated identity; empty names are refused (they would be the local owner).
+    pub fn named(name: &str) -> Option<Self> {
+        let name = name.trim();
+        (!name.is_empty()).then(|| Self(name.to_owned()))
+    }
+
+    /// As stored (`""` for the local owner).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Rows read back from the database.
+    pub(crate) fn from_stored(text: String) -> Self {
+        Self(text)
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("(local)")
+        } else {
+            f.write_str(&self.0)
+        }
+    }
+}
+
 /// A named configuration preset of a graph.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Assistant {
@@ -114,6 +152,17 @@ pub struct Assistant {
     pub created_at: Timestamp,
     #[schema(value_type = String)]
     pub updated_at: Timestamp,
+    /// `None`: a system assistant (one per graph), readable by every owner and changed by none.
+    /// Not part of the wire object.
+    #[serde(skip)]
+    pub owner: Option<Owner>,
+}
+
+impl Assistant {
+    /// Whether `who` may read it: their own, or a system assistant.
+    pub fn visible_to(&self, who: &Owner) -> bool {
+        self.owner.as_ref().is_none_or(|o| o == who)
+    }
 }
 
 /// One version of an assistant as it was saved (an assistant without `updated_at`: a version
@@ -149,6 +198,8 @@ pub struct AssistantPatch {
 /// Filters for assistant search. Metadata uses JSON containment on top-level keys.
 #[derive(Clone, Debug, Default)]
 pub struct AssistantQuery {
+    /// Whose assistants (system assistants are everyone's).
+    pub owner: Owner,
     pub metadata: JsonMap,
     pub graph_id: Option<String>,
     /// Case-insensitive substring of the name.
@@ -187,11 +238,15 @@ pub struct Thread {
     /// does it. Not part of the wire object.
     #[serde(skip)]
     pub ttl_minutes: Option<f64>,
+    /// Not part of the wire object.
+    #[serde(skip)]
+    pub owner: Owner,
 }
 
 /// Filters for thread search and count.
 #[derive(Clone, Debug, Default)]
 pub struct ThreadQuery {
+    pub owner: Owner,
     pub metadata: JsonMap,
     pub values: JsonMap,
     pub ids: Vec<Uuid>,
@@ -459,6 +514,7 @@ pub enum Comparison {
 /// An item search: the namespace prefix, value filters (all must hold), paging.
 #[derive(Clone, Debug)]
 pub struct ItemQuery {
+    pub owner: Owner,
     pub prefix: Namespace,
     pub filter: Vec<(String, FieldMatch)>,
     pub limit: i64,
@@ -471,6 +527,7 @@ pub struct ItemQuery {
 /// labels (then deduplicated), sorted, paged.
 #[derive(Clone, Debug)]
 pub struct NamespaceQuery {
+    pub owner: Owner,
     pub prefix: Namespace,
     pub suffix: Vec<String>,
     pub max_depth: Option<usize>,
@@ -484,6 +541,7 @@ pub struct Cron {
     pub cron_id: Uuid,
     pub assistant_id: Uuid,
     pub thread_id: Option<Uuid>,
+    /// The owner's identity (`None` for the local owner).
     pub user_id: Option<String>,
     /// Five-field cron expression.
     pub schedule: String,
@@ -506,11 +564,14 @@ pub struct Cron {
     pub created_at: Timestamp,
     #[schema(value_type = String)]
     pub updated_at: Timestamp,
+    #[serde(skip)]
+    pub owner: Owner,
 }
 
 /// Filters for cron search and count.
 #[derive(Clone, Debug, Default)]
 pub struct CronQuery {
+    pub owner: Owner,
     pub assistant_id: Option<Uuid>,
     pub thread_id: Option<Uuid>,
     pub enabled: Option<bool>,

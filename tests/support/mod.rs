@@ -163,6 +163,13 @@ pub fn test_settings() -> Settings {
             timeout: std::time::Duration::from_secs(2),
             attempts: 3,
         },
+        // One local owner, and browsers of any origin (the useStream page, CORS tests).
+        auth: deep_research::config::AuthSettings {
+            disabled: true,
+            ..Settings::default().auth
+        },
+        cors_origins: vec!["*".into()],
+        cors_private_network: true,
         ..Settings::default()
     }
 }

@@ -63,6 +63,7 @@ impl Service {
         let port = free_port();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_deep-research"));
         cmd.arg("serve")
+            .env("DR_NO_AUTH", "1")
             .env("PORT", port.to_string())
             .env("HOST", "127.0.0.1")
             .env("DR_CONFIG", config)

@@ -9,7 +9,9 @@ mod scheduler;
 pub(crate) use scheduler::run as run_scheduler;
 
 use super::assistants::resolve;
+use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body, parse_id};
+use super::lookups;
 use super::runs::{Target, check_run_request};
 use super::{AppState, SearchParams, paged, project};
 use crate::ids;
@@ -214,9 +216,10 @@ pub(super) struct NewCron {
     responses((status = 200, body = Cron), (status = 404), (status = 422)))]
 pub(super) async fn create_stateless(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<JsonMap>,
 ) -> ApiResult<Json<Cron>> {
-    create(&state, None, body).await
+    create(&state, &who, None, body).await
 }
 
 /// A cron on a thread: each tick runs on it (queued behind its runs by default).
@@ -225,19 +228,20 @@ pub(super) async fn create_stateless(
     responses((status = 200, body = Cron), (status = 404), (status = 422)))]
 pub(super) async fn create_for_thread(
     State(state): State<AppState>,
+    who: Principal,
     Path(tid): Path<String>,
     Body(body): Body<JsonMap>,
 ) -> ApiResult<Json<Cron>> {
-    let thread_id = parse_id(&tid, "thread")?;
-    if state.store.get_thread(thread_id).await?.is_none() {
-        return Err(AppError::NotFound(format!(
-            "Thread with ID {thread_id} not found"
-        )));
-    }
-    create(&state, Some(thread_id), body).await
+    let thread_id = lookups::thread(&state, &tid, &who).await?.thread_id;
+    create(&state, &who, Some(thread_id), body).await
 }
 
-async fn create(state: &AppState, thread_id: Option<Uuid>, body: JsonMap) -> ApiResult<Json<Cron>> {
+async fn create(
+    state: &AppState,
+    who: &Principal,
+    thread_id: Option<Uuid>,
+    body: JsonMap,
+) -> ApiResult<Json<Cron>> {
     let body = CronBody::parse(body, thread_id.is_none())?;
     let Some(schedule) = body.schedule else {
         return Err(AppError::Invalid("schedule is required".into()));
@@ -250,7 +254,7 @@ async fn create(state: &AppState, thread_id: Option<Uuid>, body: JsonMap) -> Api
         cron_id: ids::new_id(),
         assistant_id: Uuid::nil(),
         thread_id,
-        user_id: None,
+        user_id: Some(who.owner.as_str().to_owned()).filter(|o| !o.is_empty()),
         schedule,
         timezone: body.timezone.flatten(),
         metadata: run_metadata(&body.run)?,
@@ -261,9 +265,11 @@ async fn create(state: &AppState, thread_id: Option<Uuid>, body: JsonMap) -> Api
         next_run_date: None,
         created_at: now,
         updated_at: now,
+        owner: who.owner.clone(),
     };
     let target = target_of(&cron);
-    let assistant = check_run_request(state, target, Value::Object(cron.payload.clone())).await?;
+    let payload = Value::Object(cron.payload.clone());
+    let assistant = check_run_request(state, &who.owner, target, payload).await?;
     cron.assistant_id = assistant.assistant_id;
     cron.next_run_date = schedule_of(&cron)?.next_after(now, cron.end_time);
     state.store.create_cron(&cron).await?;
@@ -278,12 +284,13 @@ fn run_metadata(run: &JsonMap) -> ApiResult<JsonMap> {
     }
 }
 
-async fn load(state: &AppState, raw: &str) -> ApiResult<Cron> {
+async fn load(state: &AppState, raw: &str, who: &Principal) -> ApiResult<Cron> {
     let id = parse_id(raw, "cron")?;
     state
         .store
         .get_cron(id)
         .await?
+        .filter(|c| c.owner == who.owner)
         .ok_or_else(|| AppError::NotFound(format!("Cron with ID {id} not found")))
 }
 
@@ -292,9 +299,10 @@ async fn load(state: &AppState, raw: &str) -> ApiResult<Cron> {
     params(("cron_id" = Uuid, Path)), responses((status = 200, body = Cron), (status = 404), (status = 422)))]
 pub(super) async fn fetch(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Cron>> {
-    Ok(Json(load(&state, &id).await?))
+    Ok(Json(load(&state, &id, &who).await?))
 }
 
 /// Changes a cron. Run fields replace the payload's; metadata is merged. A new schedule, time
@@ -303,10 +311,11 @@ pub(super) async fn fetch(
     params(("cron_id" = Uuid, Path)), responses((status = 200, body = Cron), (status = 404), (status = 422)))]
 pub(super) async fn update(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
     Body(body): Body<JsonMap>,
 ) -> ApiResult<Json<Cron>> {
-    let mut cron = load(&state, &id).await?;
+    let mut cron = load(&state, &id, &who).await?;
     let patch = CronBody::parse(body, cron.thread_id.is_none())?;
     let reschedule = patch.schedule.is_some()
         || patch.timezone.is_some()
@@ -339,6 +348,7 @@ pub(super) async fn update(
     }
     let assistant = check_run_request(
         &state,
+        &who.owner,
         target_of(&cron),
         Value::Object(cron.payload.clone()),
     )
@@ -360,9 +370,10 @@ pub(super) async fn update(
     params(("cron_id" = Uuid, Path)), responses((status = 204), (status = 404), (status = 422)))]
 pub(super) async fn remove(
     State(state): State<AppState>,
+    who: Principal,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let cron = load(&state, &id).await?;
+    let cron = load(&state, &id, &who).await?;
     state.store.delete_cron(cron.cron_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -395,7 +406,11 @@ pub(crate) const SORTS: [&str; 7] = [
     "updated_at",
 ];
 
-async fn cron_query(state: &AppState, body: CronSearch) -> ApiResult<(CronQuery, Vec<String>)> {
+async fn cron_query(
+    state: &AppState,
+    who: &Principal,
+    body: CronSearch,
+) -> ApiResult<(CronQuery, Vec<String>)> {
     let p = SearchParams::check(
         body.limit,
         body.offset,
@@ -407,7 +422,7 @@ async fn cron_query(state: &AppState, body: CronSearch) -> ApiResult<(CronQuery,
         None => None,
         Some(raw) => Some(match raw.parse::<Uuid>() {
             Ok(id) => id,
-            Err(_) => resolve(state, raw).await?.assistant_id,
+            Err(_) => resolve(state, raw, &who.owner).await?.assistant_id,
         }),
     };
     let thread_id = body
@@ -417,6 +432,7 @@ async fn cron_query(state: &AppState, body: CronSearch) -> ApiResult<(CronQuery,
         .transpose()?;
     super::check_select(&body.select, &super::CRON_FIELDS)?;
     let q = CronQuery {
+        owner: who.owner.clone(),
         assistant_id,
         thread_id,
         enabled: body.enabled,
@@ -438,9 +454,10 @@ async fn cron_query(state: &AppState, body: CronSearch) -> ApiResult<(CronQuery,
     responses((status = 200, body = Vec<Cron>), (status = 404, description = "The assistant filter names none"), (status = 422)))]
 pub(super) async fn search(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<CronSearch>,
 ) -> ApiResult<Response> {
-    let (q, select) = cron_query(&state, body).await?;
+    let (q, select) = cron_query(&state, &who, body).await?;
     let page = state.store.search_crons(&q).await?;
     let items = page
         .items
@@ -455,12 +472,14 @@ pub(super) async fn search(
     responses((status = 200, body = i64), (status = 404, description = "The assistant filter names none"), (status = 422)))]
 pub(super) async fn count(
     State(state): State<AppState>,
+    who: Principal,
     Body(body): Body<CronSearch>,
 ) -> ApiResult<Json<i64>> {
     // Counting ignores paging, but paging fields sent must still be valid.
     super::check_paging(body.limit.unwrap_or(10), body.offset.unwrap_or(0))?;
     let (mut q, _) = cron_query(
         &state,
+        &who,
         CronSearch {
             limit: Some(1),
             offset: Some(0),

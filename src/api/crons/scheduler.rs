@@ -55,7 +55,7 @@ async fn fire(state: &AppState, cron: Cron, now: Timestamp) {
         next,
     };
     let (target, payload) = run_request(&cron);
-    match start_for_cron(state, target, payload, tick.clone()).await {
+    match start_for_cron(state, &cron.owner, target, payload, tick.clone()).await {
         Ok(run) => {
             tracing::info!(cron_id = %cron.cron_id, run_id = %run.run_id, "cron started a run")
         }

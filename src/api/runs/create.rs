@@ -13,8 +13,8 @@ use crate::runs::RunKwargs;
 use crate::runs::options::{Durability, IfNotExists, OnCompletion, OnDisconnect};
 use crate::runs::webhook;
 use crate::store::{
-    Assistant, CancelAction, CronTick, JsonMap, MultitaskStrategy, Run, RunInsert, RunStatus,
-    StoreError,
+    Assistant, CancelAction, CronTick, JsonMap, MultitaskStrategy, Owner, Run, RunInsert,
+    RunStatus, StoreError,
 };
 use crate::stream::{StreamModes, bus::Subscription};
 use crate::time::Timestamp;
@@ -247,25 +247,28 @@ impl Options {
 /// its stream already subscribed.
 pub(super) async fn start(
     state: &AppState,
+    owner: &Owner,
     target: Target,
     body: NewRun,
     key: IdempotencyKey,
 ) -> ApiResult<Started> {
-    start_ticked(state, target, body, key, None).await
+    start_ticked(state, owner, target, body, key, None).await
 }
 
 /// `start`, for a cron's tick: the run is inserted only while the tick is still due.
 pub(super) async fn start_ticked(
     state: &AppState,
+    owner: &Owner,
     target: Target,
     body: NewRun,
     key: IdempotencyKey,
     cron_tick: Option<CronTick>,
 ) -> ApiResult<Started> {
     validate(&body, target)?;
+    check_target(state, owner, target).await?;
     check_webhook(state, &body).await?;
     let options = Options::parse(&body)?;
-    let assistant = resolve(state, &body.assistant_id)
+    let assistant = resolve(state, &body.assistant_id, owner)
         .await
         .map_err(|e| match e {
             AppError::NotFound(_) => AppError::NotFound("Thread or assistant not found.".into()),
@@ -301,9 +304,13 @@ pub(super) async fn start_ticked(
     thread_metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
     let insert = RunInsert {
         run,
+        owner: owner.clone(),
         thread_metadata,
         create_thread: stateless || options.if_not_exists == IfNotExists::Create,
-        idempotency_key: key.0,
+        // Scoped to the owner: another owner's key neither collides nor names their run.
+        idempotency_key: key
+            .0
+            .map(|k| format!("{}:{}:{k}", owner.as_str().len(), owner.as_str())),
         cron_tick,
     };
     let resumable = body.stream_resumable.unwrap_or(false);
@@ -319,6 +326,21 @@ pub(super) async fn start_ticked(
     })
 }
 
+/// The thread a run names may not exist yet (`if_not_exists: create`), but if it does it must
+/// be the caller's: another owner's thread is "not found". (The insert checks it again under
+/// the thread's lock.)
+async fn check_target(state: &AppState, owner: &Owner, target: Target) -> ApiResult<()> {
+    let Target::Thread(id) = target else {
+        return Ok(());
+    };
+    match state.store.get_thread(id).await? {
+        Some(thread) if thread.owner != *owner => {
+            Err(AppError::NotFound(format!("Thread with ID {id} not found")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// A `webhook` must pass the outbound policy (and the server must be able to sign it).
 async fn check_webhook(state: &AppState, body: &NewRun) -> ApiResult<()> {
     if let Some(url) = &body.webhook {
@@ -331,11 +353,17 @@ async fn check_webhook(state: &AppState, body: &NewRun) -> ApiResult<()> {
 
 /// Checks a run request as `start` would, without creating anything (a cron's payload, when
 /// the cron is saved). The assistant is the one the request names.
-pub(super) async fn check(state: &AppState, target: Target, body: &NewRun) -> ApiResult<Assistant> {
+pub(super) async fn check(
+    state: &AppState,
+    owner: &Owner,
+    target: Target,
+    body: &NewRun,
+) -> ApiResult<Assistant> {
     validate(body, target)?;
+    check_target(state, owner, target).await?;
     check_webhook(state, body).await?;
     let options = Options::parse(body)?;
-    let assistant = resolve(state, &body.assistant_id).await?;
+    let assistant = resolve(state, &body.assistant_id, owner).await?;
     let graph = state.registry.get(&assistant.graph_id).ok_or_else(|| {
         AppError::NotFound(format!("Graph '{}' is not registered", assistant.graph_id))
     })?;

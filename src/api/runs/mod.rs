@@ -6,11 +6,12 @@ mod waiting;
 
 use super::AppState;
 use super::assistants::parse_enum;
+use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body, BodyList, parse_id};
 use super::query::{query_flag, query_int, query_pairs, query_values};
 use super::responses::{json_response, set_header, sse_response};
 use crate::runs::RunKwargs;
-use crate::store::{CancelAction, EventId, Run, RunStatus};
+use crate::store::{CancelAction, EventId, Owner, Run, RunStatus};
 use crate::stream::{SseSource, StreamModes, sse_body};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -51,12 +52,14 @@ pub(super) fn router() -> Router<AppState> {
 /// protocol's commands), with the same validation as `POST /threads/{id}/runs`.
 pub(super) async fn start_on_thread(
     state: &AppState,
+    who: &Principal,
     thread_id: Uuid,
     body: Value,
 ) -> ApiResult<Run> {
     let body: NewRun =
         serde_json::from_value(body).map_err(|e| AppError::Invalid(format!("Invalid run: {e}")))?;
-    let started = start(state, Target::Thread(thread_id), body, IdempotencyKey(None)).await?;
+    let target = Target::Thread(thread_id);
+    let started = start(state, &who.owner, target, body, IdempotencyKey(None)).await?;
     Ok(started.run)
 }
 
@@ -68,23 +71,25 @@ fn parse_new_run(body: Value) -> ApiResult<NewRun> {
 /// returns the assistant it names.
 pub(super) async fn check_run_request(
     state: &AppState,
+    owner: &Owner,
     target: Target,
     body: Value,
 ) -> ApiResult<crate::store::Assistant> {
-    create::check(state, target, &parse_new_run(body)?).await
+    create::check(state, owner, target, &parse_new_run(body)?).await
 }
 
 /// Creates the run of a cron's tick: nothing when another replica already started it
 /// (`StoreError::Conflict("cron tick")`).
 pub(super) async fn start_for_cron(
     state: &AppState,
+    owner: &Owner,
     target: Target,
     body: Value,
     tick: crate::store::CronTick,
 ) -> ApiResult<Run> {
     let body = parse_new_run(body)?;
     let started =
-        create::start_ticked(state, target, body, IdempotencyKey(None), Some(tick)).await?;
+        create::start_ticked(state, owner, target, body, IdempotencyKey(None), Some(tick)).await?;
     Ok(started.run)
 }
 
@@ -157,8 +162,7 @@ fn created(run: Run, stateless: bool) -> Response {
     response
 }
 
-async fn thread_target(state: &AppState, raw: &str) -> ApiResult<Target> {
-    let _ = state;
+async fn thread_target(raw: &str) -> ApiResult<Target> {
     Ok(Target::Thread(parse_id(raw, "thread")?))
 }
 
@@ -167,12 +171,13 @@ async fn thread_target(state: &AppState, raw: &str) -> ApiResult<Target> {
     params(("thread_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")), responses((status = 200, body = Run), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn create(
     State(state): State<AppState>,
+    who: Principal,
     Path(tid): Path<String>,
     key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let target = thread_target(&state, &tid).await?;
-    let started = start(&state, target, body, key).await?;
+    let target = thread_target(&tid).await?;
+    let started = start(&state, &who.owner, target, body, key).await?;
     Ok(created(started.run, false))
 }
 
@@ -182,12 +187,13 @@ pub(super) async fn create(
     responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn stream(
     State(state): State<AppState>,
+    who: Principal,
     Path(tid): Path<String>,
     key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let target = thread_target(&state, &tid).await?;
-    let started = start(&state, target, body, key).await?;
+    let target = thread_target(&tid).await?;
+    let started = start(&state, &who.owner, target, body, key).await?;
     Ok(stream_started(&state, started))
 }
 
@@ -196,14 +202,15 @@ pub(super) async fn stream(
     params(("thread_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")), responses((status = 200), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn wait(
     State(state): State<AppState>,
+    who: Principal,
     Path(tid): Path<String>,
     key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let target = thread_target(&state, &tid).await?;
+    let target = thread_target(&tid).await?;
     Ok(wait_started(
         &state,
-        start(&state, target, body, key).await?,
+        start(&state, &who.owner, target, body, key).await?,
     ))
 }
 
@@ -226,10 +233,11 @@ fn wait_started(state: &AppState, started: Started) -> Response {
     responses((status = 200, body = Run), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn create_stateless(
     State(state): State<AppState>,
+    who: Principal,
     key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let started = start(&state, Target::Stateless, body, key).await?;
+    let started = start(&state, &who.owner, Target::Stateless, body, key).await?;
     Ok(created(started.run, true))
 }
 
@@ -239,10 +247,11 @@ pub(super) async fn create_stateless(
     responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn stream_stateless(
     State(state): State<AppState>,
+    who: Principal,
     key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let started = start(&state, Target::Stateless, body, key).await?;
+    let started = start(&state, &who.owner, Target::Stateless, body, key).await?;
     Ok(stream_started(&state, started))
 }
 
@@ -252,12 +261,13 @@ pub(super) async fn stream_stateless(
     responses((status = 200), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn wait_stateless(
     State(state): State<AppState>,
+    who: Principal,
     key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
     Ok(wait_started(
         &state,
-        start(&state, Target::Stateless, body, key).await?,
+        start(&state, &who.owner, Target::Stateless, body, key).await?,
     ))
 }
 
@@ -266,6 +276,7 @@ pub(super) async fn wait_stateless(
     responses((status = 200, body = Vec<Run>), (status = 422)))]
 pub(super) async fn batch(
     State(state): State<AppState>,
+    who: Principal,
     key: IdempotencyKey,
     BodyList(bodies): BodyList<NewRun>,
 ) -> ApiResult<Json<Vec<Run>>> {
@@ -284,9 +295,15 @@ pub(super) async fn batch(
     let mut runs = Vec::with_capacity(bodies.len());
     for body in bodies {
         runs.push(
-            start(&state, Target::Stateless, body, IdempotencyKey(None))
-                .await?
-                .run,
+            start(
+                &state,
+                &who.owner,
+                Target::Stateless,
+                body,
+                IdempotencyKey(None),
+            )
+            .await?
+            .run,
         );
     }
     Ok(Json(runs))
@@ -297,10 +314,11 @@ pub(super) async fn batch(
     responses((status = 200, body = Vec<Run>), (status = 404), (status = 422)))]
 pub(super) async fn list(
     State(state): State<AppState>,
+    who: Principal,
     Path(tid): Path<String>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<Vec<Value>>> {
-    let thread = super::lookups::thread(&state, &tid).await?;
+    let thread = super::lookups::thread(&state, &tid, &who).await?;
     let pairs = query_pairs(q.as_deref());
     let limit = query_int(&pairs, "limit", 10)?;
     let offset = query_int(&pairs, "offset", 0)?;
@@ -322,9 +340,9 @@ pub(super) async fn list(
     ))
 }
 
-async fn load_run(state: &AppState, tid: &str, rid: &str) -> ApiResult<Run> {
-    let thread_id = parse_id(tid, "thread")?;
+async fn load_run(state: &AppState, tid: &str, rid: &str, who: &Principal) -> ApiResult<Run> {
     let run_id = parse_id(rid, "run")?;
+    let thread_id = super::lookups::thread(state, tid, who).await?.thread_id;
     match state.store.get_run(run_id).await? {
         Some(run) if run.thread_id == thread_id => Ok(run),
         _ => Err(AppError::NotFound(format!(
@@ -338,9 +356,10 @@ async fn load_run(state: &AppState, tid: &str, rid: &str) -> ApiResult<Run> {
     params(("thread_id" = String, Path), ("run_id" = String, Path)), responses((status = 200, body = Run), (status = 404), (status = 422)))]
 pub(super) async fn fetch(
     State(state): State<AppState>,
+    who: Principal,
     Path((tid, rid)): Path<(String, String)>,
 ) -> ApiResult<Json<Run>> {
-    Ok(Json(load_run(&state, &tid, &rid).await?))
+    Ok(Json(load_run(&state, &tid, &rid, &who).await?))
 }
 
 /// Deletes a run (cancelling it first if it is in flight).
@@ -348,9 +367,10 @@ pub(super) async fn fetch(
     params(("thread_id" = String, Path), ("run_id" = String, Path)), responses((status = 204), (status = 404), (status = 422)))]
 pub(super) async fn remove(
     State(state): State<AppState>,
+    who: Principal,
     Path((tid, rid)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let run = load_run(&state, &tid, &rid).await?;
+    let run = load_run(&state, &tid, &rid, &who).await?;
     if run.status.is_inflight() {
         let affected = state
             .store
@@ -370,9 +390,10 @@ pub(super) async fn remove(
     params(("thread_id" = String, Path), ("run_id" = String, Path)), responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn join(
     State(state): State<AppState>,
+    who: Principal,
     Path((tid, rid)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let run = load_run(&state, &tid, &rid).await?;
+    let run = load_run(&state, &tid, &rid, &who).await?;
     Ok(json_response(result_body(&state, &run), None))
 }
 
@@ -381,6 +402,7 @@ pub(super) async fn join(
     params(("thread_id" = String, Path), ("run_id" = String, Path)), responses((status = 202), (status = 200), (status = 404), (status = 422)))]
 pub(super) async fn cancel(
     State(state): State<AppState>,
+    who: Principal,
     Path((tid, rid)): Path<(String, String)>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
@@ -388,10 +410,12 @@ pub(super) async fn cancel(
     let wait = query_flag(&pairs, "wait")?;
     let action_raw = query_values(&pairs, "action").last().cloned();
     let action = parse_enum(action_raw.as_deref(), "action", CancelAction::Interrupt)?;
-    let run = load_run(&state, &tid, &rid).await.map_err(|e| match e {
-        AppError::NotFound(_) => AppError::NotFound("No runs found to cancel.".into()),
-        other => other,
-    })?;
+    let run = load_run(&state, &tid, &rid, &who)
+        .await
+        .map_err(|e| match e {
+            AppError::NotFound(_) => AppError::NotFound("No runs found to cancel.".into()),
+            other => other,
+        })?;
     let channel = state.bus.get(run.run_id);
     let affected = state.store.cancel_runs(&[run.run_id], action).await?;
     state.runner.cancelled(&affected, action).await;
@@ -416,6 +440,7 @@ pub(super) struct CancelMany {
     responses((status = 204), (status = 404), (status = 422)))]
 pub(super) async fn cancel_many(
     State(state): State<AppState>,
+    who: Principal,
     RawQuery(q): RawQuery,
     Body(body): Body<CancelMany>,
 ) -> ApiResult<StatusCode> {
@@ -440,9 +465,7 @@ pub(super) async fn cancel_many(
             ));
         }
     };
-    if let Some(tid) = body.thread_id.as_deref() {
-        parse_id(tid, "thread")?;
-    }
+    let ids = owned_runs(&state, &who, body.thread_id.as_deref(), ids).await?;
     let affected = state.store.cancel_runs(&ids, action).await?;
     if affected.is_empty() {
         return Err(AppError::NotFound("No runs found to cancel.".into()));
@@ -451,17 +474,56 @@ pub(super) async fn cancel_many(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// The runs among `ids` on the caller's threads (on `thread_id` when given); others are left
+/// out as if they did not exist.
+async fn owned_runs(
+    state: &AppState,
+    who: &Principal,
+    thread_id: Option<&str>,
+    ids: Vec<Uuid>,
+) -> ApiResult<Vec<Uuid>> {
+    if let Some(tid) = thread_id {
+        let thread = super::lookups::thread(state, tid, who).await?;
+        let inflight = state.store.inflight_runs(thread.thread_id).await?;
+        return Ok(ids
+            .into_iter()
+            .filter(|id| inflight.iter().any(|r| r.run_id == *id))
+            .collect());
+    }
+    let mut mine = Vec::with_capacity(ids.len());
+    let mut threads: std::collections::HashMap<Uuid, bool> = Default::default();
+    for id in ids {
+        let Some(run) = state.store.get_run(id).await? else {
+            continue;
+        };
+        let owned = match threads.get(&run.thread_id) {
+            Some(owned) => *owned,
+            None => {
+                let thread = state.store.get_thread(run.thread_id).await?;
+                let owned = thread.is_some_and(|t| t.owner == who.owner);
+                threads.insert(run.thread_id, owned);
+                owned
+            }
+        };
+        if owned {
+            mine.push(id);
+        }
+    }
+    Ok(mine)
+}
+
 /// Streams a run's events: a replay after `Last-Event-ID` (`-1` = all), then live ones.
 #[utoipa::path(get, path = "/threads/{thread_id}/runs/{run_id}/stream", tag = "runs",
     params(("thread_id" = String, Path), ("run_id" = String, Path)),
     responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 422)))]
 pub(super) async fn join_stream(
     State(state): State<AppState>,
+    who: Principal,
     Path((tid, rid)): Path<(String, String)>,
     headers: HeaderMap,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
-    let run = load_run(&state, &tid, &rid).await?;
+    let run = load_run(&state, &tid, &rid, &who).await?;
     let pairs = query_pairs(q.as_deref());
     let mut modes = query_values(&pairs, "stream_mode");
     modes.extend(query_values(&pairs, "stream_modes"));

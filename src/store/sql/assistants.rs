@@ -100,6 +100,8 @@ impl crate::store::AssistantStore for SqlStore {
     async fn search_assistants(&self, query: &AssistantQuery) -> StoreResult<Page<Assistant>> {
         let _timer = StoreTimer::start("search_assistants");
         let mut filter = Sql::new(" WHERE 1 = 1");
+        let owner = filter.arg(query.owner.as_str());
+        filter.push(&format!(" AND (owner = {owner} OR owner IS NULL)"));
         if let Some(graph_id) = &query.graph_id {
             let p = filter.arg(graph_id.as_str());
             filter.push(&format!(" AND graph_id = {p}"));

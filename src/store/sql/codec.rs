@@ -4,7 +4,8 @@ use super::query::*;
 use super::*;
 use crate::store::pages;
 use crate::store::{
-    Assistant, CancelAction, Checkpoint, JsonMap, Run, StoreError, StoreResult, StoredEvent, Thread,
+    Assistant, CancelAction, Checkpoint, JsonMap, Owner, Run, StoreError, StoreResult, StoredEvent,
+    Thread,
 };
 use crate::time::Timestamp;
 use serde::Serialize;
@@ -102,6 +103,7 @@ pub(super) fn assistant_row(row: &AnyRow) -> StoreResult<Assistant> {
         version: int(row, "version")?,
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
+        owner: opt_text(row, "owner")?.map(Owner::from_stored),
     })
 }
 
@@ -118,6 +120,7 @@ pub(super) fn thread_row(row: &AnyRow) -> StoreResult<Thread> {
         error: opt_json_col(row, "error")?,
         interrupts: json(row, "interrupts")?,
         ttl_minutes: row.try_get::<Option<f64>, _>("ttl_minutes")?,
+        owner: Owner::from_stored(text(row, "owner")?),
     })
 }
 
@@ -182,8 +185,8 @@ pub(super) fn merge(into: &mut JsonMap, from: &JsonMap) {
 
 pub(super) fn insert_assistant_query(a: &Assistant) -> StoreResult<AnyQuery> {
     let sql = format!(
-        "INSERT INTO assistants ({ASSISTANT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-         ON CONFLICT (assistant_id) DO NOTHING"
+        "INSERT INTO assistants ({ASSISTANT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+         $11) ON CONFLICT (assistant_id) DO NOTHING"
     );
     Ok(q(sql)
         .bind(a.assistant_id.to_string())
@@ -195,7 +198,8 @@ pub(super) fn insert_assistant_query(a: &Assistant) -> StoreResult<AnyQuery> {
         .bind(a.description.clone())
         .bind(a.version)
         .bind(a.created_at.to_string())
-        .bind(a.updated_at.to_string()))
+        .bind(a.updated_at.to_string())
+        .bind(a.owner.as_ref().map(|o| o.as_str().to_owned())))
 }
 
 /// An optional float as a parameter: sent as text and cast in SQL. Bound as a float, a `None`
@@ -208,7 +212,7 @@ pub(super) fn opt_float(value: Option<f64>) -> Option<String> {
 pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
     let sql = format!(
         "INSERT INTO threads ({THREAD_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-         CAST($11 AS DOUBLE PRECISION)) ON CONFLICT (thread_id) DO NOTHING"
+         CAST($11 AS DOUBLE PRECISION), $12) ON CONFLICT (thread_id) DO NOTHING"
     );
     Ok(q(sql)
         .bind(t.thread_id.to_string())
@@ -221,7 +225,8 @@ pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
         .bind(opt_json(&t.values)?)
         .bind(opt_json(&t.error)?)
         .bind(to_json(&t.interrupts)?)
-        .bind(opt_float(t.ttl_minutes)))
+        .bind(opt_float(t.ttl_minutes))
+        .bind(t.owner.as_str().to_owned()))
 }
 
 /// Inserts a run ($1–$9, see `bind_run`).

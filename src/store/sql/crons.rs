@@ -4,7 +4,7 @@ use super::codec::*;
 use super::filters::*;
 use super::query::*;
 use super::*;
-use crate::store::{Cron, CronQuery, CronTick, Page, StoreError, StoreResult};
+use crate::store::{Cron, CronQuery, CronTick, Owner, Page, StoreError, StoreResult};
 use crate::telemetry::metrics::StoreTimer;
 use crate::time::Timestamp;
 use async_trait::async_trait;
@@ -13,7 +13,7 @@ use sqlx::any::AnyRow;
 use uuid::Uuid;
 
 const CRON_COLS: &str = "cron_id, assistant_id, thread_id, user_id, schedule, timezone, payload, \
-    metadata, on_run_completed, enabled, end_time, next_run_date, created_at, updated_at";
+    metadata, on_run_completed, enabled, end_time, next_run_date, created_at, updated_at, owner";
 
 fn opt_ts(row: &AnyRow, col: &'static str) -> StoreResult<Option<Timestamp>> {
     opt_text(row, col)?
@@ -37,6 +37,7 @@ fn cron_row(row: &AnyRow) -> StoreResult<Cron> {
         next_run_date: opt_ts(row, "next_run_date")?,
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
+        owner: Owner::from_stored(text(row, "owner")?),
     })
 }
 
@@ -55,7 +56,8 @@ fn bind_cron(query: AnyQuery, c: &Cron) -> StoreResult<AnyQuery> {
         .bind(c.end_time.map(|t| t.to_string()))
         .bind(c.next_run_date.map(|t| t.to_string()))
         .bind(c.created_at.to_string())
-        .bind(c.updated_at.to_string()))
+        .bind(c.updated_at.to_string())
+        .bind(c.owner.as_str().to_owned()))
 }
 
 /// Moves the cron from tick `due` to `next` if `due` is still its next tick: true for the
@@ -93,7 +95,7 @@ impl crate::store::CronStore for SqlStore {
         let _timer = StoreTimer::start("create_cron");
         let sql = format!(
             "INSERT INTO crons ({CRON_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-             $11, $12, $13, $14)"
+             $11, $12, $13, $14, $15)"
         );
         bind_cron(q(sql), cron)?.execute(&self.pool).await?;
         Ok(())
@@ -110,7 +112,7 @@ impl crate::store::CronStore for SqlStore {
         let sql = "UPDATE crons SET assistant_id = $2, thread_id = $3, user_id = $4, \
                    schedule = $5, timezone = $6, payload = $7, metadata = $8, \
                    on_run_completed = $9, enabled = $10, end_time = $11, next_run_date = $12, \
-                   created_at = $13, updated_at = $14 WHERE cron_id = $1";
+                   created_at = $13, updated_at = $14, owner = $15 WHERE cron_id = $1";
         let done = bind_cron(q(sql.to_owned()), cron)?
             .execute(&self.pool)
             .await?;
@@ -129,6 +131,8 @@ impl crate::store::CronStore for SqlStore {
     async fn search_crons(&self, query: &CronQuery) -> StoreResult<Page<Cron>> {
         let _timer = StoreTimer::start("search_crons");
         let mut filter = Sql::new(" WHERE 1 = 1");
+        let owner = filter.arg(query.owner.as_str());
+        filter.push(&format!(" AND owner = {owner}"));
         if let Some(id) = query.assistant_id {
             let p = filter.arg(id);
             filter.push(&format!(" AND assistant_id = {p}"));

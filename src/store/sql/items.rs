@@ -5,7 +5,7 @@ use super::codec::*;
 use super::query::*;
 use super::*;
 use crate::store::{
-    Comparison, FieldMatch, Item, ItemQuery, JsonMap, Namespace, NamespaceQuery, StoreResult,
+    Comparison, FieldMatch, Item, ItemQuery, JsonMap, Namespace, NamespaceQuery, Owner, StoreResult,
 };
 use crate::telemetry::metrics::StoreTimer;
 use crate::time::Timestamp;
@@ -113,7 +113,7 @@ impl SqlStore {
     }
 
     /// Restarts the time-to-live of these items (those that have one).
-    async fn refresh(&self, rows: &[Stored], now: Timestamp) -> StoreResult<()> {
+    async fn refresh(&self, owner: &Owner, rows: &[Stored], now: Timestamp) -> StoreResult<()> {
         let with_ttl: Vec<_> = rows.iter().filter(|(_, ttl)| ttl.is_some()).collect();
         if with_ttl.is_empty() {
             return Ok(());
@@ -121,11 +121,13 @@ impl SqlStore {
         let mut tx = self.write_tx().await?;
         for (item, ttl) in with_ttl {
             sqlx::query(
-                "UPDATE store_items SET expires_at = $3 WHERE namespace = $1 AND item_key = $2",
+                "UPDATE store_items SET expires_at = $3 \
+                 WHERE owner = $4 AND namespace = $1 AND item_key = $2",
             )
             .bind(item.namespace.dotted())
             .bind(item.key.clone())
             .bind(expiry(now, *ttl))
+            .bind(owner.as_str().to_owned())
             .execute(&mut *tx)
             .await?;
         }
@@ -138,6 +140,7 @@ impl SqlStore {
 impl crate::store::ItemStore for SqlStore {
     async fn put_item(
         &self,
+        owner: &Owner,
         ns: &Namespace,
         key: &str,
         value: &JsonMap,
@@ -147,8 +150,9 @@ impl crate::store::ItemStore for SqlStore {
         let _timer = StoreTimer::start("put_item");
         sqlx::query(
             "INSERT INTO store_items (namespace, item_key, value, created_at, updated_at, \
-             ttl_minutes, expires_at) VALUES ($1, $2, $3, $4, $4, CAST($5 AS DOUBLE PRECISION), $6) \
-             ON CONFLICT (namespace, item_key) DO UPDATE SET value = excluded.value, \
+             ttl_minutes, expires_at, owner) \
+             VALUES ($1, $2, $3, $4, $4, CAST($5 AS DOUBLE PRECISION), $6, $7) \
+             ON CONFLICT (owner, namespace, item_key) DO UPDATE SET value = excluded.value, \
              updated_at = excluded.updated_at, ttl_minutes = excluded.ttl_minutes, \
              expires_at = excluded.expires_at, \
              created_at = CASE WHEN store_items.expires_at IS NOT NULL \
@@ -161,6 +165,7 @@ impl crate::store::ItemStore for SqlStore {
         .bind(now.to_string())
         .bind(opt_float(ttl_minutes))
         .bind(expiry(now, ttl_minutes))
+        .bind(owner.as_str().to_owned())
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -168,6 +173,7 @@ impl crate::store::ItemStore for SqlStore {
 
     async fn get_item(
         &self,
+        owner: &Owner,
         ns: &Namespace,
         key: &str,
         refresh_ttl: bool,
@@ -175,10 +181,12 @@ impl crate::store::ItemStore for SqlStore {
     ) -> StoreResult<Option<Item>> {
         let _timer = StoreTimer::start("get_item");
         let mut sql = Sql::new(&format!(
-            "SELECT {ITEM_COLS} FROM store_items WHERE namespace = "
+            "SELECT {ITEM_COLS} FROM store_items WHERE owner = "
         ));
+        let o = sql.arg(owner.as_str());
+        sql.push(&o);
         let p = sql.arg(ns.dotted());
-        sql.push(&p);
+        sql.push(&format!(" AND namespace = {p}"));
         let k = sql.arg(key);
         sql.push(&format!(" AND item_key = {k}"));
         push_live(&mut sql, now);
@@ -186,24 +194,29 @@ impl crate::store::ItemStore for SqlStore {
             return Ok(None);
         };
         if refresh_ttl {
-            self.refresh(std::slice::from_ref(&row), now).await?;
+            self.refresh(owner, std::slice::from_ref(&row), now).await?;
         }
         Ok(Some(row.0))
     }
 
-    async fn delete_item(&self, ns: &Namespace, key: &str) -> StoreResult<bool> {
+    async fn delete_item(&self, owner: &Owner, ns: &Namespace, key: &str) -> StoreResult<bool> {
         let _timer = StoreTimer::start("delete_item");
-        let done = sqlx::query("DELETE FROM store_items WHERE namespace = $1 AND item_key = $2")
-            .bind(ns.dotted())
-            .bind(key.to_owned())
-            .execute(&self.pool)
-            .await?;
+        let done = sqlx::query(
+            "DELETE FROM store_items WHERE owner = $3 AND namespace = $1 AND item_key = $2",
+        )
+        .bind(ns.dotted())
+        .bind(key.to_owned())
+        .bind(owner.as_str().to_owned())
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected() > 0)
     }
 
     async fn search_items(&self, query: &ItemQuery, now: Timestamp) -> StoreResult<Vec<Item>> {
         let _timer = StoreTimer::start("search_items");
         let mut sql = Sql::new(&format!("SELECT {ITEM_COLS} FROM store_items WHERE 1 = 1"));
+        let o = sql.arg(query.owner.as_str());
+        sql.push(&format!(" AND owner = {o}"));
         push_prefix(&mut sql, &query.prefix);
         push_live(&mut sql, now);
         for (field, want) in &query.filter {
@@ -215,7 +228,7 @@ impl crate::store::ItemStore for SqlStore {
         ));
         let rows = all(&self.pool, sql.query(), item_row).await?;
         if query.refresh_ttl {
-            self.refresh(&rows, now).await?;
+            self.refresh(&query.owner, &rows, now).await?;
         }
         Ok(rows.into_iter().map(|(item, _)| item).collect())
     }
@@ -227,6 +240,8 @@ impl crate::store::ItemStore for SqlStore {
     ) -> StoreResult<Vec<Namespace>> {
         let _timer = StoreTimer::start("list_namespaces");
         let mut sql = Sql::new("SELECT DISTINCT namespace FROM store_items WHERE 1 = 1");
+        let o = sql.arg(query.owner.as_str());
+        sql.push(&format!(" AND owner = {o}"));
         push_prefix(&mut sql, &query.prefix);
         push_live(&mut sql, now);
         sql.push(" ORDER BY namespace");

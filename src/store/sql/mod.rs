@@ -34,9 +34,9 @@ pub(super) type Decode<T> = fn(&AnyRow) -> StoreResult<T>;
 pub(super) const CLAIM_ATTEMPTS: usize = 3;
 
 pub(super) const ASSISTANT_COLS: &str = "assistant_id, graph_id, config, context, metadata, name, \
-    description, version, created_at, updated_at";
+    description, version, created_at, updated_at, owner";
 pub(super) const THREAD_COLS: &str = "thread_id, created_at, updated_at, state_updated_at, metadata, \
-    status, config, state_values, error, interrupts, ttl_minutes";
+    status, config, state_values, error, interrupts, ttl_minutes, owner";
 pub(super) const RUN_COLS: &str = "run_id, thread_id, assistant_id, created_at, updated_at, status, \
     metadata, multitask_strategy, kwargs";
 pub(super) const CHECKPOINT_COLS: &str = "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, \

@@ -117,6 +117,8 @@ impl crate::store::ThreadStore for SqlStore {
     async fn search_threads(&self, query: &ThreadQuery) -> StoreResult<Page<Thread>> {
         let _timer = StoreTimer::start("search_threads");
         let mut filter = Sql::new(" WHERE 1 = 1");
+        let owner = filter.arg(query.owner.as_str());
+        filter.push(&format!(" AND owner = {owner}"));
         if !query.ids.is_empty() {
             let params: Vec<String> = query.ids.iter().map(|id| filter.arg(*id)).collect();
             filter.push(&format!(" AND thread_id IN ({})", params.join(", ")));

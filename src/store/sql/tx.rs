@@ -33,7 +33,17 @@ impl SqlStore {
         }
         // The thread lock serializes run insertion per thread, so two `reject` runs cannot
         // both see an idle thread.
-        let Some(mut metadata) = self.lock_thread(conn, run.thread_id).await? else {
+        let sql = format!(
+            "SELECT metadata, owner FROM threads WHERE thread_id = $1{}",
+            self.lock()
+        );
+        let locked = one(&mut *conn, q(sql).bind(run.thread_id.to_string()), |row| {
+            Ok((metadata_row(row)?, text(row, "owner")?))
+        })
+        .await?;
+        // Checked under the lock: a thread another owner created meanwhile is not ours.
+        let Some((mut metadata, _)) = locked.filter(|(_, owner)| owner == ins.owner.as_str())
+        else {
             return Err(StoreError::NotFound("thread"));
         };
         let affected = self.apply_strategy(conn, run, now).await?;
@@ -175,6 +185,7 @@ impl SqlStore {
             error: None,
             interrupts: Value::Object(JsonMap::new()),
             ttl_minutes: None,
+            owner: ins.owner.clone(),
         };
         insert_thread_query(&thread)?.execute(conn).await?;
         Ok(())

@@ -1,0 +1,434 @@
+//! Who a request comes from: an API key (hashed in a keys file, or the one shared
+//! `server.api_key`) or a bearer JWT, turned into the `Owner` its resources belong to. Also the
+//! per-owner request limit, and the per-address limit on failed attempts that slows guessing.
+
+use super::AppState;
+use super::error::AppError;
+use crate::config::{AuthSettings, Settings};
+use crate::store::Owner;
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation, jwk::JwkSet};
+use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The authenticated caller, put on every request by `authenticate`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    pub owner: Owner,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Principal {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, AppError> {
+        parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .ok_or_else(|| AppError::Unauthorized("Authentication required".into()))
+    }
+}
+
+/// Why the service cannot authenticate as configured (it refuses to start).
+#[derive(Debug, thiserror::Error)]
+pub enum AuthSetupError {
+    #[error(
+        "no authentication is configured: set [auth] keys_file, jwt_secret or jwks_url (or \
+         server.api_key for one shared key), or run `serve --no-auth` for local use"
+    )]
+    Unconfigured,
+    #[error("could not read the keys file {path}: {detail}")]
+    KeysFile { path: String, detail: String },
+}
+
+/// One entry of the keys file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyEntry {
+    owner: String,
+    sha256: String,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeysFile {
+    #[serde(default)]
+    keys: Vec<KeyEntry>,
+}
+
+/// The hex SHA-256 of a key, as the keys file stores it.
+pub fn key_digest(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn read_keys(path: &Path) -> Result<HashMap<String, Owner>, AuthSetupError> {
+    let fail = |detail: String| AuthSetupError::KeysFile {
+        path: path.display().to_string(),
+        detail,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let file: KeysFile = toml::from_str(&text).map_err(|e| fail(e.message().to_owned()))?;
+    let mut keys = HashMap::new();
+    for entry in file.keys {
+        let digest = entry.sha256.trim().to_ascii_lowercase();
+        if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(fail(format!(
+                "the key of owner '{}' is not a hex SHA-256 (64 hex digits)",
+                entry.owner
+            )));
+        }
+        let owner = Owner::named(&entry.owner)
+            .ok_or_else(|| fail("every key needs a non-empty owner".into()))?;
+        keys.insert(digest, owner);
+    }
+    Ok(keys)
+}
+
+/// Verifies bearer JWTs: HMAC with the shared secret, or a public key from the JWKS URL.
+struct JwtVerifier {
+    secret: Option<DecodingKey>,
+    jwks: Option<Jwks>,
+    issuer: Option<String>,
+    audience: Option<String>,
+    owner_claim: String,
+}
+
+/// The JWKS document, fetched on first use and again (at most once a minute) when a token
+/// names a key id it does not list.
+struct Jwks {
+    url: String,
+    client: reqwest::Client,
+    cached: tokio::sync::Mutex<Option<(JwkSet, Instant)>>,
+}
+
+const JWKS_REFRESH: Duration = Duration::from_secs(60);
+
+impl Jwks {
+    async fn key(&self, kid: Option<&str>) -> Result<DecodingKey, String> {
+        let mut cached = self.cached.lock().await;
+        let stale = cached
+            .as_ref()
+            .is_none_or(|(_, at)| at.elapsed() >= JWKS_REFRESH);
+        let known = |set: &JwkSet| match kid {
+            Some(kid) => set.find(kid).cloned(),
+            None if set.keys.len() == 1 => set.keys.first().cloned(),
+            None => None,
+        };
+        let mut found = cached.as_ref().and_then(|(set, _)| known(set));
+        if found.is_none() && stale {
+            let set = self.fetch().await?;
+            found = known(&set);
+            *cached = Some((set, Instant::now()));
+        }
+        let jwk = found.ok_or("the token's key id is not among the JWKS keys")?;
+        DecodingKey::from_jwk(&jwk).map_err(|e| format!("unusable JWKS key: {e}"))
+    }
+
+    async fn fetch(&self) -> Result<JwkSet, String> {
+        let response = self
+            .client
+            .get(&self.url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| {
+                tracing::warn!(error = %e, "could not fetch the JWKS");
+                "the signing keys could not be fetched".to_owned()
+            })?;
+        response.json::<JwkSet>().await.map_err(|e| {
+            tracing::warn!(error = %e, "the JWKS is not a valid key set");
+            "the signing keys could not be read".to_owned()
+        })
+    }
+}
+
+const HMAC_ALGS: [Algorithm; 3] = [Algorithm::HS256, Algorithm::HS384, Algorithm::HS512];
+
+impl JwtVerifier {
+    fn new(a: &AuthSettings) -> Option<Self> {
+        if a.jwt_secret.is_none() && a.jwks_url.is_none() {
+            return None;
+        }
+        let jwks = a.jwks_url.as_ref().map(|url| Jwks {
+            url: url.clone(),
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap_or_default(),
+            cached: tokio::sync::Mutex::new(None),
+        });
+        Some(Self {
+            secret: a
+                .jwt_secret
+                .as_ref()
+                .map(|s| DecodingKey::from_secret(s.expose_secret().as_bytes())),
+            jwks,
+            issuer: a.jwt_issuer.clone(),
+            audience: a.jwt_audience.clone(),
+            owner_claim: a.owner_claim.clone(),
+        })
+    }
+
+    async fn verify(&self, token: &str) -> Result<Owner, String> {
+        let head = jsonwebtoken::decode_header(token).map_err(|e| format!("malformed JWT: {e}"))?;
+        // HMAC tokens only ever meet the shared secret and signed ones only the JWKS keys, so
+        // a public key can never be used as an HMAC secret (algorithm confusion).
+        let key = if HMAC_ALGS.contains(&head.alg) {
+            self.secret
+                .clone()
+                .ok_or("HMAC-signed tokens are not accepted here")?
+        } else {
+            let jwks = self
+                .jwks
+                .as_ref()
+                .ok_or("only HMAC-signed tokens are accepted here")?;
+            jwks.key(head.kid.as_deref()).await?
+        };
+        let mut rules = Validation::new(head.alg);
+        rules.leeway = 30;
+        rules.set_required_spec_claims(&["exp"]);
+        match &self.audience {
+            Some(aud) => rules.set_audience(&[aud]),
+            None => rules.validate_aud = false,
+        }
+        if let Some(iss) = &self.issuer {
+            rules.set_issuer(&[iss]);
+        }
+        let claims =
+            jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &rules)
+                .map_err(|e| format!("invalid token: {e}"))?
+                .claims;
+        let owner = match claims.get(&self.owner_claim) {
+            Some(serde_json::Value::String(s)) => Owner::named(s),
+            Some(serde_json::Value::Number(n)) => Owner::named(&n.to_string()),
+            _ => None,
+        };
+        owner.ok_or_else(|| format!("the token has no '{}' claim", self.owner_claim))
+    }
+}
+
+/// Everything `authenticate` needs, built once at start-up.
+pub struct Authenticator {
+    disabled: bool,
+    /// Callers are told apart (keys file or JWT), rather than all being one local or shared
+    /// owner.
+    separate: bool,
+    shared_key: Option<SecretString>,
+    keys: HashMap<String, Owner>,
+    jwt: Option<JwtVerifier>,
+    per_owner: Option<DefaultKeyedRateLimiter<Owner>>,
+    failures: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    /// Addresses refused until the given time after too many failed attempts.
+    blocked: Mutex<HashMap<IpAddr, Instant>>,
+}
+
+/// How long an address that failed authentication too often is refused.
+const BLOCK_FOR: Duration = Duration::from_secs(60);
+
+fn limiter<K: std::hash::Hash + Eq + Clone>(per_minute: u32) -> Option<DefaultKeyedRateLimiter<K>> {
+    NonZeroU32::new(per_minute).map(|n| RateLimiter::keyed(Quota::per_minute(n)))
+}
+
+impl Authenticator {
+    /// Reads the keys file; refuses a service with no way to authenticate unless disabled.
+    pub fn from_settings(settings: &Settings) -> Result<Self, AuthSetupError> {
+        let a = &settings.auth;
+        if !a.disabled && settings.api_key.is_none() && !a.has_identities() {
+            return Err(AuthSetupError::Unconfigured);
+        }
+        let keys = match &a.keys_file {
+            Some(path) => read_keys(path)?,
+            None => HashMap::new(),
+        };
+        let separate = a.has_identities();
+        // Credentials configured win over `disabled`, which only allows running without any.
+        let configured = settings.api_key.is_some() || a.has_identities();
+        Ok(Self {
+            disabled: !configured,
+            separate,
+            shared_key: settings.api_key.clone(),
+            keys,
+            jwt: JwtVerifier::new(a),
+            // One local or shared owner is not limited against itself.
+            per_owner: limiter(a.requests_per_minute).filter(|_| separate),
+            failures: limiter(a.failed_auth_per_minute),
+            blocked: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether callers are told apart, so per-owner limits apply.
+    pub fn separates_owners(&self) -> bool {
+        self.separate
+    }
+
+    async fn owner_of(&self, headers: &HeaderMap) -> Result<Owner, String> {
+        if self.disabled {
+            return Ok(Owner::local());
+        }
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        if let Some(token) = bearer.filter(|t| t.matches('.').count() == 2)
+            && let Some(jwt) = &self.jwt
+        {
+            return jwt.verify(token).await;
+        }
+        let Some(key) = api_key.or(bearer).map(str::trim).filter(|k| !k.is_empty()) else {
+            return Err(
+                "Missing credentials: send an API key in the x-api-key header, or \
+                        Authorization: Bearer <token>"
+                    .into(),
+            );
+        };
+        if let Some(shared) = &self.shared_key
+            && constant_time_eq(key.as_bytes(), shared.expose_secret().as_bytes())
+        {
+            return Ok(Owner::local());
+        }
+        // Looked up by digest: the lookup's timing says nothing about the key itself.
+        self.keys
+            .get(&key_digest(key))
+            .cloned()
+            .ok_or_else(|| "Invalid API key".into())
+    }
+
+    fn is_blocked(&self, ip: IpAddr) -> Option<u64> {
+        let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+        let until = *blocked.get(&ip)?;
+        let now = Instant::now();
+        if until <= now {
+            blocked.remove(&ip);
+            return None;
+        }
+        Some((until - now).as_secs().max(1))
+    }
+
+    fn note_failure(&self, ip: IpAddr) {
+        let Some(failures) = &self.failures else {
+            return;
+        };
+        if failures.check_key(&ip).is_err() {
+            let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
+            // Bounded: an attacker with many addresses must not grow this without end.
+            if blocked.len() > 100_000 {
+                let now = Instant::now();
+                blocked.retain(|_, until| *until > now);
+            }
+            blocked.insert(ip, Instant::now() + BLOCK_FOR);
+            tracing::warn!(%ip, "too many failed authentication attempts; refusing for a minute");
+        }
+        failures.retain_recent();
+    }
+
+    fn within_rate(&self, owner: &Owner) -> Result<(), AppError> {
+        let Some(limit) = &self.per_owner else {
+            return Ok(());
+        };
+        limit.check_key(owner).map_err(|not_until| {
+            let wait = not_until.wait_time_from(governor::clock::Clock::now(
+                &governor::clock::DefaultClock::default(),
+            ));
+            AppError::TooMany {
+                detail: "Too many requests: slow down".into(),
+                retry_after: wait.as_secs().max(1),
+            }
+        })
+    }
+}
+
+/// Compares secrets without leaking how many leading bytes matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Paths open without credentials: health, server info, metrics and API docs.
+fn is_public(path: &str) -> bool {
+    matches!(path, "/ok" | "/info" | "/metrics" | "/openapi.json") || path.starts_with("/docs")
+}
+
+/// Puts the caller's `Principal` on the request, or answers 401 (429 for an address that
+/// failed too often, or an owner over its request rate).
+pub(super) async fn authenticate(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    if req.method() == Method::OPTIONS || is_public(req.uri().path()) {
+        return next.run(req).await;
+    }
+    let auth = &state.auth;
+    let ip = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    if let Some(retry_after) = ip.and_then(|ip| auth.is_blocked(ip)) {
+        let detail = "Too many failed authentication attempts from this address".into();
+        return AppError::TooMany {
+            detail,
+            retry_after,
+        }
+        .into_response();
+    }
+    match auth.owner_of(req.headers()).await {
+        Ok(owner) => {
+            if let Err(limited) = auth.within_rate(&owner) {
+                return limited.into_response();
+            }
+            req.extensions_mut().insert(Principal { owner });
+            next.run(req).await
+        }
+        Err(why) => {
+            if let Some(ip) = ip {
+                auth.note_failure(ip);
+            }
+            AppError::Unauthorized(why).into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_are_hex_sha256() {
+        assert_eq!(
+            key_digest("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn a_keys_file_with_a_bad_digest_is_refused() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("keys.toml");
+        std::fs::write(&path, "[[keys]]\nowner = \"a\"\nsha256 = \"xyz\"\n").unwrap();
+        assert!(read_keys(&path).is_err());
+        std::fs::write(
+            &path,
+            "[[keys]]\nowner = \" \"\nsha256 = \"".to_owned() + &"a".repeat(64) + "\"\n",
+        )
+        .unwrap();
+        assert!(read_keys(&path).is_err());
+    }
+}
