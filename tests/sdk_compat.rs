@@ -4,7 +4,11 @@
 
 mod support;
 
+use deep_research::api::auth::key_digest;
 use std::process::Command;
+
+const KEY_A: &str = "sdk-suite-key-of-owner-a";
+const KEY_B: &str = "sdk-suite-key-of-owner-b";
 use support::{Backend, spawn_app_on, test_settings};
 
 fn python() -> Option<String> {
@@ -25,7 +29,20 @@ fn python() -> Option<String> {
 
 async fn run_suite(backend: Backend) {
     let Some(python) = python() else { return };
-    let Some(app) = spawn_app_on(backend, test_settings()).await else {
+    // The suite acts as owner A through a keys file, as a deployment with users would; the
+    // tenants test also acts as owner B.
+    let dir = tempfile::TempDir::new().expect("temp dir");
+    let keys = dir.path().join("keys.toml");
+    let entry = |owner: &str, key: &str| {
+        format!(
+            "[[keys]]\nowner = \"{owner}\"\nsha256 = \"{}\"\n",
+            key_digest(key)
+        )
+    };
+    std::fs::write(&keys, entry("owner-a", KEY_A) + &entry("owner-b", KEY_B)).expect("keys");
+    let mut settings = test_settings();
+    settings.auth.keys_file = Some(keys);
+    let Some(app) = spawn_app_on(backend, settings).await else {
         return;
     };
     let url = app.address.clone();
@@ -47,6 +64,8 @@ async fn run_suite(backend: Backend) {
             ])
             .args(extra)
             .env("LG_URL", url)
+            .env("LG_API_KEY", KEY_A)
+            .env("LG_API_KEY_B", KEY_B)
             .env("LG_WEBHOOK_SECRET", support::WEBHOOK_SECRET)
             .output()
     })
