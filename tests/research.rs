@@ -1145,3 +1145,150 @@ async fn the_config_schema_describes_every_setting() {
         .to_owned();
     assert!(detail.contains("between 1 and 20"), "{detail}");
 }
+
+/// Keys a run brings are used for that run and nowhere kept: not in the run, its thread, its
+/// checkpoints, its stored events, the database file or its write-ahead log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_a_run_brings_are_used_and_never_kept() {
+    const MODEL_KEY: &str = "sk-run-secret-7f3a9c";
+    const SEARCH_KEY: &str = "tvly-run-secret-2b8e1d";
+    let ra = r::start(
+        scripted(Script::default()),
+        "[operator]\nallow_api_keys_from_config = true\n",
+    )
+    .await;
+    // The search service takes the run's key only (the configured one is refused).
+    ra.tavily.require_key(Some(SEARCH_KEY));
+    let tid = new_thread(&ra.app).await;
+    let keys = json!({"OPENAI_API_KEY": MODEL_KEY, "TAVILY_API_KEY": SEARCH_KEY});
+    let frames = stream(
+        &ra,
+        &tid,
+        "Compare two things",
+        json!({"stream_resumable": true, "config": {"configurable": {"apiKeys": keys}},
+               "metadata": {"note": "keep me on the run"}}),
+    )
+    .await;
+    assert!(
+        last_values(&frames)["final_report"].is_string(),
+        "{frames:?}"
+    );
+    // Used: every model call and every search carried the run's keys.
+    let bearer = format!("Bearer {MODEL_KEY}");
+    let headers = ra.llm.headers();
+    assert!(!headers.is_empty());
+    assert!(
+        headers
+            .iter()
+            .all(|h| h["authorization"] == bearer.as_str())
+    );
+    let searches = ra.tavily.requests();
+    assert!(!searches.is_empty());
+    assert!(searches.iter().all(|s| {
+        s.authorization.as_deref() == Some(&format!("Bearer {SEARCH_KEY}"))
+            || s.body["api_key"] == SEARCH_KEY
+    }));
+    // Kept nowhere.
+    let mut seen =
+        serde_json::to_string(&frames.iter().map(|f| &f.data).collect::<Vec<_>>()).unwrap();
+    let runs: Value = ra.app.get_json(&format!("/threads/{tid}/runs")).await;
+    let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    for path in [
+        format!("/threads/{tid}"),
+        format!("/threads/{tid}/runs"),
+        format!("/threads/{tid}/runs/{run_id}"),
+        format!("/threads/{tid}/state"),
+        format!("/threads/{tid}/history?limit=100"),
+    ] {
+        seen.push_str(&ra.app.get_json(&path).await.to_string());
+    }
+    let replay = ra
+        .app
+        .client
+        .get(ra.app.url(&format!("/threads/{tid}/runs/{run_id}/stream")))
+        .header("last-event-id", "-1")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    seen.push_str(&replay);
+    for file in ra.app.sqlite_files() {
+        seen.push_str(&String::from_utf8_lossy(&std::fs::read(file).unwrap()));
+    }
+    for secret in [MODEL_KEY, SEARCH_KEY] {
+        assert!(!seen.contains(secret), "{secret} was kept");
+    }
+    // Run metadata stays on the run: not copied into checkpoints or streamed tokens.
+    assert!(
+        runs[0]["metadata"]["note"] == "keep me on the run",
+        "{runs}"
+    );
+    let history = ra
+        .app
+        .get_json(&format!("/threads/{tid}/history?limit=100"))
+        .await;
+    assert!(!history.to_string().contains("keep me on the run"));
+    assert!(!replay.contains("keep me on the run"));
+}
+
+/// A server that does not take keys from runs says so, and nothing is created; assistants and
+/// crons, which are stored, never take them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_refused_where_they_would_be_stored_or_are_not_allowed() {
+    let ra = r::start(scripted(Script::default()), "").await;
+    let tid = new_thread(&ra.app).await;
+    let keys = json!({"apiKeys": {"OPENAI_API_KEY": "sk-nope"}});
+    let post = |path: String, body: Value| {
+        let app = &ra.app;
+        async move {
+            let resp = app
+                .client
+                .post(app.url(&path))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, v) = post(
+        format!("/threads/{tid}/runs"),
+        json!({"assistant_id": "deep_research", "input": {"messages": []},
+               "config": {"configurable": keys}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{v}");
+    assert!(
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("allow_api_keys_from_config"),
+        "{v}"
+    );
+    assert!(!v.to_string().contains("sk-nope"));
+    let (status, v) = post(
+        "/assistants".into(),
+        json!({"graph_id": "deep_research", "config": {"configurable": keys}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{v}");
+    let (status, v) = post(
+        "/runs/crons".into(),
+        json!({"assistant_id": "deep_research", "schedule": "0 0 1 1 *",
+               "config": {"configurable": keys}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{v}");
+    let runs: Value = ra.app.get_json(&format!("/threads/{tid}/runs")).await;
+    assert_eq!(runs, json!([]));
+    // Blank keys (a form left empty) are no keys at all.
+    let (status, v) = post(
+        format!("/threads/{tid}/runs"),
+        json!({"assistant_id": "deep_research", "input": {"messages": [{"role": "user", "content": "hi"}]},
+               "config": {"configurable": {"apiKeys": {"OPENAI_API_KEY": ""}}}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+}

@@ -133,6 +133,18 @@ pub(crate) fn settings_of(config: &Value, context: &Value) -> JsonMap {
 /// 422 now (naming the field, as a run gets) rather than a failed run later.
 fn check_settings(graph: &Graph, config: &Value, context: &Value) -> ApiResult<()> {
     let settings = settings_of(config, context);
+    let keys = &settings["configurable"]["apiKeys"];
+    let holds_keys = keys.as_object().is_some_and(|m| {
+        m.values()
+            .any(|v| v.as_str().is_some_and(|k| !k.trim().is_empty()))
+    });
+    if holds_keys {
+        return Err(AppError::Invalid(
+            "apiKeys: an assistant is stored, and provider keys never are; send them with each \
+             run (config.configurable.apiKeys)"
+                .into(),
+        ));
+    }
     check_recursion_limit(&settings)?;
     graph
         .check_config(&Value::Object(settings))

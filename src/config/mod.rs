@@ -64,6 +64,8 @@ pub struct Settings {
     pub auth: AuthSettings,
     /// Admission limits on runs.
     pub run_limits: RunLimits,
+    /// Runs may bring provider keys in `configurable.apiKeys` (held in memory, never stored).
+    pub allow_run_keys: bool,
     /// Logs, traces and metrics.
     pub telemetry: TelemetryConfig,
     /// Run-completion webhooks.
@@ -160,6 +162,7 @@ impl Settings {
             cors_origins: s.cors_origins.clone(),
             cors_private_network: s.cors_private_network,
             auth: auth_settings(&cfg.auth),
+            allow_run_keys: cfg.operator.allow_api_keys_from_config,
             run_limits: RunLimits {
                 max_pending_runs: cfg.limits.max_pending_runs,
                 owner_max_inflight_runs: cfg.limits.owner_max_inflight_runs,

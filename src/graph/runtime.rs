@@ -177,6 +177,16 @@ pub enum RunError {
     Input(String),
     #[error("checkpoint {0} not found")]
     CheckpointNotFound(Uuid),
+    /// The run ran past `[limits] run_deadline_secs`.
+    #[error("the run was stopped after {0} seconds, its deadline ([limits] run_deadline_secs)")]
+    Deadline(u64),
+    /// Provider keys the run brought are held in memory only, and this process has none.
+    #[error(
+        "the provider keys sent with this run are kept only in the memory of the server that \
+         accepted it, and it no longer runs it (it restarted, or another replica took the run \
+         over): start the run again"
+    )]
+    KeysUnavailable,
     #[error(transparent)]
     Channel(#[from] ChannelError),
     #[error(transparent)]
@@ -195,6 +205,8 @@ impl RunError {
             Self::Input(_) | Self::Channel(_) => ("InvalidUpdateError".into(), self.to_string()),
             Self::CheckpointNotFound(_) => ("EmptyInputError".into(), self.to_string()),
             Self::Drained => ("CancelledError".into(), self.to_string()),
+            Self::Deadline(_) => ("RunDeadlineExceeded".into(), self.to_string()),
+            Self::KeysUnavailable => ("RunKeysUnavailable".into(), self.to_string()),
             Self::Cancelled
             | Self::Node {
                 error: NodeError::Cancelled,

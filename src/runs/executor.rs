@@ -180,6 +180,7 @@ impl Runner {
         };
         drop(keeper);
         lock(&self.active).remove(&run.run_id);
+        self.drop_run_keys(run.run_id);
 
         let ending = match ending {
             _ if lost.load(Ordering::Acquire) => Ending::Lost,
@@ -350,13 +351,32 @@ impl Runner {
             channel: channel.clone(),
             bus: self.bus.clone(),
         });
-        let mut metadata = run.metadata.clone();
+        // Only the ids: the run's own metadata (up to the body limit) is stored once, on the run,
+        // and is not copied into every checkpoint and every streamed token's metadata.
+        let mut metadata: JsonMap = run
+            .metadata
+            .iter()
+            .filter(|(k, _)| ["assistant_id", "cron_id"].contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         metadata.insert("graph_id".into(), json!(graph.id));
+        let mut config = kwargs.config.clone();
+        if kwargs.run_keys {
+            let Some(keys) = self.held_run_keys(run.run_id) else {
+                return Ending::Failed(RunError::KeysUnavailable);
+            };
+            if let Some(configurable) = config
+                .get_mut("configurable")
+                .and_then(Value::as_object_mut)
+            {
+                configurable.insert("apiKeys".into(), keys);
+            }
+        }
         let scope = RunScope::new(
             self.store.clone(),
             run.thread_id,
             run.run_id,
-            kwargs.config.clone(),
+            config,
             metadata,
             sink,
             cancel.clone(),
@@ -387,9 +407,23 @@ impl Runner {
             self.shutdown.cancelled().await;
             tokio::time::sleep(self.settings.drain_timeout).await;
         };
+        let overdue = async {
+            match self.settings.run_limits.run_deadline {
+                // Per attempt: a run resumed elsewhere gets the time again (attempts are
+                // bounded by `max_attempts`).
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
         let result = tokio::select! {
             result = invoke(&scope, inv) => result,
             () = deadline => Err(RunError::Drained),
+            () = overdue => {
+                // Stop the graph's tasks too, not just stop waiting for them.
+                cancel.cancel();
+                let limit = self.settings.run_limits.run_deadline.unwrap_or_default();
+                Err(RunError::Deadline(limit.as_secs()))
+            }
         };
         flusher.stop().await;
         match result {

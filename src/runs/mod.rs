@@ -42,6 +42,9 @@ pub struct RunKwargs {
     pub resumable: bool,
     pub checkpoint_during: bool,
     pub durability: options::Durability,
+    /// The run brought provider keys (`configurable.apiKeys`): they are held in this process's
+    /// memory only (`Runner::hold_run_keys`), never stored.
+    pub run_keys: bool,
 }
 
 impl RunKwargs {
@@ -91,6 +94,8 @@ pub struct Runner {
     worker_id: String,
     wake: Notify,
     active: Mutex<HashMap<Uuid, Active>>,
+    /// Provider keys runs brought, by run, until the run ends here.
+    run_keys: Mutex<HashMap<Uuid, Value>>,
     shutdown: CancellationToken,
 }
 
@@ -110,8 +115,24 @@ impl Runner {
             worker_id: format!("worker-{}", Uuid::new_v4().simple()),
             wake: Notify::new(),
             active: Mutex::new(HashMap::new()),
+            run_keys: Mutex::new(HashMap::new()),
             shutdown,
         })
+    }
+
+    /// Keeps the provider keys a run brought, in memory only, until the run ends here (call
+    /// before inserting the run: a worker may claim it at once).
+    pub fn hold_run_keys(&self, run_id: Uuid, keys: Value) {
+        lock(&self.run_keys).insert(run_id, keys);
+    }
+
+    /// Forgets a run's keys (its insert failed, or it ended).
+    pub fn drop_run_keys(&self, run_id: Uuid) {
+        lock(&self.run_keys).remove(&run_id);
+    }
+
+    fn held_run_keys(&self, run_id: Uuid) -> Option<Value> {
+        lock(&self.run_keys).get(&run_id).cloned()
     }
 
     /// Starts `max_concurrent_runs` workers and the lease sweeper; they stop when the shutdown

@@ -37,6 +37,22 @@ pub struct TestApp {
     _dir: Option<TempDir>,
 }
 
+impl TestApp {
+    /// The SQLite database file (and its write-ahead log) of an app on SQLite.
+    pub fn sqlite_files(&self) -> Vec<std::path::PathBuf> {
+        self._dir
+            .as_ref()
+            .map(|d| {
+                ["test.db", "test.db-wal"]
+                    .iter()
+                    .map(|f| d.path().join(f))
+                    .filter(|p| p.exists())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();

@@ -89,6 +89,8 @@ where
     // Fast retries in tests: the policy is what matters, not the wall-clock wait.
     deps.retry.base_delay = std::time::Duration::from_millis(20);
     research::register(&mut registry, Arc::new(deps));
-    let app = spawn_with(backend, test_settings(), registry).await?;
+    let mut settings = test_settings();
+    settings.allow_run_keys = cfg.operator.allow_api_keys_from_config;
+    let app = spawn_with(backend, settings, registry).await?;
     Some(ResearchApp { app, llm, tavily })
 }

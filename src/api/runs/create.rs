@@ -286,7 +286,7 @@ pub(super) async fn start_ticked(
     if let Some(command) = &human.command {
         check_command(state, command, thread_id, checkpoint_id).await?;
     }
-    let mut run = build_run(
+    let (mut run, run_keys) = build_run(
         &human,
         state,
         &body,
@@ -314,8 +314,14 @@ pub(super) async fn start_ticked(
         cron_tick,
     };
     let resumable = body.stream_resumable.unwrap_or(false);
-    let (subscription, result) =
-        insert_subscribed(state, &insert, options.strategy, resumable).await?;
+    // Held before the insert: a worker here may claim the run the moment it is committed.
+    if let Some(keys) = run_keys {
+        state.runner.hold_run_keys(insert.run.run_id, keys);
+    }
+    let inserted = insert_subscribed(state, &insert, options.strategy, resumable).await;
+    let (subscription, result) = inserted.inspect_err(|_| {
+        state.runner.drop_run_keys(insert.run.run_id);
+    })?;
     Ok(Started {
         run: insert.run,
         subscription,
@@ -369,7 +375,7 @@ pub(super) async fn check(
     })?;
     let human = HumanInput::parse(body, &assistant, &graph)?;
     let stateless = matches!(target, Target::Stateless);
-    build_run(
+    let (_, run_keys) = build_run(
         &human,
         state,
         body,
@@ -379,6 +385,13 @@ pub(super) async fn check(
         stateless,
         None,
     )?;
+    if run_keys.is_some() {
+        return Err(AppError::Invalid(
+            "config.configurable.apiKeys: a cron's run request is stored, and provider keys \
+             never are; configure the keys on the server"
+                .into(),
+        ));
+    }
     Ok(assistant)
 }
 
@@ -484,7 +497,7 @@ fn build_run(
     thread_id: Uuid,
     stateless: bool,
     checkpoint_id: Option<Uuid>,
-) -> ApiResult<Run> {
+) -> ApiResult<(Run, Option<Value>)> {
     let run_id = ids::new_id();
     let mut id_fields = JsonMap::new();
     id_fields.insert("run_id".into(), json!(run_id));
@@ -495,7 +508,8 @@ fn build_run(
         id_fields.insert("checkpoint_id".into(), json!(cid));
         id_fields.insert("checkpoint_ns".into(), json!(""));
     }
-    let config = run_config(assistant, body, &id_fields)?;
+    let mut config = run_config(assistant, body, &id_fields)?;
+    let run_keys = take_run_keys(&mut config, state.settings.allow_run_keys)?;
     if let Some(graph) = state.registry.get(&assistant.graph_id) {
         graph.check_config(&config).map_err(AppError::Invalid)?;
     }
@@ -512,7 +526,12 @@ fn build_run(
         input: body.input.clone().unwrap_or(Value::Null),
         command: human.command_json.clone(),
         config,
-        context: Value::Object(object(body.context.clone(), "context")?),
+        // Keys sent in `context` went into `configurable` and were taken out above.
+        context: Value::Object({
+            let mut context = object(body.context.clone(), "context")?;
+            context.remove("apiKeys");
+            context
+        }),
         stream_mode: options
             .modes
             .names()
@@ -529,9 +548,10 @@ fn build_run(
         resumable: body.stream_resumable.unwrap_or(false),
         checkpoint_during: body.checkpoint_during.unwrap_or(true),
         durability: options.durability,
+        run_keys: run_keys.is_some(),
     };
     let now = Timestamp::now();
-    Ok(Run {
+    let run = Run {
         run_id,
         thread_id,
         assistant_id: assistant.assistant_id,
@@ -541,7 +561,47 @@ fn build_run(
         metadata,
         multitask_strategy: options.strategy,
         kwargs: serde_json::to_value(&kwargs).map_err(|e| AppError::Internal(e.into()))?,
-    })
+    };
+    Ok((run, run_keys))
+}
+
+/// Takes `configurable.apiKeys` (provider keys a run brings, ODR's per-run keys) out of the
+/// config, so they are never stored, echoed, checkpointed or logged: the run gets them from
+/// memory. Refused unless the operator allows runs to bring keys.
+fn take_run_keys(config: &mut Value, allowed: bool) -> ApiResult<Option<Value>> {
+    let Some(keys) = config
+        .get_mut("configurable")
+        .and_then(Value::as_object_mut)
+        .and_then(|c| c.remove("apiKeys"))
+    else {
+        return Ok(None);
+    };
+    let Value::Object(map) = keys else {
+        return Err(AppError::Invalid(
+            "config.configurable.apiKeys must be an object of key names to keys".into(),
+        ));
+    };
+    if map.values().any(|v| !v.is_string() && !v.is_null()) {
+        return Err(AppError::Invalid(
+            "config.configurable.apiKeys values must be strings".into(),
+        ));
+    }
+    // Empty values are what a front end sends for keys the user left blank.
+    let given: JsonMap = map
+        .into_iter()
+        .filter(|(_, v)| v.as_str().is_some_and(|k| !k.trim().is_empty()))
+        .collect();
+    if given.is_empty() {
+        return Ok(None);
+    }
+    if !allowed {
+        return Err(AppError::Invalid(
+            "config.configurable.apiKeys: this server does not accept provider keys from runs \
+             (its operator can allow it with [operator] allow_api_keys_from_config)"
+                .into(),
+        ));
+    }
+    Ok(Some(Value::Object(given)))
 }
 
 /// The insert, tried again a few times when it lost to a concurrent transaction: on Postgres a
