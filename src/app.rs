@@ -64,6 +64,10 @@ impl Application {
             tracing::warn!(host = %settings.host, "authentication is disabled on a non-loopback \
                 address: anyone who can reach it acts as the one local owner");
         }
+        let admission = Arc::new(api::Admission::new(
+            &settings.run_limits,
+            auth.separates_owners(),
+        ));
         let settings = Arc::new(settings);
         let shutdown = CancellationToken::new();
         let bus = Bus::new();
@@ -82,6 +86,7 @@ impl Application {
             runner,
             settings,
             auth,
+            admission,
             shutdown,
         };
         Ok(Self {

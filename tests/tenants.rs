@@ -373,8 +373,8 @@ async fn bob_tries_everything(bob: &As<'_>, w: &World) {
         .ok(Method::POST, "/assistants/count", Some(json!({})))
         .await;
     assert_eq!(
-        v, 3,
-        "bob sees the system assistants of the three test graphs only"
+        v, 5,
+        "bob sees the system assistants of the five test graphs only"
     );
     // Pruning alice's thread prunes nothing; creating on her ids is a conflict, not a copy.
     let v = bob
@@ -844,4 +844,112 @@ async fn slow_clients_do_not_hold_connections() {
     })
     .await
     .unwrap();
+}
+
+async fn start_slow(who: &As<'_>, secs: f64) -> (StatusCode, Value) {
+    let t = who.ok(Method::POST, "/threads", Some(json!({}))).await;
+    let tid = t["thread_id"].as_str().unwrap().to_owned();
+    who.call(
+        Method::POST,
+        &format!("/threads/{tid}/runs"),
+        Some(json!({"assistant_id": "slow", "input": {"messages": []},
+                    "config": {"configurable": {"sleep_secs": secs}}})),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_owner_has_run_limits_and_the_queue_is_bounded() {
+    let dir = TempDir::new().unwrap();
+    let mut settings = keyed_settings(&dir);
+    settings.run_limits.owner_max_inflight_runs = 2;
+    settings.run_limits.owner_runs_per_minute = 3;
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let (alice, bob) = (As::key(&app, ALICE), As::key(&app, BOB));
+    for _ in 0..2 {
+        let (status, v) = start_slow(&alice, 30.0).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+    }
+    let (status, v) = start_slow(&alice, 30.0).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("at once"), "{v}");
+    // Bob is not held back by alice.
+    let (status, v) = start_slow(&bob, 0.01).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    // Alice's third run of the minute (the refused one did not count) is her last.
+    let threads = alice
+        .ok(Method::POST, "/threads/search", Some(json!({"limit": 10})))
+        .await;
+    for t in threads.as_array().unwrap() {
+        let tid = t["thread_id"].as_str().unwrap();
+        for run in alice
+            .ok(Method::GET, &format!("/threads/{tid}/runs"), None)
+            .await
+            .as_array()
+            .unwrap()
+        {
+            let rid = run["run_id"].as_str().unwrap();
+            alice
+                .call(
+                    Method::POST,
+                    &format!("/threads/{tid}/runs/{rid}/cancel?wait=1"),
+                    None,
+                )
+                .await;
+        }
+    }
+    let (status, v) = start_slow(&alice, 0.01).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let (status, v) = start_slow(&alice, 0.01).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("last minute"), "{v}");
+
+    // The service-wide queue: one waiting run at most.
+    let mut settings = test_settings();
+    settings.run_limits.max_pending_runs = 1;
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let local = As::key(&app, "unused");
+    let t = local.ok(Method::POST, "/threads", Some(json!({}))).await;
+    let tid = t["thread_id"].as_str().unwrap();
+    let body = json!({"assistant_id": "slow", "input": {"messages": []}, "multitask_strategy": "enqueue",
+                      "config": {"configurable": {"sleep_secs": 30}}});
+    let path = format!("/threads/{tid}/runs");
+    local.ok(Method::POST, &path, Some(body.clone())).await;
+    // The first is claimed and running; the second waits behind it; a third finds the queue full.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    local.ok(Method::POST, &path, Some(body.clone())).await;
+    let (status, v) = local.call(Method::POST, &path, Some(body)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert!(
+        v["detail"].as_str().unwrap().contains("queue is full"),
+        "{v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_deadline_is_stopped_with_the_reason() {
+    let mut settings = test_settings();
+    settings.run_limits.run_deadline = Some(Duration::from_secs(1));
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let local = As::key(&app, "unused");
+    let t = local.ok(Method::POST, "/threads", Some(json!({}))).await;
+    let tid = t["thread_id"].as_str().unwrap();
+    let started = std::time::Instant::now();
+    local
+        .call(
+            Method::POST,
+            &format!("/threads/{tid}/runs/wait"),
+            Some(json!({"assistant_id": "slow", "input": {"messages": []},
+                        "config": {"configurable": {"sleep_secs": 30}}})),
+        )
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let runs = local
+        .ok(Method::GET, &format!("/threads/{tid}/runs"), None)
+        .await;
+    assert_eq!(runs[0]["status"], "error", "{runs}");
+    let thread = local
+        .ok(Method::GET, &format!("/threads/{tid}"), None)
+        .await;
+    assert_eq!(thread["error"]["error"], "RunDeadlineExceeded", "{thread}");
 }

@@ -44,6 +44,7 @@ pub struct AppState {
     pub runner: Arc<Runner>,
     pub settings: Arc<Settings>,
     pub auth: Arc<auth::Authenticator>,
+    pub admission: Arc<runs::admission::Admission>,
     pub shutdown: CancellationToken,
 }
 
@@ -301,6 +302,7 @@ pub(crate) fn check_paging(limit: i64, offset: i64) -> Result<(), AppError> {
 
 pub use assistants::system_assistant;
 pub(crate) use crons::run_scheduler;
+pub use runs::admission::Admission;
 
 /// The paging and sorting fields every search body has, checked.
 pub(crate) struct SearchParams {

@@ -440,6 +440,8 @@ impl Runner {
             Err(RunError::Store(StoreError::LeaseLost(_))) => Ending::Lost,
             Err(_) if self.shutdown.is_cancelled() => Ending::Left,
             Err(RunError::Cancelled) => Ending::Cancelled(None),
+            // Cancelled by its deadline, not by a client.
+            Err(error @ RunError::Deadline(_)) => Ending::Failed(error),
             Err(error) if cancel.is_cancelled() => {
                 tracing::debug!(%error, "run stopped after cancellation");
                 Ending::Cancelled(None)

@@ -269,6 +269,8 @@ pub trait RunStore: Send + Sync {
     async fn fail_expired_runs(&self, max_attempts: i64) -> StoreResult<Vec<Run>>;
     /// Runs with this status, across all threads (the queue depth for `/metrics`).
     async fn count_runs(&self, status: RunStatus) -> StoreResult<u64>;
+    /// Pending and running runs on the owner's threads (per-owner admission limits).
+    async fn count_inflight_runs_of(&self, owner: &Owner) -> StoreResult<u64>;
 }
 
 /// Checkpoints: one per graph step and namespace, chained by parent ids.

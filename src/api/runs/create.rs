@@ -313,6 +313,7 @@ pub(super) async fn start_ticked(
             .map(|k| format!("{}:{}:{k}", owner.as_str().len(), owner.as_str())),
         cron_tick,
     };
+    super::admission::admit(state, owner).await?;
     let resumable = body.stream_resumable.unwrap_or(false);
     // Held before the insert: a worker here may claim the run the moment it is committed.
     if let Some(keys) = run_keys {

@@ -1,6 +1,7 @@
 //! Runs: create (background, streamed, or waited on), list, read, cancel, join and delete, on a
 //! thread or stateless (a temporary thread).
 
+pub(crate) mod admission;
 mod create;
 mod waiting;
 

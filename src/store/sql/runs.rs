@@ -5,7 +5,7 @@ use super::query::*;
 use super::tx::*;
 use super::*;
 use crate::store::{
-    CancelAction, Fence, Lease, LeaseState, Run, RunEnd, RunInsert, RunStatus, StoreError,
+    CancelAction, Fence, Lease, LeaseState, Owner, Run, RunEnd, RunInsert, RunStatus, StoreError,
     StoreResult, ThreadStatus, ThreadSummary,
 };
 use crate::telemetry::metrics::StoreTimer;
@@ -310,6 +310,17 @@ impl crate::store::RunStore for SqlStore {
         let sql = Sql::new("SELECT COUNT(*) FROM runs WHERE status = $1");
         let mut sql = sql;
         sql.arg(status.as_str());
+        Ok(count(&self.pool, sql.query()).await?.max(0) as u64)
+    }
+
+    async fn count_inflight_runs_of(&self, owner: &Owner) -> StoreResult<u64> {
+        let _timer = StoreTimer::start("count_inflight_runs_of");
+        let mut sql = Sql::new(&format!(
+            "SELECT COUNT(*) FROM runs JOIN threads ON threads.thread_id = runs.thread_id \
+             WHERE runs.{INFLIGHT} AND threads.owner = "
+        ));
+        let p = sql.arg(owner.as_str());
+        sql.push(&p);
         Ok(count(&self.pool, sql.query()).await?.max(0) as u64)
     }
 }
