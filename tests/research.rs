@@ -1292,3 +1292,68 @@ async fn keys_are_refused_where_they_would_be_stored_or_are_not_allowed() {
     .await;
     assert_eq!(status, 200, "{v}");
 }
+
+/// A run that reaches its spend cap stops researching and ends with a partial report built
+/// from what it found, said to be partial everywhere a client looks: never silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_at_its_spend_cap_ends_with_a_partial_report_marked_as_such() {
+    let full = r::start(
+        scripted(Script {
+            topics: 2,
+            ..Script::default()
+        }),
+        "",
+    )
+    .await;
+    let tid = new_thread(&full.app).await;
+    let frames = stream(&full, &tid, "Compare two things", json!({})).await;
+    assert!(last_values(&frames)["final_report"].is_string());
+    let uncapped_calls = full.llm.calls();
+
+    // About a third of what the whole run uses.
+    let used = last_values(&frames)["usage"]["input_tokens"]
+        .as_u64()
+        .unwrap()
+        + last_values(&frames)["usage"]["output_tokens"]
+            .as_u64()
+            .unwrap();
+    let cap = format!("[limits]\nrun_max_tokens = {}\n", used / 3);
+    let ra = r::start(
+        scripted(Script {
+            topics: 2,
+            ..Script::default()
+        }),
+        &cap,
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "Compare two things", json!({})).await;
+    let values = last_values(&frames);
+    let report = values["final_report"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{:?}", frames.last()));
+    assert!(report.starts_with("# Partial report"), "{report}");
+    assert!(report.contains("run_max_tokens"), "{report}");
+    assert!(
+        values["stopped_early"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("tokens")
+    );
+    let caps: Vec<_> = frames
+        .iter()
+        .filter(|f| f.event == "custom" && f.data["type"] == "spend_cap")
+        .collect();
+    assert_eq!(caps.len(), 1, "reported once");
+    assert!(
+        ra.llm.calls() < uncapped_calls,
+        "{} vs {uncapped_calls}",
+        ra.llm.calls()
+    );
+    let runs: Value = ra.app.get_json(&format!("/threads/{tid}/runs")).await;
+    assert_eq!(runs[0]["status"], "success");
+    assert!(
+        runs[0]["metadata"]["stopped_early"]["reason"].is_string(),
+        "{runs}"
+    );
+}

@@ -2429,6 +2429,31 @@ mod contract {
         };
         assert!(s.list_namespaces(&listing, now).await.unwrap().is_empty());
 
+        // Spend: recorded under the thread's owner, kept after the thread goes.
+        s.record_spend(r.run_id, t.thread_id, 1_000, 0.5, now)
+            .await
+            .unwrap();
+        s.record_spend(r.run_id, t.thread_id, 1_500, 0.75, now)
+            .await
+            .unwrap();
+        assert_eq!(
+            s.owner_spend_since(&alice, at(-60.0)).await.unwrap(),
+            (1_500, 0.75)
+        );
+        assert_eq!(
+            s.owner_spend_since(&bob, at(-60.0)).await.unwrap(),
+            (0, 0.0)
+        );
+        assert_eq!(
+            s.owner_spend_since(&alice, at(60.0)).await.unwrap(),
+            (0, 0.0)
+        );
+        let mark = map(json!({"stopped_early": {"reason": "cap"}}));
+        s.merge_run_metadata(r.run_id, &mark).await.unwrap();
+        let got = s.get_run(r.run_id).await.unwrap().unwrap();
+        assert_eq!(got.metadata["stopped_early"]["reason"], "cap");
+        assert_eq!(s.delete_spend_before(at(60.0)).await.unwrap(), 1);
+
         // Crons: search and count by owner.
         let mut c = cron(None, mine.assistant_id, at(60.0));
         c.owner = alice.clone();

@@ -953,3 +953,36 @@ async fn a_run_past_its_deadline_is_stopped_with_the_reason() {
         .await;
     assert_eq!(thread["error"]["error"], "RunDeadlineExceeded", "{thread}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_past_its_daily_spend_cannot_start_runs() {
+    let dir = TempDir::new().unwrap();
+    let mut settings = keyed_settings(&dir);
+    settings.run_limits.owner_daily_usd = 1.0;
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let (alice, bob) = (As::key(&app, ALICE), As::key(&app, BOB));
+    let (status, v) = start_slow(&alice, 0.01).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    // What alice's research runs spent today, as the executor records it.
+    let (run_id, thread_id) = (
+        v["run_id"].as_str().unwrap().parse().unwrap(),
+        v["thread_id"].as_str().unwrap().parse().unwrap(),
+    );
+    let now = deep_research::time::Timestamp::now();
+    app.store
+        .record_spend(run_id, thread_id, 50_000, 1.25, now)
+        .await
+        .unwrap();
+    let (status, v) = start_slow(&alice, 0.01).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("daily limit"), "{v}");
+    let (status, v) = start_slow(&bob, 0.01).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    // The record outlives alice's thread (deleting threads does not reset the day).
+    let tid = thread_id.to_string();
+    alice
+        .call(Method::DELETE, &format!("/threads/{tid}"), None)
+        .await;
+    let (status, _) = start_slow(&alice, 0.01).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+}

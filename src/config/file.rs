@@ -130,6 +130,10 @@ pub struct Limits {
     pub owner_max_inflight_runs: u64,
     pub owner_runs_per_minute: u64,
     pub run_deadline_secs: u64,
+    pub run_max_tokens: u64,
+    pub run_max_usd: f64,
+    pub owner_daily_tokens: u64,
+    pub owner_daily_usd: f64,
 }
 
 /// What the operator allows runs to do.
@@ -319,6 +323,10 @@ impl FileConfig {
             defaults: self.research.clone(),
             locked: self.operator.locked.clone(),
             allow_api_keys_from_config: self.operator.allow_api_keys_from_config,
+            spend_cap: crate::research::cost::SpendCap {
+                tokens: Some(limits.run_max_tokens).filter(|t| *t > 0),
+                usd: Some(limits.run_max_usd).filter(|u| *u > 0.0),
+            },
             providers: crate::llm::Providers::new(self.provider_configs(env)),
             prompts,
             prices: self.prices.clone(),

@@ -104,6 +104,9 @@ pub struct RunLimits {
     pub owner_runs_per_minute: u64,
     /// A run still going after this long is stopped with an error.
     pub run_deadline: Option<Duration>,
+    /// Per owner over a rolling day (zero: unlimited).
+    pub owner_daily_tokens: u64,
+    pub owner_daily_usd: f64,
 }
 
 /// The `[webhooks]` settings (run-completion webhooks, sent by `runs::webhook`).
@@ -169,6 +172,8 @@ impl Settings {
                 owner_runs_per_minute: cfg.limits.owner_runs_per_minute,
                 run_deadline: Some(Duration::from_secs(cfg.limits.run_deadline_secs))
                     .filter(|d| !d.is_zero()),
+                owner_daily_tokens: cfg.limits.owner_daily_tokens,
+                owner_daily_usd: cfg.limits.owner_daily_usd.max(0.0),
             },
             telemetry: TelemetryConfig {
                 log_format: t.log_format,

@@ -22,13 +22,96 @@ pub struct Price {
     pub output: f64,
 }
 
+/// What one run may spend (`[limits] run_max_tokens` and `run_max_usd`; `None`: no cap).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpendCap {
+    pub tokens: Option<u64>,
+    pub usd: Option<f64>,
+}
+
 /// The run's meter (one per run, shared by all its nodes through `RunScope::local`).
 #[derive(Debug, Default)]
 pub struct CostMeter {
     models: Mutex<BTreeMap<String, ModelUsage>>,
+    cap: std::sync::OnceLock<SpendCap>,
+    /// The cap was reported (once per run).
+    announced: std::sync::atomic::AtomicBool,
 }
 
 impl CostMeter {
+    /// Sets the run's cap (the first call wins; every node of the run asks).
+    pub fn set_cap(&self, cap: SpendCap) {
+        let _ = self.cap.set(cap);
+    }
+
+    /// Takes over what the state's `usage` says earlier attempts of this run spent (a run
+    /// resumed after a crash or a deploy goes on counting from there), if this attempt has
+    /// recorded nothing yet.
+    pub fn resume_from(&self, usage: Option<&Value>) {
+        let Some(models) = usage.and_then(|u| u["models"].as_object()) else {
+            return;
+        };
+        let mut mine = self.lock();
+        if !mine.is_empty() {
+            return;
+        }
+        for (name, u) in models {
+            let n = |k: &str| u[k].as_u64().unwrap_or(0);
+            mine.insert(
+                name.clone(),
+                ModelUsage {
+                    calls: n("calls"),
+                    input_tokens: n("input_tokens"),
+                    output_tokens: n("output_tokens"),
+                    usd: u["usd"].as_f64().unwrap_or(0.0),
+                    priced: u["priced"].as_bool().unwrap_or(false),
+                },
+            );
+        }
+    }
+
+    /// Tokens (input plus output) and estimated USD spent so far.
+    pub fn spent(&self) -> (u64, f64) {
+        let models = self.lock();
+        let tokens = models
+            .values()
+            .map(|u| u.input_tokens + u.output_tokens)
+            .sum();
+        (tokens, models.values().map(|u| u.usd).sum())
+    }
+
+    /// Why the run must stop spending, once it reached its cap.
+    pub fn over_cap(&self) -> Option<String> {
+        let cap = self.cap.get()?;
+        let (tokens, usd) = self.spent();
+        if let Some(most) = cap.tokens.filter(|m| tokens >= *m) {
+            return Some(format!(
+                "the run used {tokens} tokens, reaching its cap of {most} ([limits] run_max_tokens)"
+            ));
+        }
+        if let Some(most) = cap.usd.filter(|m| usd >= *m) {
+            return Some(format!(
+                "the run spent an estimated ${usd:.4}, reaching its cap of ${most:.4} \
+                 ([limits] run_max_usd)"
+            ));
+        }
+        None
+    }
+
+    /// True the first time it is called after the cap was reached (to report it once).
+    pub fn first_time_over(&self) -> bool {
+        self.over_cap().is_some()
+            && !self
+                .announced
+                .swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ModelUsage>> {
+        self.models
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Adds one call's usage; returns the run's totals so far.
     pub fn record(&self, model: &str, usage: Usage, price: Option<Price>) -> Value {
         let mut models = match self.models.lock() {
@@ -51,11 +134,13 @@ impl CostMeter {
 
     /// The run's totals so far.
     pub fn snapshot(&self) -> Value {
-        match self.models.lock() {
-            Ok(g) => render(&g),
-            Err(poisoned) => render(&poisoned.into_inner()),
-        }
+        render(&self.lock())
     }
+}
+
+/// Why the run must stop spending, once it reached its cap.
+pub fn over_cap(ctx: &crate::graph::NodeContext) -> Option<String> {
+    ctx.scope.local::<CostMeter>().over_cap()
 }
 
 fn render(models: &BTreeMap<String, ModelUsage>) -> Value {
@@ -85,6 +170,33 @@ fn round(usd: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resumed_run_counts_on_and_stops_at_its_cap() {
+        let first = CostMeter::default();
+        let usage = Usage {
+            input_tokens: 600,
+            output_tokens: 100,
+        };
+        let p = Some(Price {
+            input: 1.0,
+            output: 1.0,
+        });
+        let state = first.record("m", usage, p);
+        let resumed = CostMeter::default();
+        resumed.resume_from(Some(&state));
+        resumed.set_cap(SpendCap {
+            tokens: Some(1000),
+            usd: None,
+        });
+        assert_eq!(resumed.spent().0, 700);
+        assert!(resumed.over_cap().is_none());
+        resumed.record("m", usage, p);
+        assert!(resumed.over_cap().unwrap().contains("1400 tokens"));
+        assert!(resumed.first_time_over());
+        assert!(!resumed.first_time_over(), "reported once");
+        assert_eq!(resumed.snapshot()["models"]["m"]["calls"], 2);
+    }
 
     #[test]
     fn accumulates_tokens_and_prices_per_model() {

@@ -16,6 +16,9 @@ pub const FINAL_REPORT: &str = "final_report";
 pub const SOURCES: &str = "sources";
 pub const USAGE: &str = "usage";
 pub const FALLBACKS: &str = "fallbacks";
+/// Set when the run stopped before finishing its research (its spend cap): why, and what it
+/// had spent. The report is then partial.
+pub const STOPPED_EARLY: &str = "stopped_early";
 pub const RESEARCHER_MESSAGES: &str = "researcher_messages";
 pub const RESEARCH_TOPIC: &str = "research_topic";
 pub const COMPRESSED_RESEARCH: &str = "compressed_research";

@@ -39,6 +39,7 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .channel(keys::SOURCES, Reducer::AppendOrOverride, json!([]))
         .channel(keys::USAGE, Reducer::Override, Value::Null)
         .channel(keys::FALLBACKS, Reducer::Override, Value::Null)
+        .channel(keys::STOPPED_EARLY, Reducer::Override, Value::Null)
         .node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
         .node("write_research_brief", move |s, c| brief(d2.clone(), s, c))
         .node("plan_research", move |s, c| {
@@ -70,6 +71,13 @@ pub fn build(id: &str, deps: Deps) -> Graph {
 
 fn usage(ctx: &NodeContext) -> Value {
     ctx.scope.local::<CostMeter>().snapshot()
+}
+
+/// A run resumed after a crash or a deploy goes on counting what it spent from its state.
+fn resume_meter(ctx: &NodeContext, state: &JsonMap) {
+    ctx.scope
+        .local::<CostMeter>()
+        .resume_from(state.get(keys::USAGE));
 }
 
 fn update(ctx: &NodeContext, pairs: Vec<(&str, Value)>) -> JsonMap {
@@ -104,6 +112,7 @@ fn clarify_schema() -> ResponseSchema {
 }
 
 async fn clarify(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+    resume_meter(&ctx, &state);
     let cfg = run_config(&deps, &ctx)?;
     if !cfg.allow_clarification {
         return Ok(Command::update(update(&ctx, vec![])).goto("write_research_brief"));
@@ -146,6 +155,7 @@ struct ResearchQuestion {
 }
 
 async fn brief(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+    resume_meter(&ctx, &state);
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let history = msg::buffer_string(msg::slice(&state, keys::MESSAGES));
@@ -208,6 +218,7 @@ async fn research(
     state: Arc<JsonMap>,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
+    resume_meter(&ctx, &state);
     let input = json!({
         (keys::SUPERVISOR_MESSAGES): state.get(keys::SUPERVISOR_MESSAGES).cloned().unwrap_or(json!([])),
         (keys::RESEARCH_BRIEF): state.get(keys::RESEARCH_BRIEF).cloned().unwrap_or(Value::Null),
@@ -310,8 +321,12 @@ fn cut(text: &str, chars: usize) -> &str {
 }
 
 async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+    resume_meter(&ctx, &state);
     let cfg = run_config(&deps, &ctx)?;
     let sources = msg::slice(&state, keys::SOURCES);
+    if let Some(reason) = super::cost::over_cap(&ctx) {
+        return Ok(partial_report(&ctx, &state, sources, &reason));
+    }
     if sources.is_empty() && cfg.search_api != SearchApi::None {
         return Err(NodeError::new(
             "NoSourcesError",
@@ -357,6 +372,47 @@ async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Com
         ],
     );
     Ok(Command::update(upd))
+}
+
+/// The report of a run stopped by its spend cap, without another model call: the brief and the
+/// findings as the researchers wrote them, under a heading and a note that say it is partial.
+fn partial_report(ctx: &NodeContext, state: &JsonMap, sources: &[Value], reason: &str) -> Command {
+    let findings: Vec<String> = msg::list(state, keys::NOTES)
+        .iter()
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
+    let body = if findings.is_empty() {
+        "No findings were gathered before the run stopped.".to_owned()
+    } else {
+        findings.join("\n\n")
+    };
+    let text = format!(
+        "# Partial report: the research stopped early\n\n> This run stopped before finishing its \
+         research because {reason}. What follows are the findings gathered until then, as the \
+         researchers wrote them; they were not edited into a full report.\n\n## Research brief\n\n\
+         {}\n\n## Findings\n\n{body}\n",
+        msg::string(state, keys::RESEARCH_BRIEF)
+    );
+    let retrieved: HashSet<String> = sources
+        .iter()
+        .filter_map(|s| s["url"].as_str())
+        .map(normalize)
+        .collect();
+    let checked = citations::check(&text, &retrieved);
+    ctx.emit_custom(
+        json!({"type": "citations", "verified": checked.verified, "removed": checked.removed}),
+    );
+    let message = ai_message(&format!("run-{}", Uuid::new_v4()), &checked.report);
+    let stopped = json!({"reason": reason, "usage": usage(ctx)});
+    Command::update(update(
+        ctx,
+        vec![
+            (keys::FINAL_REPORT, json!(checked.report)),
+            (keys::MESSAGES, json!([message])),
+            (keys::NOTES, json!({"type": "override", "value": []})),
+            (keys::STOPPED_EARLY, stopped),
+        ],
+    ))
 }
 
 /// Streams the report, trimming the findings after a context overflow (up to four attempts).

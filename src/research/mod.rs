@@ -39,6 +39,8 @@ pub struct ResearchDeps {
     pub defaults: ResearchConfig,
     pub locked: Vec<String>,
     pub allow_api_keys_from_config: bool,
+    /// What one run may spend before it stops with a partial report.
+    pub spend_cap: cost::SpendCap,
     pub providers: Providers,
     pub prompts: Prompts,
     pub prices: BTreeMap<String, Price>,

@@ -190,6 +190,14 @@ impl<'a> Caller<'a> {
         }
         let meter = self.ctx.scope.local::<CostMeter>();
         let totals = meter.record(model, resp.usage, self.deps.prices.get(model).copied());
+        if meter.first_time_over()
+            && let Some(reason) = meter.over_cap()
+        {
+            tracing::info!(%reason, "run reached its spend cap; finishing with what it has");
+            self.ctx.emit_run_custom(json!({
+                "type": "spend_cap", "reason": reason, "run": totals.clone(),
+            }));
+        }
         self.ctx.emit_run_custom(json!({
             "type": "usage",
             "node": self.ctx.node,
@@ -234,6 +242,7 @@ pub fn run_config(
 ) -> Result<Arc<ResearchConfig>, NodeError> {
     let settings = ctx.scope.local::<RunSettings>();
     let parsed = settings.0.get_or_init(|| {
+        ctx.scope.local::<CostMeter>().set_cap(deps.spend_cap);
         let configurable = ctx.config()["configurable"]
             .as_object()
             .cloned()

@@ -2,6 +2,7 @@
 //! reflect) → `compress_research` (clean up the findings for the supervisor).
 
 use super::config::SearchApi;
+use super::cost::over_cap;
 use super::fallbacks::{self, AgentFallback};
 use super::keys;
 use super::messages::{self as msg, ToolCall, human, system, tool};
@@ -73,6 +74,10 @@ async fn researcher(
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
+    if over_cap(&ctx).is_some() {
+        // No more model calls: the tools step finds nothing to run and compresses.
+        return Ok(Command::default());
+    }
     let caller = Caller::new(&deps, &ctx, &cfg);
     let (mut tools, native, note) = search_tools(cfg.search_api);
     tools.splice(0..0, [research_complete_tool(), think_tool()]);
@@ -215,7 +220,8 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
         .and_then(Value::as_u64)
         .unwrap_or(0);
     let done = iterations >= u64::from(cfg.max_react_tool_calls)
-        || calls.iter().any(|c| c.name == "ResearchComplete");
+        || calls.iter().any(|c| c.name == "ResearchComplete")
+        || over_cap(&ctx).is_some();
     let mut upd = JsonMap::new();
     upd.insert(keys::RESEARCHER_MESSAGES.into(), Value::Array(messages));
     upd.insert(keys::SOURCES.into(), Value::Array(sources));
@@ -362,6 +368,9 @@ async fn compress(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<C
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let mut history = msg::list(&state, keys::RESEARCHER_MESSAGES);
+    if over_cap(&ctx).is_some() {
+        return Ok(compressed(&history, &uncompressed(&history)));
+    }
     let system_prompt = deps
         .prompts
         .render("compress_system", &[("date", &msg::today())]);
@@ -384,6 +393,23 @@ async fn compress(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<C
     }
     Err(last_error
         .unwrap_or_else(|| node_error(crate::llm::LlmError::Config("compression failed".into()))))
+}
+
+/// The search results as they came, for a researcher stopped by the spend cap before its notes
+/// could be summarised.
+fn uncompressed(history: &[Value]) -> String {
+    let found: Vec<String> = history
+        .iter()
+        .filter(|m| msg::kind(m) == "tool" && m["name"] != "think_tool")
+        .map(msg::text)
+        .collect();
+    if found.is_empty() {
+        return "(The spend cap was reached before this topic was searched.)".into();
+    }
+    format!(
+        "(Search results as found: the spend cap was reached before they were summarised.)\n\n{}",
+        found.join("\n\n")
+    )
 }
 
 fn compressed(history: &[Value], text: &str) -> Command {

@@ -1,6 +1,7 @@
 //! The supervisor subgraph: `supervisor` (the lead model picks tools) ⇄ `supervisor_tools`
 //! (reflections, parallel researchers, exit checks).
 
+use super::cost::over_cap;
 use super::fallbacks::{self, AgentFallback};
 use super::keys;
 use super::messages::{self as msg, ToolCall, tool};
@@ -55,6 +56,10 @@ async fn supervisor(
         .and_then(Value::as_u64)
         .unwrap_or(0)
         + 1;
+    if over_cap(&ctx).is_some() {
+        // No more model calls: the tools step finds no delegation and ends the research.
+        return Ok(Command::default());
+    }
     // A history that ends in calls nobody answered yet holds an approved plan's delegations:
     // they are this round, without a model call.
     if let Some(last) = msg::slice(&state, keys::SUPERVISOR_MESSAGES).last()
@@ -159,6 +164,7 @@ async fn tools(
         .unwrap_or(0);
     let exhausted = iterations > u64::from(cfg.max_researcher_iterations);
     if exhausted
+        || over_cap(&ctx).is_some()
         || (calls.is_empty() && invalid.is_empty())
         || calls.iter().any(|c| c.name == "ResearchComplete")
     {

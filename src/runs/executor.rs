@@ -426,6 +426,18 @@ impl Runner {
             }
         };
         flusher.stop().await;
+        self.record_spend(run, &scope).await;
+        if let Ok(Outcome { values, .. }) = &result
+            && let Some(stopped) = values.get("stopped_early").filter(|v| !v.is_null())
+        {
+            // Marked on the run too, so a client listing runs sees which reports are partial.
+            let mark: JsonMap = [("stopped_early".to_owned(), stopped.clone())]
+                .into_iter()
+                .collect();
+            if let Err(error) = self.store.merge_run_metadata(run.run_id, &mark).await {
+                tracing::warn!(%error, "could not mark the run as stopped early");
+            }
+        }
         match result {
             Ok(Outcome {
                 values,
@@ -447,6 +459,23 @@ impl Runner {
                 Ending::Cancelled(None)
             }
             Err(error) => Ending::Failed(error),
+        }
+    }
+
+    /// Records what the run spent (all its attempts, as its cost meter counts them) under its
+    /// owner, for per-owner spend limits.
+    async fn record_spend(&self, run: &Run, scope: &RunScope) {
+        let (tokens, usd) = scope.local::<crate::research::cost::CostMeter>().spent();
+        if tokens == 0 {
+            return;
+        }
+        let now = Timestamp::now();
+        let recorded = self
+            .store
+            .record_spend(run.run_id, run.thread_id, tokens, usd, now)
+            .await;
+        if let Err(error) = recorded {
+            tracing::warn!(%error, "could not record what the run spent");
         }
     }
 

@@ -207,6 +207,14 @@ impl Runner {
                 Ok(count) => tracing::info!(count, "deleted store items past their ttl"),
                 Err(error) => tracing::warn!(%error, "sweeping store items past their ttl failed"),
             }
+            // Spend counts over a rolling day; two days of records are plenty.
+            if let Err(error) = self
+                .store
+                .delete_spend_before(now.plus_secs(-2.0 * 86_400.0))
+                .await
+            {
+                tracing::warn!(%error, "sweeping old spend records failed");
+            }
             let keep = self.settings.run_events_retention;
             if keep.is_zero() {
                 continue;

@@ -271,6 +271,22 @@ pub trait RunStore: Send + Sync {
     async fn count_runs(&self, status: RunStatus) -> StoreResult<u64>;
     /// Pending and running runs on the owner's threads (per-owner admission limits).
     async fn count_inflight_runs_of(&self, owner: &Owner) -> StoreResult<u64>;
+    /// Records (replaces) what a run spent so far, under its thread's owner; the record stays
+    /// when the thread is deleted.
+    async fn record_spend(
+        &self,
+        run_id: Uuid,
+        thread_id: Uuid,
+        tokens: u64,
+        usd: f64,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+    /// Tokens and estimated USD the owner's runs recorded since `since`.
+    async fn owner_spend_since(&self, owner: &Owner, since: Timestamp) -> StoreResult<(u64, f64)>;
+    /// Deletes spend records older than `cutoff`; returns how many.
+    async fn delete_spend_before(&self, cutoff: Timestamp) -> StoreResult<u64>;
+    /// Merges keys into a run's metadata (`stopped_early`, when it ended early).
+    async fn merge_run_metadata(&self, run_id: Uuid, metadata: &JsonMap) -> StoreResult<()>;
 }
 
 /// Checkpoints: one per graph step and namespace, chained by parent ids.

@@ -5,6 +5,7 @@ use super::super::AppState;
 use super::super::error::{ApiResult, AppError};
 use crate::config::RunLimits;
 use crate::store::{Owner, RunStatus};
+use crate::time::Timestamp;
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use std::num::NonZeroU32;
 
@@ -55,6 +56,7 @@ pub(super) async fn admit(state: &AppState, owner: &Owner) -> ApiResult<()> {
             retry_after: 5,
         });
     }
+    within_daily_spend(state, owner).await?;
     if let Some(rate) = &admission.per_minute
         && let Err(not_until) = rate.check_key(owner)
     {
@@ -69,3 +71,28 @@ pub(super) async fn admit(state: &AppState, owner: &Owner) -> ApiResult<()> {
     }
     Ok(())
 }
+
+/// Refuses an owner whose runs spent their daily tokens or estimated USD (rolling 24 hours).
+async fn within_daily_spend(state: &AppState, owner: &Owner) -> ApiResult<()> {
+    let limits = &state.admission.limits;
+    if limits.owner_daily_tokens == 0 && limits.owner_daily_usd <= 0.0 {
+        return Ok(());
+    }
+    let since = Timestamp::now().plus_secs(-DAY_SECS);
+    let (tokens, usd) = state.store.owner_spend_since(owner, since).await?;
+    let over_tokens = limits.owner_daily_tokens > 0 && tokens >= limits.owner_daily_tokens;
+    let over_usd = limits.owner_daily_usd > 0.0 && usd >= limits.owner_daily_usd;
+    if over_tokens || over_usd {
+        return Err(AppError::TooMany {
+            detail: format!(
+                "Your runs spent {tokens} tokens (estimated ${usd:.4}) in the last 24 hours, \
+                 reaching the daily limit; new runs can start once older spending falls out of \
+                 the window"
+            ),
+            retry_after: 600,
+        });
+    }
+    Ok(())
+}
+
+const DAY_SECS: f64 = 24.0 * 3600.0;

@@ -5,8 +5,8 @@ use super::query::*;
 use super::tx::*;
 use super::*;
 use crate::store::{
-    CancelAction, Fence, Lease, LeaseState, Owner, Run, RunEnd, RunInsert, RunStatus, StoreError,
-    StoreResult, ThreadStatus, ThreadSummary,
+    CancelAction, Fence, JsonMap, Lease, LeaseState, Owner, Run, RunEnd, RunInsert, RunStatus,
+    StoreError, StoreResult, ThreadStatus, ThreadSummary,
 };
 use crate::telemetry::metrics::StoreTimer;
 use crate::time::Timestamp;
@@ -311,6 +311,79 @@ impl crate::store::RunStore for SqlStore {
         let mut sql = sql;
         sql.arg(status.as_str());
         Ok(count(&self.pool, sql.query()).await?.max(0) as u64)
+    }
+
+    async fn record_spend(
+        &self,
+        run_id: Uuid,
+        thread_id: Uuid,
+        tokens: u64,
+        usd: f64,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        let _timer = StoreTimer::start("record_spend");
+        sqlx::query(
+            "INSERT INTO spend (run_id, owner, tokens, usd, updated_at) \
+             SELECT $1, owner, $3, CAST($4 AS DOUBLE PRECISION), $5 FROM threads \
+             WHERE thread_id = $2 \
+             ON CONFLICT (run_id) DO UPDATE SET tokens = excluded.tokens, usd = excluded.usd, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(run_id.to_string())
+        .bind(thread_id.to_string())
+        .bind(i64::try_from(tokens).unwrap_or(i64::MAX))
+        .bind(usd.to_string())
+        .bind(now.to_string())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn owner_spend_since(&self, owner: &Owner, since: Timestamp) -> StoreResult<(u64, f64)> {
+        let _timer = StoreTimer::start("owner_spend_since");
+        let row = sqlx::query(
+            "SELECT CAST(COALESCE(SUM(tokens), 0) AS BIGINT) AS tokens, \
+             CAST(COALESCE(SUM(usd), 0) AS DOUBLE PRECISION) AS usd \
+             FROM spend WHERE owner = $1 AND updated_at >= $2",
+        )
+        .bind(owner.as_str().to_owned())
+        .bind(since.to_string())
+        .fetch_one(&self.pool)
+        .await?;
+        let tokens = row.try_get::<i64, _>("tokens")?.max(0) as u64;
+        Ok((tokens, row.try_get::<f64, _>("usd")?))
+    }
+
+    async fn delete_spend_before(&self, cutoff: Timestamp) -> StoreResult<u64> {
+        let _timer = StoreTimer::start("delete_spend_before");
+        let done = sqlx::query("DELETE FROM spend WHERE updated_at < $1")
+            .bind(cutoff.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn merge_run_metadata(&self, run_id: Uuid, metadata: &JsonMap) -> StoreResult<()> {
+        let _timer = StoreTimer::start("merge_run_metadata");
+        let mut tx = self.write_tx().await?;
+        let sql = "SELECT metadata FROM runs WHERE run_id = $1";
+        let current = one(
+            &mut *tx,
+            sqlx::query(sql).bind(run_id.to_string()),
+            metadata_row,
+        )
+        .await?;
+        let Some(mut merged) = current else {
+            return Err(StoreError::NotFound("run"));
+        };
+        merge(&mut merged, metadata);
+        sqlx::query("UPDATE runs SET metadata = $2 WHERE run_id = $1")
+            .bind(run_id.to_string())
+            .bind(to_json(&merged)?)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn count_inflight_runs_of(&self, owner: &Owner) -> StoreResult<u64> {
