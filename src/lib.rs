@@ -21,6 +21,7 @@ pub mod config;
 pub mod graph;
 pub mod ids;
 pub mod llm;
+pub mod net;
 pub mod research;
 pub mod runs;
 pub mod serve;

@@ -246,7 +246,9 @@ async fn serve(settings: Settings, registry: Registry) -> anyhow::Result<()> {
 }
 
 async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
-    let cfg = FileConfig::load_from(cmd.config.as_deref())?;
+    let mut cfg = FileConfig::load_from(cmd.config.as_deref())?;
+    // One person's research on this machine: `--model` may name a local model server.
+    cfg.operator.allow_private_model_urls = true;
     let registry = research_registry(&cfg)?;
     // A private server on an ephemeral loopback port, with a key made for this run only, so
     // no other local process can use it meanwhile.

@@ -342,6 +342,11 @@ async fn bad_per_run_settings_are_rejected_before_the_run() {
             "max_concurrent_research_units",
         ),
         (json!({"research_model": "gpt-4.1"}), "research_model"),
+        // The fake provider listens on 127.0.0.1: a run may not aim the server there.
+        (
+            json!({"compression_model": "openai:other-model"}),
+            "allow_private_model_urls",
+        ),
         (json!({"search_api": "none"}), "locked"),
         (json!({"serch_api": "none"}), "serch_api"),
         (

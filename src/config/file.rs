@@ -142,6 +142,7 @@ pub struct Limits {
 pub struct Operator {
     pub locked: Vec<String>,
     pub allow_api_keys_from_config: bool,
+    pub allow_private_model_urls: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -323,6 +324,7 @@ impl FileConfig {
             defaults: self.research.clone(),
             locked: self.operator.locked.clone(),
             allow_api_keys_from_config: self.operator.allow_api_keys_from_config,
+            allow_private_model_urls: self.operator.allow_private_model_urls,
             spend_cap: crate::research::cost::SpendCap {
                 tokens: Some(limits.run_max_tokens).filter(|t| *t > 0),
                 usd: Some(limits.run_max_usd).filter(|u| *u > 0.0),

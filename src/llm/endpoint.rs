@@ -211,12 +211,12 @@ impl Endpoint {
             return LlmError::Config(format!(
                 "cannot call provider '{}': {}",
                 self.name,
-                error_chain(e)
+                without_url(e)
             ));
         }
         LlmError::Transient {
             provider: self.name.clone(),
-            message: format!("request failed: {}", error_chain(e)),
+            message: format!("request failed: {}", without_url(e)),
         }
     }
 
@@ -229,6 +229,18 @@ impl Endpoint {
             provider: self.name.clone(),
             message: truncate(&message, MAX_MESSAGE),
         }
+    }
+}
+
+/// A reqwest error's text with its sources, without the URL: errors reach clients, and the
+/// address of a provider (an internal one, say) is the operator's business.
+pub fn without_url(e: &reqwest::Error) -> String {
+    let text = error_chain(e);
+    match e.url() {
+        Some(url) => text
+            .replace(&format!(" for url ({url})"), "")
+            .replace(url.as_str(), "(the provider)"),
+        None => text,
     }
 }
 
@@ -505,5 +517,21 @@ mod tests {
         assert!(wait > Duration::from_secs(25) && wait <= Duration::from_secs(30));
         assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
         assert_eq!(retry_after(&HeaderMap::new()), None);
+    }
+
+    #[tokio::test]
+    async fn transport_errors_do_not_show_the_providers_address() {
+        // A port nothing listens on: connection refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(9);
+        let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
+        let Err(e) = reqwest::Client::new().post(&url).send().await else {
+            panic!("nothing listens there");
+        };
+        let text = without_url(&e);
+        assert!(!text.contains("127.0.0.1"), "{text}");
+        assert!(text.contains("error sending request"), "{text}");
     }
 }

@@ -94,6 +94,14 @@ impl Providers {
         self.endpoints.keys().map(String::as_str)
     }
 
+    /// Whether `provider` is configured at an internal address (loopback, private network,
+    /// link-local), as its base URL is written.
+    pub fn is_internal(&self, provider: &str) -> bool {
+        self.endpoints
+            .get(&provider.trim().to_ascii_lowercase())
+            .is_some_and(|e| crate::net::names_internal_host(e.base_url()))
+    }
+
     /// HTTP attempts to `provider` running right now (0 for an unknown provider).
     pub fn in_flight(&self, provider: &str) -> usize {
         self.endpoints

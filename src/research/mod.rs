@@ -39,6 +39,8 @@ pub struct ResearchDeps {
     pub defaults: ResearchConfig,
     pub locked: Vec<String>,
     pub allow_api_keys_from_config: bool,
+    /// Runs may choose models of providers on internal addresses.
+    pub allow_private_model_urls: bool,
     /// What one run may spend before it stops with a partial report.
     pub spend_cap: cost::SpendCap,
     pub providers: Providers,
@@ -81,10 +83,38 @@ fn config_check(deps: &Arc<ResearchDeps>) -> ConfigCheck {
             .as_object()
             .cloned()
             .unwrap_or_default();
-        deps.defaults
-            .with_overrides(&configurable, &deps.locked)
-            .map(|_| ())
+        deps.defaults.with_overrides(&configurable, &deps.locked)?;
+        check_private_models(&deps, &configurable)
     })
+}
+
+/// A run (or an assistant) that picks its own models may not aim the server at a provider on an
+/// internal address unless the operator allows it: the operator's own defaults are theirs.
+fn check_private_models(
+    deps: &ResearchDeps,
+    configurable: &serde_json::Map<String, Value>,
+) -> Result<(), String> {
+    if deps.allow_private_model_urls {
+        return Ok(());
+    }
+    for role in [
+        "research_model",
+        "summarization_model",
+        "compression_model",
+        "final_report_model",
+    ] {
+        let Some(name) = configurable.get(role).and_then(Value::as_str) else {
+            continue;
+        };
+        let provider = name.split_once(':').map_or(name, |(p, _)| p);
+        if deps.providers.is_internal(provider) {
+            return Err(format!(
+                "{role}: provider '{provider}' is on a private or loopback address, which this \
+                 server does not let runs choose ([operator] allow_private_model_urls)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Tool schema helper.

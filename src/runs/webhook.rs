@@ -6,12 +6,13 @@
 //! loopback, private, link-local or other internal addresses.
 
 pub use crate::config::WebhookSettings;
+use crate::net::is_internal;
 use hmac::{Hmac, KeyInit, Mac};
 use secrecy::ExposeSecret;
 #[cfg(test)]
 use secrecy::SecretString;
 use sha2::Sha256;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// The signature header: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
@@ -83,43 +84,6 @@ pub async fn vet(raw: &str, settings: &WebhookSettings) -> Result<Target, Webhoo
         return Err(WebhookError::Internal { host, addr });
     }
     Ok(Target { url, host, addrs })
-}
-
-/// Addresses a webhook must not reach by default: this machine, private networks, link-local
-/// (cloud metadata services live there), and ranges that are not public unicast.
-pub fn is_internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_internal_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_internal_v4(v4);
-            }
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00 // unique local
-                || (first & 0xffc0) == 0xfe80 // link-local
-                || (first == 0x2001 && v6.segments()[1] == 0x0db8) // documentation
-                || v6 == Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0)
-        }
-    }
-}
-
-fn is_internal_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
-    ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || ip.is_unspecified()
-        || ip.is_broadcast()
-        || ip.is_documentation()
-        || ip.is_multicast()
-        || a == 0
-        || (a == 100 && (64..128).contains(&b)) // shared address space (carrier NAT)
-        || (a == 192 && b == 0 && ip.octets()[2] == 0) // IETF protocol assignments
-        || (a == 198 && (18..20).contains(&b)) // benchmarking
-        || a >= 240 // reserved
 }
 
 /// The signature header's value for `body` sent at `unix_secs`.

@@ -166,6 +166,9 @@ impl Drop for SseSubscriber {
 }
 
 /// Times one store operation from creation to drop.
+/// A store call this slow is logged.
+const SLOW_STORE_CALL: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub struct StoreTimer {
     operation: &'static str,
     started: Instant,
@@ -187,7 +190,17 @@ impl Drop for StoreTimer {
         thread_local! {
             static HANDLES: RefCell<HashMap<&'static str, Histogram>> = RefCell::new(HashMap::new());
         }
-        let took = secs(self.started.elapsed());
+        let elapsed = self.started.elapsed();
+        // Named by operation: sqlx's own slow-statement warning (off, see `store::sql`) printed
+        // whole statements, hundreds of kilobytes for a search over many ids.
+        if elapsed >= SLOW_STORE_CALL {
+            tracing::warn!(
+                operation = self.operation,
+                ms = elapsed.as_millis() as u64,
+                "slow store call"
+            );
+        }
+        let took = secs(elapsed);
         HANDLES.with(|handles| {
             handles
                 .borrow_mut()

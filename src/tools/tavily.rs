@@ -267,13 +267,15 @@ fn backoff(base: Duration, attempt: u32) -> Duration {
 }
 
 fn transport_error(err: reqwest::Error) -> SearchError {
-    if err.is_builder() {
-        return SearchError::BadRequest(err.to_string());
+    let (builder, timeout) = (err.is_builder(), err.is_timeout());
+    let text = err.without_url().to_string();
+    if builder {
+        return SearchError::BadRequest(text);
     }
-    if err.is_timeout() {
-        return SearchError::Transient(format!("request timed out: {err}"));
+    if timeout {
+        return SearchError::Transient(format!("request timed out: {text}"));
     }
-    SearchError::Transient(err.to_string())
+    SearchError::Transient(text)
 }
 
 fn status_error(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) -> SearchError {

@@ -22,7 +22,7 @@ mod threads;
 mod tx;
 
 use crate::store::{Store, StoreError, StoreResult};
-use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
+use sqlx::any::{AnyArguments, AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Row, Transaction};
 use std::time::Duration;
 
@@ -257,7 +257,18 @@ async fn connect_postgres(
                 Ok(())
             })
         })
-        .connect_lazy(url)?)
+        .connect_lazy_with(quiet(url)?))
+}
+
+/// Connect options that never log statements: sqlx logs each one (and slow ones as warnings)
+/// with its whole text and parameters count, lines of hundreds of kilobytes for large
+/// searches. Store calls are timed and slow ones logged by name instead (`StoreTimer`).
+fn quiet(url: &str) -> StoreResult<AnyConnectOptions> {
+    use sqlx::ConnectOptions;
+    Ok(url
+        .parse::<AnyConnectOptions>()?
+        .log_statements(log::LevelFilter::Off)
+        .log_slow_statements(log::LevelFilter::Off, Duration::from_secs(3600)))
 }
 
 async fn connect_sqlite(url: &str, max_connections: u32, sync: SqliteSync) -> StoreResult<AnyPool> {
@@ -285,7 +296,7 @@ async fn connect_sqlite(url: &str, max_connections: u32, sync: SqliteSync) -> St
             .min_connections(1)
             .idle_timeout(None)
             .max_lifetime(None);
-        return Ok(options.connect(url).await?);
+        return Ok(options.connect_with(quiet(url)?).await?);
     }
     let url = if url.contains("mode=") {
         url.to_string()
@@ -296,7 +307,7 @@ async fn connect_sqlite(url: &str, max_connections: u32, sync: SqliteSync) -> St
     };
     Ok(options
         .max_connections(max_connections.max(1))
-        .connect(&url)
+        .connect_with(quiet(&url)?)
         .await?)
 }
 
