@@ -6,7 +6,10 @@
 
 mod support;
 
+use deep_research::api::auth::key_digest;
 use std::process::Command;
+
+const KEY: &str = "schemathesis-key-0123456789";
 use support::{Backend, spawn_app_on, test_settings};
 
 fn schemathesis() -> Option<String> {
@@ -31,7 +34,24 @@ fn schemathesis() -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_served_spec_holds_under_schemathesis() {
     let Some(tool) = schemathesis() else { return };
-    let app = spawn_app_on(Backend::Sqlite, test_settings())
+    // As a deployment with users runs: keys required (schemathesis also checks that requests
+    // without one are refused), without the per-owner limits a burst of generated requests
+    // would trip.
+    let keys = tempfile::TempDir::new().expect("temp dir");
+    let keys_file = keys.path().join("keys.toml");
+    let entry = format!(
+        "[[keys]]\nowner = \"fuzzer\"\nsha256 = \"{}\"\n",
+        key_digest(KEY)
+    );
+    std::fs::write(&keys_file, entry).expect("keys file");
+    let mut settings = test_settings();
+    settings.auth.keys_file = Some(keys_file);
+    settings.auth.requests_per_minute = 0;
+    // Its own probes with bad credentials would otherwise be answered 429 once past the budget.
+    settings.auth.failed_auth_per_minute = 0;
+    settings.run_limits.owner_max_inflight_runs = 0;
+    settings.run_limits.owner_runs_per_minute = 0;
+    let app = spawn_app_on(Backend::Sqlite, settings)
         .await
         .expect("sqlite app");
     let spec = app.url("/openapi.json");
@@ -44,7 +64,9 @@ async fn the_served_spec_holds_under_schemathesis() {
         let report = report.path().to_owned();
         move || {
             Command::new(tool)
-                .args(["--config-file", config, "run", &spec, "--report-dir"])
+                .args(["--config-file", config, "run", &spec, "--header"])
+                .arg(format!("x-api-key: {KEY}"))
+                .arg("--report-dir")
                 .arg(report)
                 .env("NO_COLOR", "1")
                 .output()

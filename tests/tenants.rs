@@ -698,13 +698,12 @@ async fn guessing_keys_is_slowed_and_owners_are_rate_limited() {
             .await;
         statuses.push(status.as_u16());
     }
-    // Five failures a minute are allowed; the sixth is refused and blocks the address.
-    assert_eq!(statuses, [401, 401, 401, 401, 401, 401, 429, 429]);
-    // Once refused, even the right key waits (else refusing guesses would slow nothing).
-    let (status, _) = As::key(&app, ALICE)
-        .call(Method::POST, "/threads/count", Some(json!({})))
+    // Five failures a minute are answered 401; past them, 429 with the wait.
+    assert_eq!(statuses, [401, 401, 401, 401, 401, 429, 429, 429]);
+    // A right key from the same address is still served (a client behind the guesser's NAT).
+    As::key(&app, ALICE)
+        .ok(Method::POST, "/threads/count", Some(json!({})))
         .await;
-    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
 
     let dir = TempDir::new().unwrap();
     let mut settings = keyed_settings(&dir);

@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The authenticated caller, put on every request by `authenticate`.
@@ -232,12 +231,7 @@ pub struct Authenticator {
     jwt: Option<JwtVerifier>,
     per_owner: Option<DefaultKeyedRateLimiter<Owner>>,
     failures: Option<DefaultKeyedRateLimiter<IpAddr>>,
-    /// Addresses refused until the given time after too many failed attempts.
-    blocked: Mutex<HashMap<IpAddr, Instant>>,
 }
-
-/// How long an address that failed authentication too often is refused.
-const BLOCK_FOR: Duration = Duration::from_secs(60);
 
 fn limiter<K: std::hash::Hash + Eq + Clone>(per_minute: u32) -> Option<DefaultKeyedRateLimiter<K>> {
     NonZeroU32::new(per_minute).map(|n| RateLimiter::keyed(Quota::per_minute(n)))
@@ -266,7 +260,6 @@ impl Authenticator {
             // One local or shared owner is not limited against itself.
             per_owner: limiter(a.requests_per_minute).filter(|_| separate),
             failures: limiter(a.failed_auth_per_minute),
-            blocked: Mutex::new(HashMap::new()),
         })
     }
 
@@ -312,48 +305,46 @@ impl Authenticator {
             .ok_or_else(|| "Invalid API key".into())
     }
 
-    fn is_blocked(&self, ip: IpAddr) -> Option<u64> {
-        let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
-        let until = *blocked.get(&ip)?;
-        let now = Instant::now();
-        if until <= now {
-            blocked.remove(&ip);
-            return None;
-        }
-        Some((until - now).as_secs().max(1))
-    }
-
-    fn note_failure(&self, ip: IpAddr) {
-        let Some(failures) = &self.failures else {
-            return;
+    /// Counts a failed attempt from `ip`; past the per-address budget, the answer is a 429
+    /// with the wait instead of a 401 (valid credentials are still served: a client behind the
+    /// same address as a guesser is not locked out, and keys are too long to guess anyway).
+    fn refuse_failure(&self, ip: Option<IpAddr>, why: String) -> AppError {
+        let (Some(ip), Some(failures)) = (ip, &self.failures) else {
+            return AppError::Unauthorized(why);
         };
-        if failures.check_key(&ip).is_err() {
-            let mut blocked = self.blocked.lock().unwrap_or_else(|p| p.into_inner());
-            // Bounded: an attacker with many addresses must not grow this without end.
-            if blocked.len() > 100_000 {
-                let now = Instant::now();
-                blocked.retain(|_, until| *until > now);
-            }
-            blocked.insert(ip, Instant::now() + BLOCK_FOR);
-            tracing::warn!(%ip, "too many failed authentication attempts; refusing for a minute");
+        // Addresses are unbounded: forget the ones whose budget is whole again.
+        if failures.len() > 10_000 {
+            failures.retain_recent();
         }
-        failures.retain_recent();
+        match failures.check_key(&ip) {
+            Ok(()) => AppError::Unauthorized(why),
+            Err(not_until) => {
+                tracing::warn!(%ip, "too many failed authentication attempts from one address");
+                AppError::TooMany {
+                    detail: "Too many failed authentication attempts from this address".into(),
+                    retry_after: wait_secs(&not_until),
+                }
+            }
+        }
     }
 
     fn within_rate(&self, owner: &Owner) -> Result<(), AppError> {
         let Some(limit) = &self.per_owner else {
             return Ok(());
         };
-        limit.check_key(owner).map_err(|not_until| {
-            let wait = not_until.wait_time_from(governor::clock::Clock::now(
-                &governor::clock::DefaultClock::default(),
-            ));
-            AppError::TooMany {
+        limit
+            .check_key(owner)
+            .map_err(|not_until| AppError::TooMany {
                 detail: "Too many requests: slow down".into(),
-                retry_after: wait.as_secs().max(1),
-            }
-        })
+                retry_after: wait_secs(&not_until),
+            })
     }
+}
+
+/// Whole seconds (at least one) until a limiter lets the next request through.
+fn wait_secs(not_until: &governor::NotUntil<governor::clock::QuantaInstant>) -> u64 {
+    let now = governor::clock::Clock::now(&governor::clock::DefaultClock::default());
+    not_until.wait_time_from(now).as_secs().max(1)
 }
 
 /// Compares secrets without leaking how many leading bytes matched.
@@ -366,8 +357,8 @@ fn is_public(path: &str) -> bool {
     matches!(path, "/ok" | "/info" | "/metrics" | "/openapi.json") || path.starts_with("/docs")
 }
 
-/// Puts the caller's `Principal` on the request, or answers 401 (429 for an address that
-/// failed too often, or an owner over its request rate).
+/// Puts the caller's `Principal` on the request, or answers 401 (429 for an address that failed
+/// too often, or an owner over its request rate).
 pub(super) async fn authenticate(
     State(state): State<AppState>,
     mut req: Request,
@@ -381,14 +372,6 @@ pub(super) async fn authenticate(
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
-    if let Some(retry_after) = ip.and_then(|ip| auth.is_blocked(ip)) {
-        let detail = "Too many failed authentication attempts from this address".into();
-        return AppError::TooMany {
-            detail,
-            retry_after,
-        }
-        .into_response();
-    }
     match auth.owner_of(req.headers()).await {
         Ok(owner) => {
             if let Err(limited) = auth.within_rate(&owner) {
@@ -397,12 +380,7 @@ pub(super) async fn authenticate(
             req.extensions_mut().insert(Principal { owner });
             next.run(req).await
         }
-        Err(why) => {
-            if let Some(ip) = ip {
-                auth.note_failure(ip);
-            }
-            AppError::Unauthorized(why).into_response()
-        }
+        Err(why) => auth.refuse_failure(ip, why).into_response(),
     }
 }
 

@@ -23,6 +23,24 @@ const STREAM_MODES: [&str; 8] = [
 ];
 
 pub(super) fn refine(doc: &mut Value, graphs: &[&str]) {
+    // How callers authenticate (`api::auth`); public operations say they need nothing.
+    if let Some(components) = doc
+        .pointer_mut("/components")
+        .and_then(Value::as_object_mut)
+    {
+        components.insert(
+            "securitySchemes".into(),
+            json!({
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key",
+                           "description": "An API key from the server's keys file (or its one shared key)"},
+                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                           "description": "A JWT the server verifies (shared secret or JWKS); API keys are accepted here too"}
+            }),
+        );
+    }
+    if let Some(root) = doc.as_object_mut() {
+        root.insert("security".into(), json!([{"apiKey": []}, {"bearer": []}]));
+    }
     if let Some(schemas) = doc
         .pointer_mut("/components/schemas")
         .and_then(Value::as_object_mut)
@@ -277,7 +295,6 @@ fn refine_operation(path: &str, method: &str, op: &mut Value, schemas: &Value, g
             refine_parameter(path, param, graphs);
         }
     }
-    let mut runs = false;
     if let Some(body) = op.get_mut("requestBody") {
         has_input = true;
         let reference = body
@@ -285,12 +302,7 @@ fn refine_operation(path: &str, method: &str, op: &mut Value, schemas: &Value, g
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let items = body
-            .pointer("/content/application~1json/schema/items/$ref")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
         let name = reference.rsplit('/').next().unwrap_or_default();
-        runs = name == "NewRun" || items.ends_with("/NewRun");
         // The server reads a missing body as `{}`: it is needed only when a field is.
         let required = schemas
             .get(name)
@@ -299,11 +311,16 @@ fn refine_operation(path: &str, method: &str, op: &mut Value, schemas: &Value, g
             .is_some_and(|r| !r.is_empty());
         body["required"] = json!(required);
     }
+    let public = matches!(path, "/ok" | "/info" | "/metrics");
+    if public {
+        op.insert("security".into(), json!([]));
+    }
     let responses = op.entry("responses").or_insert_with(|| json!({}));
     let Some(responses) = responses.as_object_mut() else {
         return;
     };
-    let mut extra: Vec<&str> = vec!["503"];
+    // Any request may be refused for its Host (400) or a store that is down (503).
+    let mut extra: Vec<&str> = vec!["400", "503"];
     if names_a_resource {
         extra.push("404");
     }
@@ -311,13 +328,16 @@ fn refine_operation(path: &str, method: &str, op: &mut Value, schemas: &Value, g
         extra.push("422");
     }
     if op_has_body(method) {
-        extra.push("413");
+        extra.extend(["408", "413", "415"]);
     }
-    if runs || path.ends_with("/state") && method == "post" || path.ends_with("/commands") {
-        extra.push("400");
+    if !public {
+        extra.extend(["401", "429"]);
     }
-    if !matches!(path, "/ok" | "/info" | "/metrics") {
-        extra.push("401");
+    // System assistants are read-only.
+    if path.starts_with("/assistants/{assistant_id}") && matches!(method, "patch" | "delete")
+        || path == "/assistants/{assistant_id}/latest"
+    {
+        extra.push("403");
     }
     for code in extra {
         responses.entry(code).or_insert_with(|| json!({}));
@@ -458,7 +478,11 @@ fn describe(code: &str) -> &'static str {
         "202" => "Accepted",
         "204" => "Done; no body",
         "400" => "The request cannot be served as made (the detail says why)",
-        "401" => "A valid x-api-key is required",
+        "401" => "Credentials are missing or invalid (x-api-key or Authorization: Bearer)",
+        "403" => "Not yours to change (system assistants are read-only)",
+        "408" => "The body was not sent in time",
+        "415" => "The body is not JSON (send Content-Type: application/json)",
+        "429" => "A limit was reached (requests, runs or spend); Retry-After says when to retry",
         "404" => "Not found",
         "409" => "Conflicts with the current state (exists already, busy, nothing to resume)",
         "413" => "The body is too large",
