@@ -78,7 +78,7 @@ struct ServeArgs {
     db_max_connections: Option<u32>,
     /// Serve without authentication: whoever reaches the port is the one local owner. For
     /// local use only [auth.disabled].
-    #[arg(long, env = "DR_NO_AUTH")]
+    #[arg(long, env = "DR_NO_AUTH", value_parser = clap::builder::FalseyValueParser::new())]
     no_auth: bool,
     /// One key every caller shares (x-api-key or Authorization: Bearer) [server.api_key].
     #[arg(long, env = "DR_API_KEY", hide_env_values = true)]

@@ -733,6 +733,17 @@ async fn guessing_keys_is_slowed_and_owners_are_rate_limited() {
     As::key(&app, ALICE)
         .ok(Method::POST, "/threads/count", Some(json!({})))
         .await;
+
+    // Per address, public routes included (off by default: a proxy would share one address).
+    let mut settings = test_settings();
+    settings.auth.requests_per_minute_per_address = 3;
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let mut statuses = vec![];
+    for _ in 0..4 {
+        let resp = app.client.get(app.url("/ok")).send().await.unwrap();
+        statuses.push(resp.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
 }
 
 #[tokio::test]

@@ -231,6 +231,7 @@ pub struct Authenticator {
     jwt: Option<JwtVerifier>,
     per_owner: Option<DefaultKeyedRateLimiter<Owner>>,
     failures: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    per_address: Option<DefaultKeyedRateLimiter<IpAddr>>,
 }
 
 fn limiter<K: std::hash::Hash + Eq + Clone>(per_minute: u32) -> Option<DefaultKeyedRateLimiter<K>> {
@@ -260,6 +261,7 @@ impl Authenticator {
             // One local or shared owner is not limited against itself.
             per_owner: limiter(a.requests_per_minute).filter(|_| separate),
             failures: limiter(a.failed_auth_per_minute),
+            per_address: limiter(a.requests_per_minute_per_address),
         })
     }
 
@@ -328,6 +330,19 @@ impl Authenticator {
         }
     }
 
+    fn within_address_rate(&self, ip: Option<IpAddr>) -> Result<(), AppError> {
+        let (Some(ip), Some(limit)) = (ip, &self.per_address) else {
+            return Ok(());
+        };
+        if limit.len() > 10_000 {
+            limit.retain_recent();
+        }
+        limit.check_key(&ip).map_err(|not_until| AppError::TooMany {
+            detail: "Too many requests from this address: slow down".into(),
+            retry_after: wait_secs(&not_until),
+        })
+    }
+
     fn within_rate(&self, owner: &Owner) -> Result<(), AppError> {
         let Some(limit) = &self.per_owner else {
             return Ok(());
@@ -364,14 +379,19 @@ pub(super) async fn authenticate(
     mut req: Request,
     next: Next,
 ) -> Response {
-    if req.method() == Method::OPTIONS || is_public(req.uri().path()) {
-        return next.run(req).await;
-    }
     let auth = &state.auth;
     let ip = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
+    if req.method() != Method::OPTIONS
+        && let Err(limited) = auth.within_address_rate(ip)
+    {
+        return limited.into_response();
+    }
+    if req.method() == Method::OPTIONS || is_public(req.uri().path()) {
+        return next.run(req).await;
+    }
     match auth.owner_of(req.headers()).await {
         Ok(owner) => {
             if let Err(limited) = auth.within_rate(&owner) {

@@ -114,6 +114,7 @@ pub struct Auth {
     pub owner_claim: String,
     pub requests_per_minute: u32,
     pub failed_auth_per_minute: u32,
+    pub requests_per_minute_per_address: u32,
 }
 
 /// Process-wide limits.

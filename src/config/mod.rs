@@ -87,6 +87,8 @@ pub struct AuthSettings {
     pub requests_per_minute: u32,
     /// Per client address, for requests that fail authentication.
     pub failed_auth_per_minute: u32,
+    /// Per client address, every request (0: unlimited).
+    pub requests_per_minute_per_address: u32,
 }
 
 impl AuthSettings {
@@ -278,6 +280,7 @@ fn auth_settings(a: &file::Auth) -> AuthSettings {
         owner_claim: a.owner_claim.trim().to_owned(),
         requests_per_minute: a.requests_per_minute,
         failed_auth_per_minute: a.failed_auth_per_minute,
+        requests_per_minute_per_address: a.requests_per_minute_per_address,
     }
 }
 
