@@ -42,6 +42,11 @@ async fn run_suite(backend: Backend) {
     std::fs::write(&keys, entry("owner-a", KEY_A) + &entry("owner-b", KEY_B)).expect("keys");
     let mut settings = test_settings();
     settings.auth.keys_file = Some(keys);
+    // One owner runs the whole suite, hundreds of runs a minute: per-owner limits have tests of
+    // their own (tests/tenants.rs).
+    settings.auth.requests_per_minute = 0;
+    settings.run_limits.owner_max_inflight_runs = 0;
+    settings.run_limits.owner_runs_per_minute = 0;
     let Some(app) = spawn_app_on(backend, settings).await else {
         return;
     };
