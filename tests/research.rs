@@ -1362,3 +1362,48 @@ async fn a_run_at_its_spend_cap_ends_with_a_partial_report_marked_as_such() {
         "{runs}"
     );
 }
+
+/// Keys a run brings live only in the memory of the replica that accepted it: a replica that
+/// takes the run over without them ends it with the reason, and never runs it on the server's
+/// own keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_without_the_runs_keys_ends_it_with_the_reason() {
+    use deep_research::config::file::FileConfig;
+    use std::sync::Arc;
+    let extra = "[operator]\nallow_api_keys_from_config = true\n";
+    let ra = r::start(scripted(Script::default()), extra).await;
+    // The replica that accepts the run: same store and providers, its poller idle.
+    let text = r::config_toml(&ra.llm, &ra.tavily);
+    let cfg = FileConfig::load(&[(&text, "test.toml"), (extra, "extra.toml")], &[]).unwrap();
+    let mut registry = deep_research::graph::Registry::new();
+    let deps = cfg.research_deps(&|_: &str| None).unwrap();
+    deep_research::research::register(&mut registry, Arc::new(deps));
+    let mut settings = support::test_settings();
+    settings.allow_run_keys = true;
+    settings.poll_interval = std::time::Duration::from_secs(3600);
+    let replica = support::spawn_replica_with(&ra.app, settings, registry).await;
+    let tid = new_thread(&replica).await;
+    // Delayed a second: the accepting replica's workers find nothing to start when woken, and
+    // the other replica's poller claims it once it may start.
+    let resp = replica
+        .client
+        .post(replica.url(&format!("/threads/{tid}/runs")))
+        .json(&json!({"assistant_id": "deep_research", "after_seconds": 1,
+                      "input": {"messages": [{"role": "user", "content": "hi"}]},
+                      "config": {"configurable": {"apiKeys": {"OPENAI_API_KEY": "sk-held-elsewhere"}}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let thread = loop {
+        let thread = ra.app.get_json(&format!("/threads/{tid}")).await;
+        if thread["status"] != "busy" || std::time::Instant::now() > deadline {
+            break thread;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(thread["status"], "error", "{thread}");
+    assert_eq!(thread["error"]["error"], "RunKeysUnavailable", "{thread}");
+    assert_eq!(ra.llm.calls(), 0, "it never ran on the server's keys");
+}

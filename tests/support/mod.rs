@@ -147,6 +147,15 @@ async fn serve(
     }
 }
 
+/// A second replica of `app` with the given settings and graphs.
+pub async fn spawn_replica_with(
+    app: &TestApp,
+    settings: Settings,
+    registry: deep_research::graph::Registry,
+) -> TestApp {
+    serve(app.store.clone(), settings, registry, None).await
+}
+
 /// A second replica of `app`: the same store, its own event bus and `workers` workers. Its
 /// poller does not look for work, so it only runs what is created through it.
 pub async fn spawn_replica(
