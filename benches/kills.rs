@@ -51,7 +51,7 @@ async fn main() {
     let (base_llm, base_search) = baseline(&fakes, backend).await;
     println!("baseline: {base_llm} model calls, {base_search} searches per run");
     println!("kill  at-call  in-flight  resumed-after-ms  calls-redone  searches-redone");
-    let client = reqwest::Client::new();
+    let client = deep_research::net::client_builder().build().unwrap();
     let mut state = args.seed.max(1);
     let (mut waits, mut redone_all) = (Vec::new(), Vec::new());
     for i in 0..args.kills {

@@ -497,7 +497,7 @@ impl Server {
     }
 
     async fn wait_ready(&self) {
-        let client = reqwest::Client::new();
+        let client = deep_research::net::client_builder().build().unwrap();
         for _ in 0..200 {
             if let Ok(r) = client.get(format!("{}/ok", self.base)).send().await
                 && r.status().is_success()
@@ -700,7 +700,7 @@ impl Storage {
 // Clients
 
 fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    deep_research::net::client_builder()
         .http1_only()
         .build()
         .expect("build the HTTP client")

@@ -6,7 +6,9 @@
 #    tests/sdk_compat.rs, which runs tests/compat against a live server; .venv-schemathesis,
 #    exported as DR_SCHEMATHESIS (with DR_REQUIRE_SCHEMATHESIS=1) for tests/schemathesis.rs;
 # 2. the browser pages of tests/browser (npm ci, bundled with esbuild) and Debian's chromium,
-#    exported as DR_CHROMIUM with DR_REQUIRE_BROWSER=1 for tests/browser.rs;
+#    exported as DR_CHROMIUM with DR_REQUIRE_BROWSER=1 for tests/browser.rs; the real MCP
+#    servers of tests/mcp-servers (npm ci), exported as DR_MCP_SERVERS with DR_REQUIRE_MCP=1
+#    for tests/mcp.rs;
 # 3. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
 #    exported as TEST_DATABASE_URL, with DR_REQUIRE_POSTGRES=1 so the Postgres
 #    tests fail instead of skipping;
@@ -136,6 +138,20 @@ fi
 export DR_CHROMIUM=$CHROMIUM
 export DR_REQUIRE_BROWSER=1 # tests/browser.rs fails instead of skipping without it
 echo "node $(node --version), $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
+
+# ---------------------------------------------------------------------------
+section "MCP servers (tests/mcp-servers: the real npm servers tests/mcp.rs runs over stdio and HTTP)"
+MCP=$ROOT/tests/mcp-servers
+want=$(sha256sum "$MCP/package-lock.json" | cut -d' ' -f1)
+stamp=$MCP/node_modules/.lock.sha256
+if [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ]; then
+    echo "npm packages already installed"
+else
+    (cd "$MCP" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$want" >"$stamp"
+fi
+export DR_MCP_SERVERS=$MCP/node_modules
+export DR_REQUIRE_MCP=1 # tests/mcp.rs fails instead of skipping without them
 
 # ---------------------------------------------------------------------------
 section "PostgreSQL"

@@ -30,7 +30,7 @@ pub async fn research(
     if let Some(key) = &args.api_key {
         headers.insert("x-api-key", reqwest::header::HeaderValue::from_str(key)?);
     }
-    let http = reqwest::Client::builder()
+    let http = crate::net::client_builder()
         .default_headers(headers)
         .build()?;
     let thread: Value = http

@@ -41,6 +41,42 @@ fn is_internal_v4(ip: Ipv4Addr) -> bool {
         || a >= 240 // reserved
 }
 
+/// A builder for every outgoing HTTP client, with the one TLS provider (ring) installed first:
+/// reqwest and rmcp are built without a provider of their own, so both use this one.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    static TLS: std::sync::Once = std::sync::Once::new();
+    TLS.call_once(|| {
+        // Err means another provider was installed first, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+}
+
+/// A resolver that answers only with public addresses: a client built with it cannot be sent to
+/// a loopback, private or link-local service by a host name, even one that resolves differently
+/// the next time (DNS rebinding), because the addresses it connects to are the ones checked.
+/// IP literals in URLs skip resolution; check those with `names_internal_host` first, and turn
+/// redirects off.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PublicOnly;
+
+impl reqwest::dns::Resolve for PublicOnly {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let found: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .filter(|a| !is_internal(a.ip()))
+                .collect();
+            if found.is_empty() {
+                return Err(format!("'{host}' has no public address").into());
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(found.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
 /// Whether a URL's host is internal as written: an internal IP literal, or `localhost` (and
 /// its subdomains). Other names are not resolved here: provider URLs are the operator's, and a
 /// name is checked by whoever resolves it.
@@ -63,7 +99,18 @@ pub fn names_internal_host(url: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::names_internal_host;
+    use super::{PublicOnly, names_internal_host};
+    use reqwest::dns::Resolve;
+    use std::str::FromStr;
+
+    #[tokio::test]
+    async fn the_public_resolver_never_answers_with_an_internal_address() {
+        let name = reqwest::dns::Name::from_str("localhost").unwrap();
+        let Err(e) = PublicOnly.resolve(name).await else {
+            panic!("localhost resolved to a public address");
+        };
+        assert!(e.to_string().contains("no public address"), "{e}");
+    }
 
     #[test]
     fn internal_hosts_are_recognised_as_written() {

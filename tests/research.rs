@@ -1111,7 +1111,15 @@ async fn the_config_schema_describes_every_setting() {
     .await;
     let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
     let props = schemas["config_schema"]["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 17, "{props:?}");
+    assert_eq!(props.len(), 18, "{props:?}");
+    // MCP: both shapes, and what this deployment offers.
+    let mcp = &props["mcp_config"];
+    assert!(mcp["properties"]["mcpServers"].is_object(), "{mcp}");
+    assert!(mcp["properties"]["url"].is_object(), "{mcp}");
+    assert!(
+        mcp["description"].as_str().unwrap().contains("may not"),
+        "{mcp}"
+    );
     assert!(
         props
             .values()

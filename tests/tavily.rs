@@ -26,7 +26,7 @@ fn config(fake: &FakeTavily) -> TavilyConfig {
 }
 
 fn client(config: TavilyConfig, in_flight: usize) -> Tavily {
-    let http = reqwest::Client::builder()
+    let http = deep_research::net::client_builder()
         .no_proxy()
         .build()
         .expect("http client");

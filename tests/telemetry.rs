@@ -23,7 +23,9 @@ async fn research_to_the_end(ra: &r::ResearchApp) -> Value {
         "input": {"messages": [{"role": "user", "content": "Compare solar and wind power costs"}]},
         "config": {"configurable": {"allow_clarification": false}},
     });
-    let response = reqwest::Client::new()
+    let response = deep_research::net::client_builder()
+        .build()
+        .unwrap()
         .post(ra.app.url(&format!("/threads/{tid}/runs/wait")))
         .json(&body)
         .send()

@@ -224,6 +224,7 @@ pub struct FileConfig {
     pub operator: Operator,
     pub prompts: Prompts,
     pub search: Search,
+    pub mcp: crate::tools::mcp::McpSection,
     pub providers: BTreeMap<String, Provider>,
     pub prices: BTreeMap<String, Price>,
 }
@@ -321,6 +322,17 @@ impl FileConfig {
             ..TavilyConfig::default()
         };
         let slots = |n: usize| Arc::new(Semaphore::new(n.max(1)));
+        let http = crate::llm::http_client()?;
+        let mcp_policy = self
+            .mcp
+            .policy(env)
+            .map_err(|e| anyhow::anyhow!("[mcp] {e}"))?;
+        let mcp_limits = crate::tools::mcp::Limits {
+            connect_timeout: Duration::from_secs(self.mcp.connect_timeout_secs.max(1)),
+            call_timeout: Duration::from_secs(self.mcp.call_timeout_secs.max(1)),
+            max_result_chars: self.mcp.max_result_chars.max(100),
+            ..Default::default()
+        };
         Ok(ResearchDeps {
             defaults: self.research.clone(),
             locked: self.operator.locked.clone(),
@@ -334,7 +346,12 @@ impl FileConfig {
             prompts,
             prices: self.prices.clone(),
             tavily_config,
-            http: crate::llm::http_client()?,
+            mcp_policy,
+            mcp: Arc::new(crate::tools::mcp::McpHub::new(
+                mcp_limits,
+                self.mcp.allow_private_urls,
+            )?),
+            http,
             researcher_slots: slots(limits.max_concurrent_researchers),
             summary_slots: slots(limits.max_concurrent_summaries),
             search_slots: slots(limits.search_max_in_flight),

@@ -296,15 +296,6 @@ impl ResearchConfig {
             _ => return Err("internal: research config is not an object".into()),
         };
         for (key, value) in configurable {
-            // Accepted and ignored would be worse than refused: the researchers would work
-            // without the tools the caller counted on.
-            if key == "mcp_config" && !value.is_null() {
-                return Err(
-                    "config.configurable.mcp_config: MCP tool servers are not supported \
-                            yet; remove mcp_config (or set it to null)"
-                        .into(),
-                );
-            }
             if PASSTHROUGH.contains(&key.as_str()) || key.starts_with("x-") {
                 continue;
             }
@@ -406,12 +397,7 @@ mod tests {
         assert!(e.contains("locked"), "{e}");
         let e = over(json!({"reserch_model": "openai:x"})).unwrap_err();
         assert!(e.contains("reserch_model: unknown setting"), "{e}");
-        let e = over(json!({"mcp_config": {"url": "http://localhost:8000/mcp", "tools": ["x"]}}))
-            .unwrap_err();
-        assert!(
-            e.contains("mcp_config") && e.contains("not supported"),
-            "{e}"
-        );
+        // mcp_config is checked against the operator's MCP policy (tools::mcp::spec).
         assert!(over(json!({"mcp_config": null})).is_ok());
         let e = over(json!({"allow_clarification": "perhaps"})).unwrap_err();
         assert!(

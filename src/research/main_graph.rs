@@ -357,9 +357,9 @@ async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Com
             cfg.final_report_model_max_tokens
         ));
     }
-    ctx.emit_custom(
-        json!({"type": "citations", "verified": checked.verified, "removed": checked.removed}),
-    );
+    ctx.emit_custom(json!({"type": "citations", "verified": checked.verified,
+                           "removed": checked.removed,
+                           "mcp_cited": mcp_cited(&checked.report, sources)}));
     // Keep the streamed message's id so clients merge the tokens they saw with the final text.
     let mut message = resp.message;
     message["content"] = json!(checked.report);
@@ -372,6 +372,20 @@ async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Com
         ],
     );
     Ok(Command::update(upd))
+}
+
+/// Distinct MCP sources (tool calls and the resources they returned) the report names. The
+/// web check above leaves them alone: they are not web pages, and no search returned them.
+fn mcp_cited(report: &str, sources: &[Value]) -> usize {
+    let mut named: Vec<&str> = sources
+        .iter()
+        .filter(|s| s["kind"] == "mcp")
+        .filter_map(|s| s["url"].as_str())
+        .filter(|u| report.contains(u))
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    named.len()
 }
 
 /// The report of a run stopped by its spend cap, without another model call: the brief and the
@@ -399,9 +413,9 @@ fn partial_report(ctx: &NodeContext, state: &JsonMap, sources: &[Value], reason:
         .map(normalize)
         .collect();
     let checked = citations::check(&text, &retrieved);
-    ctx.emit_custom(
-        json!({"type": "citations", "verified": checked.verified, "removed": checked.removed}),
-    );
+    ctx.emit_custom(json!({"type": "citations", "verified": checked.verified,
+                           "removed": checked.removed,
+                           "mcp_cited": mcp_cited(&checked.report, sources)}));
     let message = ai_message(&format!("run-{}", Uuid::new_v4()), &checked.report);
     let stopped = json!({"reason": reason, "usage": usage(ctx)});
     Command::update(update(

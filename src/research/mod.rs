@@ -47,6 +47,9 @@ pub struct ResearchDeps {
     pub prompts: Prompts,
     pub prices: BTreeMap<String, Price>,
     pub tavily_config: TavilyConfig,
+    /// The MCP servers runs may use, and the connections to them.
+    pub mcp_policy: crate::tools::mcp::McpPolicy,
+    pub mcp: Arc<crate::tools::mcp::McpHub>,
     pub http: reqwest::Client,
     /// Process-wide caps.
     pub researcher_slots: Arc<Semaphore>,
@@ -84,7 +87,9 @@ fn config_check(deps: &Arc<ResearchDeps>) -> ConfigCheck {
             .cloned()
             .unwrap_or_default();
         deps.defaults.with_overrides(&configurable, &deps.locked)?;
-        check_private_models(&deps, &configurable)
+        check_private_models(&deps, &configurable)?;
+        let mcp_config = configurable.get("mcp_config").unwrap_or(&Value::Null);
+        crate::tools::mcp::spec::resolve(&deps.mcp_policy, mcp_config).map(|_| ())
     })
 }
 
@@ -180,6 +185,47 @@ fn config_properties(deps: &ResearchDeps) -> serde_json::Map<String, Value> {
         .collect()
 }
 
+/// `mcp_config`: both shapes it takes, and the servers this deployment offers.
+fn mcp_config_schema(policy: &crate::tools::mcp::McpPolicy) -> Value {
+    let names: Vec<&String> = policy.servers.keys().collect();
+    let strings = json!({"type": "array", "items": {"type": "string"}});
+    let server = json!({"type": "object", "additionalProperties": false, "properties": {
+        "url": {"type": "string", "description": "A streamable-HTTP server of the run's own \
+                (only where the operator allows it). Leave out to use the configured server \
+                of this name."},
+        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+        "tools": {"type": "array", "items": {"type": "string"},
+                  "description": "The tools to offer (a configured server's allow-list can \
+                                  only be narrowed)."},
+        "transport": {"type": "string", "enum": ["streamable_http"]}}});
+    let mut servers = json!({"type": "object", "additionalProperties": server,
+        "description": "Named servers, as MCP clients write them."});
+    if !names.is_empty() && !policy.allow_run_servers {
+        servers["propertyNames"] = json!({"enum": names});
+    }
+    json!({
+        "type": ["object", "null"],
+        "default": null,
+        "description": format!(
+            "MCP tool servers for the researchers: {{\"mcpServers\": {{name: {{...}}}}}}, or Open \
+             Deep Research's {{\"url\", \"tools\"}}. Configured here: {}. Runs {} bring \
+             their own streamable-HTTP servers.",
+            if names.is_empty() { "none".to_owned() } else {
+                names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ") },
+            if policy.allow_run_servers { "may" } else { "may not" }
+        ),
+        "properties": {
+            "mcpServers": servers,
+            "url": {"type": "string", "description": "Open Deep Research's single server: its \
+                    base URL (/mcp is appended)."},
+            "tools": strings,
+            "auth_required": {"type": "boolean", "description": "Not supported (true is refused): \
+                              give credentials as headers."}
+        },
+        "x_oap_ui_config": {"type": "mcp"}
+    })
+}
+
 fn schemas(deps: &ResearchDeps) -> Schemas {
     let messages = json!({"type": "array", "items": {"type": "object"}});
     let strings = json!({"type": "array", "items": {"type": "string"}});
@@ -198,7 +244,8 @@ fn schemas(deps: &ResearchDeps) -> Schemas {
             "fallbacks": {"type": "object", "additionalProperties": {"type": "integer"}}
         }
     });
-    let config_props = config_properties(deps);
+    let mut config_props = config_properties(deps);
+    config_props.insert("mcp_config".into(), mcp_config_schema(&deps.mcp_policy));
     Schemas {
         input: json!({"title": "AgentInputState", "type": "object",
                       "properties": {"messages": messages}, "required": ["messages"]}),

@@ -11,6 +11,7 @@ use super::{ResearchDeps, research_complete_tool, think_tool};
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
 use crate::llm::{NativeTool, ResponseSchema, ToolSpec};
 use crate::store::JsonMap;
+use crate::tools::mcp::{self, Toolbox};
 use crate::tools::{PageSummarizer, PageSummary, SearchOptions, tavily, tavily_search};
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -81,6 +82,20 @@ async fn researcher(
     let caller = Caller::new(&deps, &ctx, &cfg);
     let (mut tools, native, note) = search_tools(cfg.search_api);
     tools.splice(0..0, [research_complete_tool(), think_tool()]);
+    let history = msg::slice(&state, keys::RESEARCHER_MESSAGES);
+    let toolbox = mcp_tools(&caller).await;
+    if history.len() <= 1 {
+        // Once per researcher: a server that cannot be used is news, not a failure.
+        for u in &toolbox.unavailable {
+            ctx.emit_run_custom(json!({"type": "mcp_error", "server": u.server, "error": u.error}));
+        }
+    }
+    let note = format!("{note}{}", mcp_note(&toolbox));
+    tools.extend(toolbox.tools.iter().map(|t| ToolSpec {
+        name: t.name.clone(),
+        description: t.description.clone(),
+        parameters: t.parameters.clone(),
+    }));
     let mcp = if cfg.mcp_prompt.trim().is_empty() {
         String::new()
     } else {
@@ -91,10 +106,9 @@ async fn researcher(
         &[
             ("date", &msg::today()),
             ("mcp_prompt", &mcp),
-            ("search_tools", note),
+            ("search_tools", &note),
         ],
     );
-    let history = msg::slice(&state, keys::RESEARCHER_MESSAGES);
     let mut messages = vec![system(&prompt)];
     messages.extend(history.iter().cloned());
     let offers_search = tools.iter().any(|t| t.name == tavily::TOOL_NAME);
@@ -106,9 +120,12 @@ async fn researcher(
         .unwrap_or(0)
         + 1;
     let last_turn = iterations >= u64::from(cfg.max_react_tool_calls);
+    let researched = |name: &str| name == tavily::TOOL_NAME || toolbox.find(name).is_some();
     if offers_search
-        && !msg::has_result_of(history, tavily::TOOL_NAME)
-        && finishes_without_searching(&message, last_turn)
+        && !history
+            .iter()
+            .any(|m| msg::kind(m) == "tool" && m["name"].as_str().is_some_and(researched))
+        && finishes_without_searching(&message, last_turn, &researched)
     {
         search_the_plan(&ctx, &state, &mut message);
     }
@@ -120,12 +137,16 @@ async fn researcher(
 
 /// Whether this turn would end a researcher that has not searched yet: it answered in prose,
 /// or called `ResearchComplete` (or used its last turn) without a search.
-fn finishes_without_searching(message: &Value, last_turn: bool) -> bool {
+fn finishes_without_searching(
+    message: &Value,
+    last_turn: bool,
+    researches: &dyn Fn(&str) -> bool,
+) -> bool {
     if !msg::acted(message) {
         return true;
     }
     let calls = msg::tool_calls(message);
-    let searches = calls.iter().any(|c| c.name == tavily::TOOL_NAME);
+    let searches = calls.iter().any(|c| researches(&c.name));
     let completes = calls.iter().any(|c| c.name == "ResearchComplete");
     !searches && (completes || last_turn)
 }
@@ -156,6 +177,55 @@ fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value) {
         fallback,
     );
     fallbacks::record(ctx, fallback, &detail);
+}
+
+/// The run's MCP tools: the servers its `mcp_config` names (already checked at creation) plus
+/// the operator's `always` servers. Listing is cached per connection, so this is cheap per turn.
+async fn mcp_tools(caller: &Caller<'_>) -> Toolbox {
+    let mcp_config = &caller.ctx.config()["configurable"]["mcp_config"];
+    let servers = match mcp::spec::resolve(&caller.deps.mcp_policy, mcp_config) {
+        Ok(s) => s,
+        // The operator's configuration changed since the run was accepted.
+        Err(error) => {
+            return Toolbox {
+                unavailable: vec![mcp::Unavailable {
+                    server: "mcp_config".into(),
+                    error,
+                }],
+                ..Toolbox::default()
+            };
+        }
+    };
+    if servers.is_empty() {
+        return Toolbox::default();
+    }
+    let taken = [
+        "ResearchComplete",
+        "think_tool",
+        tavily::TOOL_NAME,
+        "web_search",
+    ];
+    mcp::toolbox(&caller.deps.mcp, &servers, &taken).await
+}
+
+/// The lines of the prompt's tool list that name the MCP tools, and the servers that failed.
+fn mcp_note(toolbox: &Toolbox) -> String {
+    let mut note = String::new();
+    for t in &toolbox.tools {
+        let about = msg::excerpt(&t.description, 200);
+        note.push_str(&format!(
+            "\n- {}: {about} (from the '{}' tool server; cite it by the Source line its result starts with)",
+            t.name, t.server
+        ));
+    }
+    for u in &toolbox.unavailable {
+        note.push_str(&format!(
+            "\n- (the '{}' tool server is unavailable for now: {})",
+            u.server,
+            msg::excerpt(&u.error, 200)
+        ));
+    }
+    note
 }
 
 /// Search queries a model listed in prose: numbered or bulleted lines, quotes stripped; at
@@ -193,7 +263,12 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
         return Ok(Command::default().goto("compress_research"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let outcomes = join_all(calls.iter().map(|c| run_tool(&caller, c))).await;
+    let toolbox = if calls.iter().any(|c| !is_builtin(&c.name)) {
+        mcp_tools(&caller).await
+    } else {
+        Toolbox::default()
+    };
+    let outcomes = join_all(calls.iter().map(|c| run_tool(&caller, &toolbox, c))).await;
     let mut messages = Vec::new();
     // Pages the provider's own web search returned count as retrieved sources too.
     let mut sources: Vec<Value> = last["response_metadata"]["web_search_results"]
@@ -234,7 +309,15 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
 
 /// Runs one tool call: its result text and the sources it showed. Tool failures become text for
 /// the model; only cancellation stops the node.
-async fn run_tool(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Value>), NodeError> {
+fn is_builtin(name: &str) -> bool {
+    matches!(name, "think_tool" | "ResearchComplete" | tavily::TOOL_NAME)
+}
+
+async fn run_tool(
+    caller: &Caller<'_>,
+    toolbox: &Toolbox,
+    call: &ToolCall,
+) -> Result<(String, Vec<Value>), NodeError> {
     match call.name.as_str() {
         "think_tool" => Ok((
             format!(
@@ -247,11 +330,42 @@ async fn run_tool(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<V
         tavily::TOOL_NAME if caller.cfg.search_api == SearchApi::Tavily => {
             search(caller, call).await
         }
-        other => Ok((
-            format!("Error executing tool: there is no tool named '{other}'"),
-            vec![],
-        )),
+        other => match toolbox.find(other) {
+            Some(tool) => call_mcp(caller, tool, &call.args).await,
+            None => Ok((
+                format!("Error executing tool: there is no tool named '{other}'"),
+                vec![],
+            )),
+        },
     }
+}
+
+/// One MCP tool call. Its failure (the server's error, a timeout, a crash) is the tool's result
+/// and a `custom` event; the researcher goes on.
+async fn call_mcp(
+    caller: &Caller<'_>,
+    tool: &mcp::OfferedTool,
+    args: &Value,
+) -> Result<(String, Vec<Value>), NodeError> {
+    let outcome = tokio::select! {
+        o = mcp::call(&caller.deps.mcp, tool, args) => o,
+        () = caller.ctx.cancelled().cancelled() => return Err(NodeError::Cancelled),
+    };
+    Ok(match outcome {
+        Ok(o) => (o.text, o.sources),
+        Err(e) => {
+            caller.ctx.emit_run_custom(json!({
+                "type": "mcp_error", "server": tool.server, "tool": tool.remote, "error": e.0,
+            }));
+            (
+                format!(
+                    "Error executing tool: {} ({} server): {}",
+                    tool.remote, tool.server, e.0
+                ),
+                vec![],
+            )
+        }
+    })
 }
 
 async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Value>), NodeError> {
@@ -437,18 +551,19 @@ mod tests {
                 .collect();
             json!({"type": "ai", "content": "", "tool_calls": calls})
         };
-        assert!(finishes_without_searching(
-            &json!({"type": "ai", "content": "plan"}),
-            false
-        ));
-        assert!(finishes_without_searching(
-            &with(&["ResearchComplete"]),
-            false
-        ));
-        assert!(finishes_without_searching(&with(&["think_tool"]), true));
-        assert!(!finishes_without_searching(&with(&["think_tool"]), false));
-        assert!(!finishes_without_searching(
+        let researches = |n: &str| n == "tavily_search" || n == "read_text_file";
+        let finishes = |m: &Value, last| finishes_without_searching(m, last, &researches);
+        assert!(finishes(&json!({"type": "ai", "content": "plan"}), false));
+        assert!(finishes(&with(&["ResearchComplete"]), false));
+        assert!(finishes(&with(&["think_tool"]), true));
+        assert!(!finishes(&with(&["think_tool"]), false));
+        assert!(!finishes(
             &with(&["tavily_search", "ResearchComplete"]),
+            false
+        ));
+        // An MCP tool is research too: its sources count.
+        assert!(!finishes(
+            &with(&["read_text_file", "ResearchComplete"]),
             false
         ));
     }

@@ -149,7 +149,7 @@ async fn send(
     run_id: uuid::Uuid,
     body: &[u8],
 ) -> Attempt {
-    let client = reqwest::Client::builder()
+    let client = crate::net::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(settings.timeout)
         .resolve_to_addrs(&target.host, &target.addrs)

@@ -132,7 +132,7 @@ fn tracer_provider(endpoint: &str, service: &str) -> anyhow::Result<SdkTracerPro
         format!("{endpoint}/v1/traces")
     };
     let client = OtlpHttp {
-        client: reqwest::Client::builder()
+        client: crate::net::client_builder()
             .timeout(Duration::from_secs(10))
             .build()?,
         runtime: tokio::runtime::Handle::try_current()?,

@@ -2,6 +2,7 @@
 //! dependencies (HTTP client, shared concurrency caps, cancellation) so the graph layer decides
 //! wiring and the tools stay testable against local fakes.
 
+pub mod mcp;
 pub mod tavily;
 
 pub use tavily::{

@@ -139,7 +139,7 @@ async fn serve(
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
-        client: reqwest::Client::new(),
+        client: deep_research::net::client_builder().build().unwrap(),
         store,
         bus,
         shutdown,
