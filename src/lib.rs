@@ -9,7 +9,7 @@
 //!   report), its settings, cost meter, fallback counts and citation checks.
 //! - `graph`: a small graph runtime (nodes, reducers, subgraphs, checkpoints, events).
 //! - `llm`: chat models (OpenAI-compatible, Anthropic) behind one trait, wrapped in the adaptive
-//!   ladder for weak models and observed (spans, metrics); `tools`: Tavily search.
+//!   ladder for weak models and observed (spans, metrics); `tools`: web search (Tavily, Exa, Brave, SearXNG) and MCP.
 //! - `store`: persistence, one trait per concern, over Postgres or SQLite; `stream`: per-run
 //!   event bus and SSE framing.
 //! - `telemetry`: logs, OTLP traces and Prometheus metrics (a leaf every layer records into).

@@ -349,9 +349,10 @@ async fn bad_per_run_settings_are_rejected_before_the_run() {
         ),
         (json!({"search_api": "none"}), "locked"),
         (json!({"serch_api": "none"}), "serch_api"),
+        // A server the run brings, which this server does not allow (tests/mcp.rs has more).
         (
-            json!({"mcp_config": {"url": "http://localhost:8000/mcp"}}),
-            "mcp_config",
+            json!({"mcp_config": {"url": "http://localhost:8000", "tools": ["x"]}}),
+            "allow_run_servers",
         ),
     ] {
         let resp = ra.app.client.post(ra.app.url(&format!("/threads/{tid}/runs")))
@@ -1111,7 +1112,7 @@ async fn the_config_schema_describes_every_setting() {
     .await;
     let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
     let props = schemas["config_schema"]["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 18, "{props:?}");
+    assert_eq!(props.len(), 23, "{props:?}");
     // MCP: both shapes, and what this deployment offers.
     let mcp = &props["mcp_config"];
     assert!(mcp["properties"]["mcpServers"].is_object(), "{mcp}");
@@ -1133,10 +1134,12 @@ async fn the_config_schema_describes_every_setting() {
     assert_eq!(units["default"], 5);
     assert_eq!(
         props["search_api"]["enum"],
-        json!(["tavily", "anthropic", "none"])
+        json!(["tavily", "exa", "brave", "searxng", "anthropic", "none"])
     );
     assert_eq!(props["search_api"]["readOnly"], true);
     assert_eq!(props["review_plan"]["type"], "boolean");
+    assert_eq!(props["tavily_search_depth"]["enum"], json!(["basic", "advanced"]));
+    assert_eq!(props["search_max_results"]["maximum"], 20);
     assert_eq!(props["research_model"]["default"], r::MODEL);
     // the form's bounds are the ones enforced
     let tid = new_thread(&ra.app).await;

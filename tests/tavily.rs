@@ -4,9 +4,9 @@
 mod fake_tavily;
 
 use async_trait::async_trait;
-use deep_research::tools::tavily::{
-    NO_RESULTS, PageSummarizer, PageSummary, SearchError, SearchOptions, SearchOutput, Source,
-    Tavily, TavilyConfig, tavily_search, tool_spec,
+use deep_research::tools::web_search::{
+    NO_RESULTS, PageSummarizer, PageSummary, SearchConfig, SearchError, SearchOptions,
+    SearchOutput, Source, WebSearch, tool_spec, web_search,
 };
 use fake_tavily::{API_KEY, FakeHit, FakeTavily, Fault, raw_text};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,25 +15,25 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-fn config(fake: &FakeTavily) -> TavilyConfig {
-    TavilyConfig {
+fn config(fake: &FakeTavily) -> SearchConfig {
+    SearchConfig {
         base_url: fake.base_url().to_owned(),
         api_key: Some(API_KEY.into()),
         timeout: Duration::from_secs(5),
         base_delay: Duration::from_millis(10),
-        ..TavilyConfig::default()
+        ..SearchConfig::default()
     }
 }
 
-fn client(config: TavilyConfig, in_flight: usize) -> Tavily {
+fn client(config: SearchConfig, in_flight: usize) -> WebSearch {
     let http = deep_research::net::client_builder()
         .no_proxy()
         .build()
         .expect("http client");
-    Tavily::new(config, http, Arc::new(Semaphore::new(in_flight)))
+    WebSearch::new(config, http, Arc::new(Semaphore::new(in_flight)))
 }
 
-fn tavily(fake: &FakeTavily) -> Tavily {
+fn tavily(fake: &FakeTavily) -> WebSearch {
     client(config(fake), 16)
 }
 
@@ -46,12 +46,12 @@ fn queries(qs: &[&str]) -> Vec<String> {
 }
 
 async fn run(
-    tavily: &Tavily,
+    tavily: &WebSearch,
     qs: &[&str],
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
 ) -> Result<SearchOutput, SearchError> {
-    tavily_search(
+    web_search(
         tavily,
         &queries(qs),
         summarizer,
@@ -393,7 +393,7 @@ async fn hanging_server_times_out_as_transient() {
     let fake = FakeTavily::start().await;
     fake.fail_always(Fault::Hang);
     let tavily = client(
-        TavilyConfig {
+        SearchConfig {
             timeout: Duration::from_millis(200),
             ..config(&fake)
         },
@@ -410,7 +410,7 @@ async fn hanging_server_times_out_as_transient() {
 async fn wrong_key_is_auth_error_without_retry() {
     let fake = FakeTavily::start().await;
     let tavily = client(
-        TavilyConfig {
+        SearchConfig {
             api_key: Some("tvly-wrong".into()),
             ..config(&fake)
         },
@@ -430,7 +430,7 @@ async fn missing_key_fails_before_any_request() {
     let fake = FakeTavily::start().await;
     for key in [None, Some(String::new()), Some("  ".to_owned())] {
         let tavily = client(
-            TavilyConfig {
+            SearchConfig {
                 api_key: key.map(Into::into),
                 ..config(&fake)
             },
@@ -439,7 +439,7 @@ async fn missing_key_fails_before_any_request() {
         let err = run(&tavily, &["x"], None, &options())
             .await
             .expect_err("no key");
-        assert_eq!(err, SearchError::MissingKey);
+        assert_eq!(err, SearchError::MissingKey("TAVILY_API_KEY".into()));
         assert!(err.to_string().contains("TAVILY_API_KEY"));
     }
     assert_eq!(fake.calls(), 0);
@@ -472,7 +472,7 @@ async fn cancellation_returns_promptly() {
         trigger.cancel();
     });
     let started = Instant::now();
-    let result = tavily_search(&tavily, &queries(&["slow"]), None, &options(), &cancel).await;
+    let result = web_search(&tavily, &queries(&["slow"]), None, &options(), &cancel).await;
     assert_eq!(result, Err(SearchError::Cancelled));
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -488,7 +488,7 @@ async fn cancellation_also_stops_summaries() {
         trigger.cancel();
     });
     let started = Instant::now();
-    let result = tavily_search(
+    let result = web_search(
         &tavily(&fake),
         &queries(&["deep"]),
         Some(&summarizer),
@@ -503,7 +503,7 @@ async fn cancellation_also_stops_summaries() {
 
 #[test]
 fn tool_spec_exposes_only_queries() {
-    let spec = tool_spec();
+    let spec = tool_spec("tavily_search");
     assert_eq!(spec["name"], "tavily_search");
     assert!(
         spec["description"]

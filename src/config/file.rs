@@ -5,7 +5,7 @@ use crate::research::ResearchDeps;
 use crate::research::config::ResearchConfig;
 use crate::research::cost::Price;
 use crate::telemetry::LogFormat;
-use crate::tools::TavilyConfig;
+use crate::tools::{Engine, SearchConfig};
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -209,6 +209,9 @@ pub struct Provider {
 #[serde(deny_unknown_fields)]
 pub struct Search {
     pub tavily: Endpoint,
+    pub exa: Endpoint,
+    pub brave: Endpoint,
+    pub searxng: Endpoint,
 }
 
 /// Everything `config/default.toml` describes.
@@ -313,14 +316,28 @@ impl FileConfig {
         let prompts_dir = Some(self.prompts.dir.trim()).filter(|d| !d.is_empty());
         let prompts =
             crate::research::prompts::Prompts::load(prompts_dir.map(std::path::Path::new))?;
-        let (base_url, api_key) = self.search.tavily.resolve(env);
         let limits = &self.limits;
-        let tavily_config = TavilyConfig {
-            base_url,
-            api_key,
-            timeout: Duration::from_secs(limits.search_timeout_secs),
-            ..TavilyConfig::default()
-        };
+        let search = &self.search;
+        let engines = [
+            (Engine::Tavily, &search.tavily),
+            (Engine::Exa, &search.exa),
+            (Engine::Brave, &search.brave),
+            (Engine::Searxng, &search.searxng),
+        ];
+        let search_configs = engines
+            .into_iter()
+            .map(|(engine, endpoint)| {
+                let (base_url, api_key) = endpoint.resolve(env);
+                SearchConfig {
+                    engine,
+                    base_url,
+                    api_key,
+                    api_key_env: endpoint.api_key_env.clone().unwrap_or_default(),
+                    timeout: Duration::from_secs(limits.search_timeout_secs),
+                    ..SearchConfig::default()
+                }
+            })
+            .collect();
         let slots = |n: usize| Arc::new(Semaphore::new(n.max(1)));
         let http = crate::llm::http_client()?;
         let mcp_policy = self
@@ -345,7 +362,7 @@ impl FileConfig {
             providers: crate::llm::Providers::new(self.provider_configs(env)),
             prompts,
             prices: self.prices.clone(),
-            tavily_config,
+            search_configs,
             mcp_policy,
             mcp: Arc::new(crate::tools::mcp::McpHub::new(
                 mcp_limits,

@@ -10,11 +10,40 @@ use serde_json::{Map, Value};
 #[serde(rename_all = "lowercase")]
 pub enum SearchApi {
     Tavily,
+    Exa,
+    Brave,
+    /// A self-hosted SearXNG instance.
+    Searxng,
     /// The research model's own server-side web search (Anthropic models).
     Anthropic,
     /// OpenAI's native search needs the Responses API, which is not wired: rejected at validation.
     Openai,
     None,
+}
+
+impl SearchApi {
+    /// The search engine behind the `{name}_search` tool, for the backends the service calls.
+    pub fn engine(self) -> Option<crate::tools::Engine> {
+        use crate::tools::Engine;
+        match self {
+            Self::Tavily => Some(Engine::Tavily),
+            Self::Exa => Some(Engine::Exa),
+            Self::Brave => Some(Engine::Brave),
+            Self::Searxng => Some(Engine::Searxng),
+            Self::Anthropic | Self::Openai | Self::None => None,
+        }
+    }
+
+    /// The search tool's name: ODR's `tavily_search`, and likewise for the other engines.
+    pub fn tool_name(self) -> Option<&'static str> {
+        match self {
+            Self::Tavily => Some("tavily_search"),
+            Self::Exa => Some("exa_search"),
+            Self::Brave => Some("brave_search"),
+            Self::Searxng => Some("searxng_search"),
+            Self::Anthropic | Self::Openai | Self::None => None,
+        }
+    }
 }
 
 /// Every ODR knob (§1.1), with ODR's defaults.
@@ -41,6 +70,33 @@ pub struct ResearchConfig {
     /// Pause after the brief for the user to approve, edit or reject the research plan.
     #[serde(default)]
     pub review_plan: bool,
+    /// Results per search query (every engine).
+    #[serde(default = "five")]
+    pub search_max_results: u32,
+    /// Comma-separated domains searches are limited to (empty: anywhere).
+    #[serde(default)]
+    pub search_include_domains: String,
+    /// Comma-separated domains searches leave out.
+    #[serde(default)]
+    pub search_exclude_domains: String,
+    /// Tavily's `topic`: general, news or finance.
+    #[serde(default = "general")]
+    pub tavily_topic: String,
+    /// Tavily's `search_depth`: basic or advanced (advanced costs two credits a query).
+    #[serde(default = "basic")]
+    pub tavily_search_depth: String,
+}
+
+fn five() -> u32 {
+    5
+}
+
+fn general() -> String {
+    "general".into()
+}
+
+fn basic() -> String {
+    "basic".into()
 }
 
 impl Default for ResearchConfig {
@@ -63,6 +119,11 @@ impl Default for ResearchConfig {
             final_report_model_max_tokens: 10_000,
             mcp_prompt: String::new(),
             review_plan: false,
+            search_max_results: 5,
+            search_include_domains: String::new(),
+            search_exclude_domains: String::new(),
+            tavily_topic: general(),
+            tavily_search_depth: basic(),
         }
     }
 }
@@ -113,7 +174,7 @@ const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64)
 const TOKENS: (u64, u64) = (1, 200_000);
 
 /// Every research setting, in `ResearchConfig`'s order.
-pub const SETTINGS: [Setting; 17] = [
+pub const SETTINGS: [Setting; 22] = [
     number(
         "max_structured_output_retries",
         "Attempts per structured-output or tool-calling model call before the step fails.",
@@ -132,10 +193,11 @@ pub const SETTINGS: [Setting; 17] = [
     ),
     Setting {
         name: "search_api",
-        description: "Where researchers search: Tavily, the research model's own web search \
-                      (Anthropic models), or nowhere.",
+        description: "Where researchers search: Tavily, Exa, Brave Search, a self-hosted \
+                      SearXNG, the research model's own web search (Anthropic models), or \
+                      nowhere.",
         range: None,
-        choices: &["tavily", "anthropic", "none"],
+        choices: &["tavily", "exa", "brave", "searxng", "anthropic", "none"],
     },
     number(
         "max_researcher_iterations",
@@ -205,6 +267,34 @@ pub const SETTINGS: [Setting; 17] = [
         "Pause after the brief so the user approves, edits or rejects the planned topics \
          before any research is paid for.",
     ),
+    number(
+        "search_max_results",
+        "Results per search query (every search engine).",
+        1,
+        20,
+    ),
+    setting(
+        "search_include_domains",
+        "Domains searches are limited to, comma-separated (e.g. \"arxiv.org, nature.com\"); \
+         empty searches everywhere. Subdomains count.",
+    ),
+    setting(
+        "search_exclude_domains",
+        "Domains searches leave out, comma-separated.",
+    ),
+    Setting {
+        name: "tavily_topic",
+        description: "Tavily's search category.",
+        range: None,
+        choices: &["general", "news", "finance"],
+    },
+    Setting {
+        name: "tavily_search_depth",
+        description: "Tavily's search depth: advanced finds more relevant passages and costs two \
+                      credits a query.",
+        range: None,
+        choices: &["basic", "advanced"],
+    },
 ];
 
 /// The bounds `SETTINGS` gives a number setting.
@@ -248,10 +338,37 @@ impl ResearchConfig {
             ModelName::parse(model).map_err(|e| format!("config.configurable.{field}: {e}"))?;
             range(&format!("{field}_max_tokens"), tokens.into())?;
         }
+        range("search_max_results", self.search_max_results.into())?;
+        for (field, value) in [
+            ("tavily_topic", &self.tavily_topic),
+            ("tavily_search_depth", &self.tavily_search_depth),
+        ] {
+            let choices = SETTINGS
+                .iter()
+                .find(|s| s.name == field)
+                .map_or(&[][..], |s| s.choices);
+            if !choices.contains(&value.as_str()) {
+                return Err(format!(
+                    "config.configurable.{field}: must be one of {}, got '{value}'",
+                    choices.join(", ")
+                ));
+            }
+        }
+        for (field, list) in [
+            ("search_include_domains", &self.search_include_domains),
+            ("search_exclude_domains", &self.search_exclude_domains),
+        ] {
+            if let Some(bad) = domains(list).into_iter().find(|d| !is_domain(d)) {
+                return Err(format!(
+                    "config.configurable.{field}: '{bad}' is not a domain (like example.org)"
+                ));
+            }
+        }
         if self.search_api == SearchApi::Openai {
             return Err(
                 "config.configurable.search_api: 'openai' native search is not supported \
-                        (it needs OpenAI's Responses API); use 'tavily', 'anthropic' or 'none'"
+                        (it needs OpenAI's Responses API); use 'tavily', 'exa', 'brave', \
+                        'searxng', 'anthropic' or 'none'"
                     .into(),
             );
         }
@@ -306,6 +423,7 @@ impl ResearchConfig {
                 return Err(format!("config.configurable.{key}: locked by the operator"));
             }
             let value = coerce(&merged[key], value);
+            check_choice(key, &value)?;
             if let Some(expected) = kind_mismatch(&merged[key], &value) {
                 return Err(format!(
                     "config.configurable.{key}: expected {expected}, got {value}"
@@ -318,6 +436,44 @@ impl ResearchConfig {
         cfg.validate()?;
         Ok(cfg)
     }
+}
+
+/// A setting with a list of choices takes one of them; the error lists them.
+fn check_choice(key: &str, value: &Value) -> Result<(), String> {
+    let Some(setting) = SETTINGS.iter().find(|s| s.name == key) else {
+        return Ok(());
+    };
+    match value.as_str() {
+        Some(v) if !setting.choices.is_empty() && !setting.choices.contains(&v) => {
+            let hint = if key == "search_api" && v == "openai" {
+                " ('openai' native search needs OpenAI's Responses API, which is not wired)"
+            } else {
+                ""
+            };
+            Err(format!(
+                "config.configurable.{key}: must be one of {}, got '{v}'{hint}",
+                setting.choices.join(", ")
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The domains of a comma-separated setting.
+pub fn domains(list: &str) -> Vec<String> {
+    list.split([',', ' ', '\n'])
+        .map(|d| d.trim().trim_end_matches('/').to_ascii_lowercase())
+        .filter(|d| !d.is_empty())
+        .collect()
+}
+
+fn is_domain(d: &str) -> bool {
+    let d = d.strip_prefix("*.").unwrap_or(d);
+    d.contains('.')
+        && d.len() <= 253
+        && d.split('.').all(|label| {
+            !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
 }
 
 /// What a setting's value must be, when `value` is not of the default's kind.
@@ -337,6 +493,16 @@ fn kind_mismatch(default: &Value, value: &Value) -> Option<&'static str> {
 /// boolean, as pydantic does for ODR.
 fn coerce(default: &Value, value: &Value) -> Value {
     match (default, value) {
+        // Domain lists may come as JSON lists.
+        (Value::String(_), Value::Array(items)) if items.iter().all(Value::is_string) => {
+            Value::String(
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+        }
         (Value::Number(_), Value::String(s)) => s
             .trim()
             .parse::<u64>()

@@ -19,7 +19,7 @@ mod supervisor;
 
 use crate::graph::{ConfigCheck, Registry, Schemas};
 use crate::llm::{Providers, RetryPolicy};
-use crate::tools::{Tavily, TavilyConfig};
+use crate::tools::{Engine, SearchConfig, WebSearch};
 use config::ResearchConfig;
 use cost::Price;
 use prompts::Prompts;
@@ -46,7 +46,8 @@ pub struct ResearchDeps {
     pub providers: Providers,
     pub prompts: Prompts,
     pub prices: BTreeMap<String, Price>,
-    pub tavily_config: TavilyConfig,
+    /// How to reach each search engine (one per `Engine`).
+    pub search_configs: Vec<SearchConfig>,
     /// The MCP servers runs may use, and the connections to them.
     pub mcp_policy: crate::tools::mcp::McpPolicy,
     pub mcp: Arc<crate::tools::mcp::McpHub>,
@@ -61,13 +62,32 @@ pub struct ResearchDeps {
 }
 
 impl ResearchDeps {
-    /// A Tavily client, with the run's own key when the operator allows run keys.
-    pub fn tavily(&self, run_key: Option<String>) -> Tavily {
-        let mut config = self.tavily_config.clone();
+    /// A client of `engine`, with the run's own key when the operator allows run keys.
+    pub fn web_search(&self, engine: Engine, run_key: Option<String>) -> Option<WebSearch> {
+        let mut config = self
+            .search_configs
+            .iter()
+            .find(|c| c.engine == engine)?
+            .clone();
         if let Some(key) = run_key.filter(|_| self.allow_api_keys_from_config) {
             config.api_key = Some(key.into());
         }
-        Tavily::new(config, self.http.clone(), self.search_slots.clone())
+        Some(WebSearch::new(
+            config,
+            self.http.clone(),
+            self.search_slots.clone(),
+        ))
+    }
+
+    /// Why runs cannot search with `engine` on this server, when that is known before the run
+    /// (SearXNG has no public instance to fall back on).
+    fn search_unavailable(&self, engine: Engine) -> Option<String> {
+        let config = self.search_configs.iter().find(|c| c.engine == engine)?;
+        (engine == Engine::Searxng && config.base_url.trim().is_empty()).then(|| {
+            "config.configurable.search_api: 'searxng' needs the address of your SearXNG \
+             ([search.searxng] base_url, or SEARXNG_URL)"
+                .to_owned()
+        })
     }
 }
 
@@ -86,7 +106,14 @@ fn config_check(deps: &Arc<ResearchDeps>) -> ConfigCheck {
             .as_object()
             .cloned()
             .unwrap_or_default();
-        deps.defaults.with_overrides(&configurable, &deps.locked)?;
+        let cfg = deps.defaults.with_overrides(&configurable, &deps.locked)?;
+        if let Some(why) = cfg
+            .search_api
+            .engine()
+            .and_then(|e| deps.search_unavailable(e))
+        {
+            return Err(why);
+        }
         check_private_models(&deps, &configurable)?;
         let mcp_config = configurable.get("mcp_config").unwrap_or(&Value::Null);
         crate::tools::mcp::spec::resolve(&deps.mcp_policy, mcp_config).map(|_| ())

@@ -12,7 +12,7 @@ use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
 use crate::llm::{NativeTool, ResponseSchema, ToolSpec};
 use crate::store::JsonMap;
 use crate::tools::mcp::{self, Toolbox};
-use crate::tools::{PageSummarizer, PageSummary, SearchOptions, tavily, tavily_search};
+use crate::tools::{PageSummarizer, PageSummary, QueryOptions, SearchOptions, web_search};
 use async_trait::async_trait;
 use futures::future::join_all;
 use serde::Deserialize;
@@ -38,35 +38,34 @@ pub fn graph(deps: Deps) -> Graph {
         .build()
 }
 
-fn search_tools(search: SearchApi) -> (Vec<ToolSpec>, Vec<NativeTool>, &'static str) {
+fn search_tools(search: SearchApi) -> (Vec<ToolSpec>, Vec<NativeTool>, String) {
+    if let Some(name) = search.tool_name() {
+        let spec = crate::tools::web_search::tool_spec(name);
+        let tool = ToolSpec {
+            name: name.to_owned(),
+            description: spec["description"].as_str().unwrap_or_default().to_owned(),
+            parameters: spec["parameters"].clone(),
+        };
+        let note = format!("- {name}(queries): web search; several queries at once are fine.");
+        return (vec![tool], vec![], note);
+    }
     match search {
-        SearchApi::Tavily => {
-            let spec = tavily::tool_spec();
-            let tool = ToolSpec {
-                name: spec["name"]
-                    .as_str()
-                    .unwrap_or(tavily::TOOL_NAME)
-                    .to_owned(),
-                description: spec["description"].as_str().unwrap_or_default().to_owned(),
-                parameters: spec["parameters"].clone(),
-            };
-            (
-                vec![tool],
-                vec![],
-                "- tavily_search(queries): web search; several queries at once are fine.",
-            )
-        }
         SearchApi::Anthropic => (
             vec![],
             vec![NativeTool::WebSearch { max_uses: 5 }],
-            "- web_search: your built-in web search.",
+            "- web_search: your built-in web search.".into(),
         ),
-        SearchApi::Openai | SearchApi::None => (
+        _ => (
             vec![],
             vec![],
-            "- (no web search is available for this run)",
+            "- (no web search is available for this run)".into(),
         ),
     }
+}
+
+/// The name of the run's search tool, if the service searches for it.
+fn search_tool(caller: &Caller<'_>) -> Option<&'static str> {
+    caller.cfg.search_api.tool_name()
 }
 
 async fn researcher(
@@ -111,7 +110,8 @@ async fn researcher(
     );
     let mut messages = vec![system(&prompt)];
     messages.extend(history.iter().cloned());
-    let offers_search = tools.iter().any(|t| t.name == tavily::TOOL_NAME);
+    let search_name = search_tool(&caller);
+    let offers_search = search_name.is_some();
     let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
     let mut message = caller.act(req).await?.message;
     let iterations = state
@@ -120,14 +120,14 @@ async fn researcher(
         .unwrap_or(0)
         + 1;
     let last_turn = iterations >= u64::from(cfg.max_react_tool_calls);
-    let researched = |name: &str| name == tavily::TOOL_NAME || toolbox.find(name).is_some();
+    let researched = |name: &str| Some(name) == search_name || toolbox.find(name).is_some();
     if offers_search
         && !history
             .iter()
             .any(|m| msg::kind(m) == "tool" && m["name"].as_str().is_some_and(researched))
         && finishes_without_searching(&message, last_turn, &researched)
     {
-        search_the_plan(&ctx, &state, &mut message);
+        search_the_plan(&ctx, &state, &mut message, search_name.unwrap_or_default());
     }
     let mut upd = JsonMap::new();
     upd.insert(keys::RESEARCHER_MESSAGES.into(), json!([message]));
@@ -155,7 +155,7 @@ fn finishes_without_searching(
 /// following queries: …") even after a corrective turn, or declared its research complete
 /// before searching. The queries it listed are searched for it (its topic when it listed none),
 /// so the research rests on real sources. The run says so.
-fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value) {
+fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value, search_name: &str) {
     let said = msg::text(message);
     let mut queries = listed_queries(&said);
     if queries.is_empty() {
@@ -172,7 +172,7 @@ fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value) {
     );
     msg::add_call(
         message,
-        tavily::TOOL_NAME,
+        search_name,
         json!({ "queries": queries }),
         fallback,
     );
@@ -202,7 +202,10 @@ async fn mcp_tools(caller: &Caller<'_>) -> Toolbox {
     let taken = [
         "ResearchComplete",
         "think_tool",
-        tavily::TOOL_NAME,
+        "tavily_search",
+        "exa_search",
+        "brave_search",
+        "searxng_search",
         "web_search",
     ];
     mcp::toolbox(&caller.deps.mcp, &servers, &taken).await
@@ -310,7 +313,15 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
 /// Runs one tool call: its result text and the sources it showed. Tool failures become text for
 /// the model; only cancellation stops the node.
 fn is_builtin(name: &str) -> bool {
-    matches!(name, "think_tool" | "ResearchComplete" | tavily::TOOL_NAME)
+    matches!(
+        name,
+        "think_tool"
+            | "ResearchComplete"
+            | "tavily_search"
+            | "exa_search"
+            | "brave_search"
+            | "searxng_search"
+    )
 }
 
 async fn run_tool(
@@ -327,9 +338,7 @@ async fn run_tool(
             vec![],
         )),
         "ResearchComplete" => Ok((String::new(), vec![])),
-        tavily::TOOL_NAME if caller.cfg.search_api == SearchApi::Tavily => {
-            search(caller, call).await
-        }
+        name if Some(name) == search_tool(caller) => search(caller, call).await,
         other => match toolbox.find(other) {
             Some(tool) => call_mcp(caller, tool, &call.args).await,
             None => Ok((
@@ -389,18 +398,44 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Val
         ));
     }
     let deps: &ResearchDeps = caller.deps;
-    let run_key = caller.ctx.config()["configurable"]["apiKeys"]["TAVILY_API_KEY"]
+    let cfg = caller.cfg;
+    let Some(engine) = cfg.search_api.engine() else {
+        return Ok((
+            "Error executing tool: no search engine for this run".into(),
+            vec![],
+        ));
+    };
+    let key_name = match engine {
+        crate::tools::Engine::Tavily => "TAVILY_API_KEY",
+        crate::tools::Engine::Exa => "EXA_API_KEY",
+        crate::tools::Engine::Brave => "BRAVE_SEARCH_API_KEY",
+        crate::tools::Engine::Searxng => "SEARXNG_API_KEY",
+    };
+    let run_key = caller.ctx.config()["configurable"]["apiKeys"][key_name]
         .as_str()
         .map(str::to_owned);
-    let tavily = deps.tavily(run_key);
+    let Some(client) = deps.web_search(engine, run_key) else {
+        return Ok((
+            "Error executing tool: this search engine is not configured".into(),
+            vec![],
+        ));
+    };
     let opts = SearchOptions {
-        max_content_length: caller.cfg.max_content_length,
+        query: QueryOptions {
+            max_results: cfg.search_max_results,
+            topic: cfg.tavily_topic.clone(),
+            depth: cfg.tavily_search_depth.clone(),
+            include_domains: super::config::domains(&cfg.search_include_domains),
+            exclude_domains: super::config::domains(&cfg.search_exclude_domains),
+            max_content_length: cfg.max_content_length,
+        },
+        max_content_length: cfg.max_content_length,
         summary_timeout: deps.summary_timeout,
         summary_slots: deps.summary_slots.clone(),
     };
     let summarizer = ModelSummarizer { caller };
-    match tavily_search(
-        &tavily,
+    match web_search(
+        &client,
         &queries,
         Some(&summarizer),
         &opts,
@@ -418,10 +453,14 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Val
         }
         Err(crate::tools::SearchError::Cancelled) => Err(NodeError::Cancelled),
         Err(e) => {
-            caller.ctx.emit_run_custom(
-                json!({"type": "search_error", "queries": queries, "error": e.to_string()}),
-            );
-            Ok((format!("Error executing tool: {e}"), vec![]))
+            caller
+                .ctx
+                .emit_run_custom(json!({"type": "search_error", "engine": engine.id(),
+                "queries": queries, "error": e.to_string()}));
+            Ok((
+                format!("Error executing tool: {}: {e}", engine.name()),
+                vec![],
+            ))
         }
     }
 }

@@ -2,10 +2,12 @@
 //! dependencies (HTTP client, shared concurrency caps, cancellation) so the graph layer decides
 //! wiring and the tools stay testable against local fakes.
 
+pub mod engines;
 pub mod mcp;
-pub mod tavily;
+pub mod web_search;
 
-pub use tavily::{
-    PageSummarizer, PageSummary, SearchError, SearchHit, SearchOptions, SearchOutput, Source,
-    Tavily, TavilyConfig, tavily_search,
+pub use engines::{Engine, QueryOptions};
+pub use web_search::{
+    PageSummarizer, PageSummary, SearchConfig, SearchError, SearchHit, SearchOptions, SearchOutput,
+    Source, WebSearch, web_search,
 };

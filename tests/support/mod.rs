@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod fake_engines;
 pub mod fake_llm;
 pub mod fake_tavily;
 pub mod graphs;

@@ -360,21 +360,31 @@ fn supervisor(req: &Value, topics: usize) -> FakeReply {
     }
 }
 
+/// The search tool a researcher request offers (`tavily_search`, `brave_search`, …).
+fn search_tool(req: &Value) -> String {
+    req["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .find(|n| n.ends_with("_search"))
+        .unwrap_or("tavily_search")
+        .to_owned()
+}
+
 fn researcher(req: &Value) -> FakeReply {
     let t = topic(req);
+    let search = search_tool(req);
     match turns(req) {
         0 => FakeReply::ToolCalls(vec![(
-            "tavily_search".into(),
+            search.clone(),
             json!({"queries": [format!("{t} overview"), format!("{t} details")]}),
         )]),
         1 => FakeReply::ToolCalls(vec![(
             "think_tool".into(),
             json!({"reflection": "Need one more search."}),
         )]),
-        2 => FakeReply::ToolCalls(vec![(
-            "tavily_search".into(),
-            json!({"queries": [format!("{t} latest")]}),
-        )]),
+        2 => FakeReply::ToolCalls(vec![(search, json!({"queries": [format!("{t} latest")]}))]),
         _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
     }
 }

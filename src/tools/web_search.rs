@@ -1,9 +1,11 @@
-//! The `tavily_search` tool: run several Tavily queries at once, de-duplicate the hits by URL,
-//! summarise each page with a model, and format the lot as one tool-result string (ODR §4.1).
+//! The web search tool (`tavily_search` in ODR, and the same tool on Exa, Brave Search or
+//! SearXNG): run several queries at once, de-duplicate the hits by URL, summarise each page with
+//! a model, and format the lot as one tool-result string (ODR §4.1). Each engine's wire format
+//! is in `engines.rs`.
 //!
-//! Deliberate departures from ODR (§3.10, §10): page summaries and Tavily calls run under
+//! Deliberate departures from ODR (§3.10, §10): page summaries and engine calls run under
 //! process-wide semaphores instead of unbounded fan-out, and a failed or timed-out summary falls
-//! back to Tavily's short `content` snippet rather than up to 50,000 characters of raw page.
+//! back to the engine's short snippet rather than up to 50,000 characters of raw page.
 
 use async_trait::async_trait;
 use futures::future::{join_all, try_join_all};
@@ -20,8 +22,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-/// Tool name the model sees.
-pub const TOOL_NAME: &str = "tavily_search";
+pub use super::engines::{Engine, QueryOptions};
 
 /// Tool result when no query returned anything (exact ODR text).
 pub const NO_RESULTS: &str = "No valid search results found. Please try different search queries or use a different search API.";
@@ -36,15 +37,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Error bodies can be whole HTML pages; keep messages readable.
 const MAX_ERROR_DETAIL: usize = 300;
 
-/// How to reach Tavily and which fixed search options to send.
-/// `Debug` prints the key as `[REDACTED]`.
+/// How to reach one search engine. `Debug` prints the key as `[REDACTED]`.
 #[derive(Clone, Debug)]
-pub struct TavilyConfig {
+pub struct SearchConfig {
+    pub engine: Engine,
     pub base_url: String,
     pub api_key: Option<SecretString>,
-    pub max_results: u32,
-    pub topic: String,
-    pub search_depth: String,
+    /// The variable that holds the key, named when it is missing.
+    pub api_key_env: String,
     /// Per HTTP attempt, from connect to the end of the body.
     pub timeout: Duration,
     /// Attempts in all for retryable failures (1 = no retry).
@@ -53,14 +53,13 @@ pub struct TavilyConfig {
     pub base_delay: Duration,
 }
 
-impl Default for TavilyConfig {
+impl Default for SearchConfig {
     fn default() -> Self {
         Self {
+            engine: Engine::Tavily,
             base_url: "https://api.tavily.com".to_owned(),
             api_key: None,
-            max_results: 5,
-            topic: "general".to_owned(),
-            search_depth: "basic".to_owned(),
+            api_key_env: "TAVILY_API_KEY".to_owned(),
             timeout: Duration::from_secs(30),
             max_attempts: 3,
             base_delay: Duration::from_millis(500),
@@ -68,43 +67,38 @@ impl Default for TavilyConfig {
     }
 }
 
-/// One Tavily result.
+/// One search result.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct SearchHit {
     #[serde(default)]
     pub title: String,
     pub url: String,
-    /// Tavily's short snippet.
+    /// The engine's short snippet.
     #[serde(default)]
     pub content: String,
-    /// The full page text, when Tavily could fetch it.
+    /// The full page text, when the engine returns it (Tavily, Exa).
     #[serde(default)]
     pub raw_content: Option<String>,
     #[serde(default)]
     pub score: Option<f64>,
 }
 
-#[derive(Deserialize)]
-struct SearchResponse {
-    results: Vec<SearchHit>,
-}
-
 /// Why a search failed. The display text is what the researcher sees after
-/// `Error executing tool: `, so it never contains the API key.
+/// `Error executing tool: ` (with the engine's name before it), so it never contains the API key.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum SearchError {
-    #[error("Tavily rate limit exceeded{}", retry_hint(.retry_after))]
+    #[error("rate limit exceeded{}", retry_hint(.retry_after))]
     RateLimited { retry_after: Option<Duration> },
-    #[error("Tavily rejected the API key: {0}")]
+    #[error("the API key was rejected: {0}")]
     Auth(String),
-    #[error("Tavily rejected the request: {0}")]
+    #[error("the request was rejected: {0}")]
     BadRequest(String),
-    #[error("Tavily is unavailable: {0}")]
+    #[error("unavailable: {0}")]
     Transient(String),
-    #[error("Tavily returned an invalid response: {0}")]
+    #[error("invalid response: {0}")]
     InvalidResponse(String),
-    #[error("no Tavily API key configured: set TAVILY_API_KEY")]
-    MissingKey,
+    #[error("no API key configured: set {0}")]
+    MissingKey(String),
     #[error("search cancelled")]
     Cancelled,
 }
@@ -118,7 +112,7 @@ impl SearchError {
             Self::BadRequest(_) => "bad_request",
             Self::Transient(_) => "transient",
             Self::InvalidResponse(_) => "invalid_response",
-            Self::MissingKey => "missing_key",
+            Self::MissingKey(_) => "missing_key",
             Self::Cancelled => "cancelled",
         }
     }
@@ -130,16 +124,16 @@ fn retry_hint(retry_after: &Option<Duration>) -> String {
     })
 }
 
-/// A Tavily client whose every HTTP attempt takes a permit from a process-wide semaphore.
+/// A search engine client whose every HTTP attempt takes a permit from a process-wide semaphore.
 #[derive(Clone, Debug)]
-pub struct Tavily {
-    config: TavilyConfig,
+pub struct WebSearch {
+    config: SearchConfig,
     client: reqwest::Client,
     in_flight: Arc<Semaphore>,
 }
 
-impl Tavily {
-    pub fn new(config: TavilyConfig, client: reqwest::Client, in_flight: Arc<Semaphore>) -> Self {
+impl WebSearch {
+    pub fn new(config: SearchConfig, client: reqwest::Client, in_flight: Arc<Semaphore>) -> Self {
         Self {
             config,
             client,
@@ -147,18 +141,23 @@ impl Tavily {
         }
     }
 
-    pub fn config(&self) -> &TavilyConfig {
+    pub fn config(&self) -> &SearchConfig {
         &self.config
     }
 
     /// Runs one query, retrying rate limits and transient failures; traced and counted.
-    pub async fn search(&self, query: &str) -> Result<Vec<SearchHit>, SearchError> {
-        let span = tracing::info_span!("search", otel.name = "search tavily", otel.kind = "client",
-            search.api = "tavily", search.results = tracing::field::Empty,
+    pub async fn search(
+        &self,
+        query: &str,
+        opts: &QueryOptions,
+    ) -> Result<Vec<SearchHit>, SearchError> {
+        let engine = self.config.engine.id();
+        let span = tracing::info_span!("search", otel.name = format!("search {engine}"),
+            otel.kind = "client", search.api = engine, search.results = tracing::field::Empty,
             error.type = tracing::field::Empty);
         let started = std::time::Instant::now();
         let result = self
-            .search_with_retries(query)
+            .search_with_retries(query, opts)
             .instrument(span.clone())
             .await;
         let outcome = match &result {
@@ -172,64 +171,62 @@ impl Tavily {
                 kind
             }
         };
-        crate::telemetry::metrics::search_call("tavily", outcome, started.elapsed());
+        crate::telemetry::metrics::search_call(engine, outcome, started.elapsed());
         result
     }
 
-    async fn search_with_retries(&self, query: &str) -> Result<Vec<SearchHit>, SearchError> {
+    async fn search_with_retries(
+        &self,
+        query: &str,
+        opts: &QueryOptions,
+    ) -> Result<Vec<SearchHit>, SearchError> {
         let key = self.api_key()?;
-        let body = self.request_body(query);
         let mut attempt = 1;
         loop {
-            let err = match self.attempt(key, &body).await {
+            let err = match self.attempt(key, query, opts).await {
                 Ok(hits) => return Ok(hits),
                 Err(err) => err,
             };
             let Some(delay) = self.retry_delay(&err, attempt) else {
                 return Err(err);
             };
-            tracing::warn!(%err, attempt, ?delay, "Tavily search failed; retrying");
+            tracing::warn!(%err, attempt, ?delay, engine = self.config.engine.id(), "search failed; retrying");
             tokio::time::sleep(delay).await;
             attempt += 1;
         }
     }
 
-    fn api_key(&self) -> Result<&str, SearchError> {
+    fn api_key(&self) -> Result<Option<&str>, SearchError> {
         match self
             .config
             .api_key
             .as_ref()
             .map(|k| k.expose_secret().trim())
         {
-            Some(key) if !key.is_empty() => Ok(key),
-            _ => Err(SearchError::MissingKey),
+            Some(key) if !key.is_empty() => Ok(Some(key)),
+            _ if self.config.engine.needs_key() => {
+                Err(SearchError::MissingKey(self.config.api_key_env.clone()))
+            }
+            _ => Ok(None),
         }
     }
 
-    fn request_body(&self, query: &str) -> Value {
-        json!({
-            "query": query,
-            "max_results": self.config.max_results,
-            "include_raw_content": true,
-            "topic": self.config.topic,
-            "search_depth": self.config.search_depth,
-        })
-    }
-
-    async fn attempt(&self, key: &str, body: &Value) -> Result<Vec<SearchHit>, SearchError> {
+    async fn attempt(
+        &self,
+        key: Option<&str>,
+        query: &str,
+        opts: &QueryOptions,
+    ) -> Result<Vec<SearchHit>, SearchError> {
         // The permit covers the body read too: that is when the connection is still busy.
         let _permit = self
             .in_flight
             .acquire()
             .await
             .map_err(|_| SearchError::Cancelled)?;
-        let url = format!("{}/search", self.config.base_url.trim_end_matches('/'));
-        let response = self
-            .client
-            .post(url)
-            .bearer_auth(key)
+        let engine = self.config.engine;
+        let response = engine
+            .request(&self.client, &self.config.base_url, key, query, opts)
             .timeout(self.config.timeout)
-            .json(body)
             .send()
             .await
             .map_err(transport_error)?;
@@ -239,9 +236,9 @@ impl Tavily {
         if !status.is_success() {
             return Err(status_error(status, retry_after, &bytes));
         }
-        serde_json::from_slice::<SearchResponse>(&bytes)
-            .map(|parsed| parsed.results)
-            .map_err(|e| SearchError::InvalidResponse(e.to_string()))
+        engine
+            .hits(&bytes, opts)
+            .map_err(SearchError::InvalidResponse)
     }
 
     /// `None` means give up: the error is final or the attempts are spent.
@@ -289,19 +286,10 @@ fn status_error(status: StatusCode, retry_after: Option<Duration>, body: &[u8]) 
     }
 }
 
-/// Tavily answers `{"detail": {"error": "…"}}`; anything else is shown as (shortened) text.
+/// The engine's error message, or the body as (shortened) text.
 fn error_detail(body: &[u8]) -> String {
-    let parsed: Option<Value> = serde_json::from_slice(body).ok();
-    let message = parsed.as_ref().and_then(|v| {
-        v.pointer("/detail/error")
-            .or_else(|| v.get("detail"))
-            .or_else(|| v.get("error"))
-            .and_then(Value::as_str)
-    });
-    let text = match message {
-        Some(m) => m.to_owned(),
-        None => String::from_utf8_lossy(body).into_owned(),
-    };
+    let text = super::engines::error_message(body)
+        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     truncate_chars(text.trim(), MAX_ERROR_DETAIL).to_owned()
 }
 
@@ -354,9 +342,11 @@ pub trait PageSummarizer: Send + Sync {
     async fn summarize(&self, content: String) -> Result<PageSummary, String>;
 }
 
-/// Per-call knobs of `tavily_search`.
+/// Per-call knobs of `web_search`.
 #[derive(Clone, Debug)]
 pub struct SearchOptions {
+    /// What each query asks of the engine (results, domains, Tavily's topic and depth).
+    pub query: QueryOptions,
     /// Characters of raw page text handed to the summariser.
     pub max_content_length: usize,
     /// Per summary, counted from when it holds a slot (queueing is not the model's fault).
@@ -370,6 +360,7 @@ impl SearchOptions {
     /// on purpose: a fresh semaphore per call would defeat the process-wide cap.
     pub fn new(summary_slots: Arc<Semaphore>) -> Self {
         Self {
+            query: QueryOptions::default(),
             max_content_length: 50_000,
             summary_timeout: Duration::from_secs(60),
             summary_slots,
@@ -391,10 +382,10 @@ pub struct SearchOutput {
     pub sources: Vec<Source>,
 }
 
-/// The model-visible schema of the tool.
-pub fn tool_spec() -> Value {
+/// The model-visible schema of the tool, under `name` (the run's search backend names it).
+pub fn tool_spec(name: &str) -> Value {
     json!({
-        "name": TOOL_NAME,
+        "name": name,
         "description": "A search engine built for comprehensive, accurate and trusted results. \
             Useful when you need answers about current events.",
         "parameters": {
@@ -412,8 +403,8 @@ pub fn tool_spec() -> Value {
 }
 
 /// Runs the tool. A failing query fails the whole call; `cancel` aborts it promptly.
-pub async fn tavily_search(
-    tavily: &Tavily,
+pub async fn web_search(
+    search: &WebSearch,
     queries: &[String],
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
@@ -422,17 +413,17 @@ pub async fn tavily_search(
     tokio::select! {
         biased;
         () = cancel.cancelled() => Err(SearchError::Cancelled),
-        output = run_search(tavily, queries, summarizer, opts) => output,
+        output = run_search(search, queries, summarizer, opts) => output,
     }
 }
 
 async fn run_search(
-    tavily: &Tavily,
+    search: &WebSearch,
     queries: &[String],
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
 ) -> Result<SearchOutput, SearchError> {
-    let responses = try_join_all(queries.iter().map(|q| tavily.search(q))).await?;
+    let responses = try_join_all(queries.iter().map(|q| search.search(q, &opts.query))).await?;
     let mut hits = dedupe(responses);
     if hits.is_empty() {
         return Ok(SearchOutput {
@@ -474,7 +465,7 @@ async fn display_content(
     match summarize_page(summarizer, raw, opts).await {
         Ok(summary) => summary.render(),
         Err(err) => {
-            tracing::warn!(url = %hit.url, %err, "page summary failed; showing Tavily's snippet");
+            tracing::warn!(url = %hit.url, %err, "page summary failed; showing the engine's snippet");
             hit.content.clone()
         }
     }
@@ -532,9 +523,9 @@ mod tests {
 
     #[test]
     fn debug_redacts_key() {
-        let config = TavilyConfig {
+        let config = SearchConfig {
             api_key: Some("tvly-secret".into()),
-            ..TavilyConfig::default()
+            ..SearchConfig::default()
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("tvly-secret"));
