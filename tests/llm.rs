@@ -1136,3 +1136,91 @@ async fn a_server_that_ignores_stream_still_yields_one_delta() {
     assert_eq!(answer.message["tool_calls"][0]["args"], json!({"q": "z"}));
     assert_eq!(answer.message["usage_metadata"], Value::Null);
 }
+
+// ---- Azure OpenAI, and headers and query parameters per provider ----
+
+fn azure(fake: &FakeLlm, key: &str, version: Option<&str>) -> Arc<dyn ChatModel> {
+    let config = ProviderConfig {
+        api_version: version.map(str::to_owned),
+        ..ProviderConfig::new(
+            ProviderKind::AzureOpenai,
+            &fake.base_url(),
+            Some(key.to_owned().into()),
+        )
+    };
+    model_of(&Providers::new(BTreeMap::from([(
+        "fake".to_owned(),
+        config,
+    )])))
+}
+
+#[tokio::test]
+async fn azure_deployments_are_called_with_their_version_and_key() {
+    let fake = FakeLlm::start_azure(always(FakeReply::text("from azure"))).await;
+    let model = azure(&fake, fake_llm::AZURE_KEY, Some("2024-10-21"));
+    let answer = call(&model, &ask("hi"), 1).await.unwrap();
+    assert_eq!(answer.message["content"], "from azure");
+    assert_eq!(fake.queries(), ["api-version=2024-10-21"]);
+    let headers = &fake.headers()[0];
+    assert_eq!(headers["api-key"], fake_llm::AZURE_KEY);
+    assert!(
+        headers.get("authorization").is_none(),
+        "Azure takes api-key, not a bearer"
+    );
+    // The deployment is the model part of `azure:<deployment>`.
+    assert_eq!(fake.requests()[0]["deployment"], "test-model");
+    assert!(fake.requests()[0].get("max_completion_tokens").is_some());
+    // Streaming goes the same way.
+    let (streamed, deltas) = stream(&model, ask("hi")).await;
+    assert_eq!(streamed.message["content"], "from azure");
+    assert!(!deltas.is_empty());
+
+    // Azure's own errors are classified: a wrong key is an auth error, not retried.
+    let wrong = azure(&fake, "not-the-key", Some("2024-10-21"));
+    let err = call(&wrong, &ask("hi"), 3).await.unwrap_err();
+    assert!(matches!(err, LlmError::Auth { .. }), "{err:?}");
+    assert!(!err.to_string().contains("not-the-key"));
+    let asked = fake.queries().len();
+    // No api-version: Azure's 404, reported as a bad request with its message.
+    let unversioned = azure(&fake, fake_llm::AZURE_KEY, None);
+    let err = call(&unversioned, &ask("hi"), 3).await.unwrap_err();
+    assert!(err.to_string().contains("Resource not found"), "{err}");
+    assert_eq!(fake.queries().len(), asked + 1, "not retried");
+}
+
+#[tokio::test]
+async fn every_call_carries_the_providers_headers_and_query_parameters() {
+    let fake = FakeLlm::start(always(FakeReply::text("ok"))).await;
+    let config = ProviderConfig {
+        headers: BTreeMap::from([
+            ("X-Org".to_owned(), "research-team".to_owned().into()),
+            (
+                "Helicone-Auth".to_owned(),
+                "Bearer gateway-secret".to_owned().into(),
+            ),
+        ]),
+        query: BTreeMap::from([("tenant".to_owned(), "blue".to_owned())]),
+        ..ProviderConfig::new(
+            ProviderKind::Openai,
+            &fake.base_url(),
+            Some("sk-test".into()),
+        )
+    };
+    config.check_headers().unwrap();
+    let model = model_of(&Providers::new(BTreeMap::from([(
+        "fake".to_owned(),
+        config,
+    )])));
+    call(&model, &ask("hi"), 1).await.unwrap();
+    let headers = &fake.headers()[0];
+    assert_eq!(headers["x-org"], "research-team");
+    assert_eq!(headers["helicone-auth"], "Bearer gateway-secret");
+    assert_eq!(headers["authorization"], "Bearer sk-test");
+    assert_eq!(fake.queries(), ["tenant=blue"]);
+
+    let bad = ProviderConfig {
+        headers: BTreeMap::from([("bad header".to_owned(), "v".to_owned().into())]),
+        ..ProviderConfig::new(ProviderKind::Openai, "http://x", None)
+    };
+    assert!(bad.check_headers().unwrap_err().contains("bad header"));
+}

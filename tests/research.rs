@@ -348,6 +348,19 @@ async fn bad_per_run_settings_are_rejected_before_the_run() {
             "allow_private_model_urls",
         ),
         (json!({"search_api": "none"}), "locked"),
+        // What a run could only find out at its first call: said at once.
+        (
+            json!({"research_model": "nope:model"}),
+            "unknown model provider 'nope'",
+        ),
+        (
+            json!({"final_report_model": "groq:llama-3.3-70b"}),
+            "set GROQ_API_KEY",
+        ),
+        (
+            json!({"summarization_model": "azure:my-deployment"}),
+            "AZURE_OPENAI_ENDPOINT",
+        ),
         (json!({"serch_api": "none"}), "serch_api"),
         // A server the run brings, which this server does not allow (tests/mcp.rs has more).
         (
@@ -1138,7 +1151,10 @@ async fn the_config_schema_describes_every_setting() {
     );
     assert_eq!(props["search_api"]["readOnly"], true);
     assert_eq!(props["review_plan"]["type"], "boolean");
-    assert_eq!(props["tavily_search_depth"]["enum"], json!(["basic", "advanced"]));
+    assert_eq!(
+        props["tavily_search_depth"]["enum"],
+        json!(["basic", "advanced"])
+    );
     assert_eq!(props["search_max_results"]["maximum"], 20);
     assert_eq!(props["research_model"]["default"], r::MODEL);
     // the form's bounds are the ones enforced

@@ -281,6 +281,7 @@ base_url = "{url}"
             "is not a domain",
         ),
         (json!({"search_max_results": 50}), "between 1 and 20"),
+        (json!({"search_api": "exa"}), "set EXA_API_KEY"),
     ] {
         let resp = ra
             .app

@@ -203,6 +203,18 @@ pub struct Provider {
     pub context_window: Option<u32>,
     #[serde(default)]
     pub max_output_tokens: Option<u32>,
+    /// Headers sent with every call, and the same read from environment variables (for
+    /// tokens kept out of files).
+    #[serde(default)]
+    pub headers: BTreeMap<String, SecretString>,
+    #[serde(default)]
+    pub headers_env: BTreeMap<String, String>,
+    /// Query parameters added to every call.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
+    /// Azure OpenAI's `api-version`.
+    #[serde(default)]
+    pub api_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -293,7 +305,17 @@ impl FileConfig {
             .iter()
             .map(|(name, p)| {
                 let (base_url, api_key) = p.endpoint.resolve(env);
+                let mut headers = p.headers.clone();
+                for (header, var) in &p.headers_env {
+                    if let Some(value) = env(var).filter(|v| !v.trim().is_empty()) {
+                        headers.insert(header.clone(), value.into());
+                    }
+                }
                 let cfg = ProviderConfig {
+                    api_key_env: p.endpoint.api_key_env.clone(),
+                    headers,
+                    query: p.query.clone(),
+                    api_version: p.api_version.clone(),
                     max_in_flight: p.max_in_flight.max(1),
                     tool_calling: p.tool_calling,
                     local: p.local,
@@ -359,7 +381,14 @@ impl FileConfig {
                 tokens: Some(limits.run_max_tokens).filter(|t| *t > 0),
                 usd: Some(limits.run_max_usd).filter(|u| *u > 0.0),
             },
-            providers: crate::llm::Providers::new(self.provider_configs(env)),
+            providers: {
+                let configs = self.provider_configs(env);
+                for (name, cfg) in &configs {
+                    cfg.check_headers()
+                        .map_err(|e| anyhow::anyhow!("providers.{name}.headers: {e}"))?;
+                }
+                crate::llm::Providers::new(configs)
+            },
             prompts,
             prices: self.prices.clone(),
             search_configs,

@@ -5,6 +5,7 @@ use super::LlmError;
 use reqwest::header::HeaderMap;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
@@ -16,6 +17,9 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic messages API.
     Anthropic,
+    /// Azure OpenAI: chat completions at `{base}/openai/deployments/{model}/…` with an
+    /// `api-version` and an `api-key` header (the model name is the deployment's).
+    AzureOpenai,
 }
 
 /// How tools are offered to a provider's models.
@@ -50,6 +54,14 @@ pub struct ProviderConfig {
     pub context_window: Option<u32>,
     /// A cap on output tokens for every call to this provider, whatever a role asks for.
     pub max_output_tokens: Option<u32>,
+    /// The variable the key comes from, named when it is missing.
+    pub api_key_env: Option<String>,
+    /// Headers sent with every call (a gateway's or an organisation's).
+    pub headers: BTreeMap<String, SecretString>,
+    /// Query parameters added to every call.
+    pub query: BTreeMap<String, String>,
+    /// Azure OpenAI's `api-version`.
+    pub api_version: Option<String>,
 }
 
 impl ProviderConfig {
@@ -64,7 +76,22 @@ impl ProviderConfig {
             local: false,
             context_window: None,
             max_output_tokens: None,
+            api_key_env: None,
+            headers: BTreeMap::new(),
+            query: BTreeMap::new(),
+            api_version: None,
         }
+    }
+
+    /// What is wrong with the extra headers, if anything (checked when the config is read).
+    pub fn check_headers(&self) -> Result<(), String> {
+        for (name, value) in &self.headers {
+            reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("'{name}' is not a valid header name"))?;
+            reqwest::header::HeaderValue::from_str(value.expose_secret())
+                .map_err(|_| format!("the value of header '{name}' is not valid"))?;
+        }
+        Ok(())
     }
 }
 
@@ -93,6 +120,11 @@ pub(super) struct Endpoint {
     pub kind: ProviderKind,
     base_url: String,
     api_key: Option<SecretString>,
+    pub api_key_env: Option<String>,
+    pub api_version: Option<String>,
+    /// Extra headers (marked sensitive, so they never print) and query parameters.
+    headers: HeaderMap,
+    query: Vec<(String, String)>,
     client: reqwest::Client,
     slots: Semaphore,
     max_in_flight: usize,
@@ -112,7 +144,22 @@ impl Endpoint {
     pub(super) fn new(name: String, cfg: ProviderConfig, client: reqwest::Client) -> Self {
         // A zero cap would block every call forever; treat it as "one at a time".
         let max_in_flight = cfg.max_in_flight.max(1);
+        let mut headers = HeaderMap::new();
+        for (name, value) in &cfg.headers {
+            // Checked when the configuration was read; a bad one is left out here.
+            if let (Ok(name), Ok(mut value)) = (
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+                reqwest::header::HeaderValue::from_str(value.expose_secret()),
+            ) {
+                value.set_sensitive(true);
+                headers.insert(name, value);
+            }
+        }
         Self {
+            api_key_env: cfg.api_key_env.clone(),
+            api_version: cfg.api_version.clone(),
+            headers,
+            query: cfg.query.clone().into_iter().collect(),
             name,
             kind: cfg.kind,
             base_url: cfg.base_url.trim_end_matches('/').to_owned(),
@@ -134,7 +181,23 @@ impl Endpoint {
     }
 
     pub fn get(&self, url: &str) -> reqwest::RequestBuilder {
-        self.client.get(url)
+        self.with_extras(self.client.get(url))
+    }
+
+    /// The operator's extra headers and query parameters on a request.
+    fn with_extras(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let request = request.headers(self.headers.clone());
+        if self.query.is_empty() {
+            request
+        } else {
+            request.query(&self.query)
+        }
+    }
+
+    /// Whether calls can be made without a key from the run: a key is configured, or none is
+    /// expected (a local server).
+    pub fn has_key(&self) -> bool {
+        self.api_key(None).is_some()
     }
 
     pub(super) fn in_flight(&self) -> usize {
@@ -156,7 +219,7 @@ impl Endpoint {
     }
 
     pub fn post(&self, url: &str) -> reqwest::RequestBuilder {
-        self.client.post(url)
+        self.with_extras(self.client.post(url))
     }
 
     /// Runs one attempt holding a slot. The timeout starts once the slot is held, so waiting

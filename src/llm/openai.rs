@@ -1,7 +1,7 @@
 //! OpenAI chat completions (and compatible endpoints: Ollama, vLLM, Groq, DeepSeek, …).
 
 use super::coalesce::Coalescer;
-use super::endpoint::{Endpoint, ErrorContext, classify, exact_body};
+use super::endpoint::{Endpoint, ErrorContext, ProviderKind, classify, exact_body};
 use super::history::{
     AiTurn, RawToolCall, Role, content_str, content_text, identifier, role, runaway_limit,
 };
@@ -59,15 +59,29 @@ impl OpenAiModel {
         on_delta: Option<OnDelta<'_>>,
         max_tokens: u32,
     ) -> Result<ChatResponse, LlmError> {
-        let url = format!("{}/chat/completions", self.endpoint.base_url());
+        let azure = self.endpoint.kind == ProviderKind::AzureOpenai;
+        let url = if azure {
+            format!(
+                "{}/openai/deployments/{}/chat/completions",
+                self.endpoint.base_url(),
+                self.model
+            )
+        } else {
+            format!("{}/chat/completions", self.endpoint.base_url())
+        };
         let mut request = self
             .endpoint
             .post(&url)
             .header(CONTENT_TYPE, "application/json")
             .body(body);
+        if azure && let Some(version) = &self.endpoint.api_version {
+            request = request.query(&[("api-version", version)]);
+        }
         // Local servers (Ollama, LM Studio) take no key; sending an empty bearer can upset them.
-        if let Some(key) = key {
-            request = request.bearer_auth(key);
+        match key {
+            Some(key) if azure => request = request.header("api-key", key),
+            Some(key) => request = request.bearer_auth(key),
+            None => {}
         }
         let cx = ErrorContext {
             provider: &self.endpoint.name,
@@ -144,6 +158,7 @@ impl OpenAiModel {
     /// `max_completion_tokens` for all; compatible servers mostly know only `max_tokens`.
     fn uses_max_completion_tokens(&self) -> bool {
         self.endpoint.base_url().contains("://api.openai.com")
+            || self.endpoint.kind == ProviderKind::AzureOpenai
     }
 
     fn parse(&self, body: &Value, cx: &ErrorContext<'_>) -> Result<ChatResponse, LlmError> {

@@ -10,6 +10,7 @@ pub use super::endpoint::{ProviderConfig, ProviderKind, ToolCalling};
 use super::observed::Observed;
 use super::openai::OpenAiModel;
 use super::{ChatModel, LlmError, ModelName};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -70,7 +71,9 @@ impl Providers {
         })?;
         let endpoint = Arc::clone(endpoint);
         let inner: Arc<dyn ChatModel> = match endpoint.kind {
-            ProviderKind::Openai => Arc::new(OpenAiModel::new(endpoint.clone(), &name.model)),
+            ProviderKind::Openai | ProviderKind::AzureOpenai => {
+                Arc::new(OpenAiModel::new(endpoint.clone(), &name.model))
+            }
             ProviderKind::Anthropic => Arc::new(AnthropicModel::new(endpoint.clone(), &name.model)),
         };
         let adaptive = Adaptive::new(
@@ -87,6 +90,41 @@ impl Providers {
     pub async fn context_window(&self, name: &ModelName) -> Option<u32> {
         let endpoint = self.endpoints.get(&name.provider)?;
         self.windows.get(endpoint, &name.model).await
+    }
+
+    /// Why a run could not call `name`, when that is known before it starts: the provider is
+    /// not configured, or it expects a key that neither the server nor the run (`run_keys`,
+    /// `{PROVIDER}_API_KEY`) has.
+    pub fn check_ready(&self, name: &ModelName, run_keys: &Value) -> Result<(), String> {
+        let Some(endpoint) = self.endpoints.get(&name.provider) else {
+            let known: Vec<&str> = self.names().collect();
+            return Err(format!(
+                "unknown model provider '{}' in '{name}'; configured providers: {}",
+                name.provider,
+                known.join(", ")
+            ));
+        };
+        if endpoint.base_url().trim().is_empty() {
+            return Err(format!(
+                "provider '{}' has no address configured{}",
+                name.provider,
+                match endpoint.kind {
+                    ProviderKind::AzureOpenai => " (set AZURE_OPENAI_ENDPOINT)",
+                    _ => "",
+                }
+            ));
+        }
+        let run_key = format!("{}_API_KEY", name.provider.to_ascii_uppercase());
+        let brought = run_keys[&run_key]
+            .as_str()
+            .is_some_and(|k| !k.trim().is_empty());
+        match &endpoint.api_key_env {
+            Some(env) if !endpoint.has_key() && !brought => Err(format!(
+                "provider '{}' has no API key: set {env} on the server",
+                name.provider
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The configured provider names.

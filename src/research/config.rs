@@ -375,7 +375,7 @@ impl ResearchConfig {
         Ok(())
     }
 
-    fn models(&self) -> [(&'static str, &str, u32); 4] {
+    pub fn models(&self) -> [(&'static str, &str, u32); 4] {
         [
             (
                 "summarization_model",

@@ -114,10 +114,46 @@ fn config_check(deps: &Arc<ResearchDeps>) -> ConfigCheck {
         {
             return Err(why);
         }
+        // A run (an assistant is checked without: its runs may bring keys) must be able to
+        // call its models and its search engine.
+        if configurable.contains_key("run_id") {
+            let run_keys = configurable
+                .get("apiKeys")
+                .filter(|_| deps.allow_api_keys_from_config)
+                .cloned()
+                .unwrap_or(Value::Null);
+            check_ready(&deps, &cfg, &run_keys)?;
+        }
         check_private_models(&deps, &configurable)?;
         let mcp_config = configurable.get("mcp_config").unwrap_or(&Value::Null);
         crate::tools::mcp::spec::resolve(&deps.mcp_policy, mcp_config).map(|_| ())
     })
+}
+
+/// Each role's model names a configured provider with a key, and the search engine has one.
+fn check_ready(deps: &ResearchDeps, cfg: &ResearchConfig, run_keys: &Value) -> Result<(), String> {
+    for (field, model, _) in cfg.models() {
+        let name = crate::llm::ModelName::parse(model)
+            .map_err(|e| format!("config.configurable.{field}: {e}"))?;
+        deps.providers
+            .check_ready(&name, run_keys)
+            .map_err(|e| format!("config.configurable.{field}: {e}"))?;
+    }
+    if let Some(engine) = cfg.search_api.engine()
+        && let Some(config) = deps.search_configs.iter().find(|c| c.engine == engine)
+        && engine.needs_key()
+        && config.api_key.is_none()
+        && run_keys[&config.api_key_env]
+            .as_str()
+            .is_none_or(|k| k.trim().is_empty())
+    {
+        return Err(format!(
+            "config.configurable.search_api: {} needs an API key: set {} on the server",
+            engine.name(),
+            config.api_key_env
+        ));
+    }
+    Ok(())
 }
 
 /// A run (or an assistant) that picks its own models may not aim the server at a provider on an

@@ -214,6 +214,22 @@ impl FakeLlm {
         Self::serve(responder, router, "/v1").await
     }
 
+    /// Azure OpenAI: chat completions at `/openai/deployments/{deployment}/chat/completions`,
+    /// which need `?api-version=` and the key in `api-key` (`AZURE_KEY`), answering Azure's own
+    /// errors otherwise. `base_url()` is the resource's endpoint.
+    pub async fn start_azure(responder: Responder) -> Self {
+        let router = Router::new().route(
+            "/openai/deployments/{deployment}/chat/completions",
+            post(azure_handler),
+        );
+        Self::serve(responder, router, "").await
+    }
+
+    /// Query strings of the requests received.
+    pub fn queries(&self) -> Vec<String> {
+        self.shared.queries.lock().unwrap().clone()
+    }
+
     async fn serve(responder: Responder, router: Router<Arc<Shared>>, path: &str) -> Self {
         let shared = Arc::new(Shared::new(responder));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -283,6 +299,7 @@ struct Shared {
     responder: Responder,
     requests: Mutex<Vec<Value>>,
     headers: Mutex<Vec<HeaderMap>>,
+    queries: Mutex<Vec<String>>,
     record: AtomicBool,
     chunk_interval: Mutex<Duration>,
     calls: AtomicUsize,
@@ -297,6 +314,7 @@ impl Shared {
             responder,
             requests: Mutex::default(),
             headers: Mutex::default(),
+            queries: Mutex::default(),
             record: AtomicBool::new(true),
             chunk_interval: Mutex::new(Duration::ZERO),
             calls: AtomicUsize::new(0),
@@ -438,11 +456,59 @@ const OUTPUT_TOKENS: usize = 7;
 
 // ---- OpenAI chat completions ----
 
+/// The key the Azure fake accepts.
+pub const AZURE_KEY: &str = "azure-test-key-93f1";
+
+async fn azure_handler(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path(deployment): axum::extract::Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+    axum::Json(mut request): axum::Json<Value>,
+) -> Response {
+    let raw = query.clone().unwrap_or_default();
+    let refuse = |shared: &Shared| shared.queries.lock().unwrap().push(raw.clone());
+    if !raw.contains("api-version=") {
+        refuse(&shared);
+        return error_response(
+            404,
+            json!({"error": {"code": "404", "message": "Resource not found"}}),
+            None,
+        );
+    }
+    if headers.get("api-key").and_then(|v| v.to_str().ok()) != Some(AZURE_KEY) {
+        refuse(&shared);
+        return error_response(
+            401,
+            json!({"error": {"code": "401", "message":
+            "Access denied due to invalid subscription key or wrong API endpoint. Make sure to \
+             provide a valid key for an active subscription and use a correct regional API \
+             endpoint for your resource."}}),
+            None,
+        );
+    }
+    // The deployment names the model; answers carry the model behind it.
+    request["deployment"] = json!(deployment);
+    openai_handler(
+        State(shared),
+        axum::extract::RawQuery(query),
+        headers,
+        axum::Json(request),
+    )
+    .await
+}
+
 async fn openai_handler(
     State(shared): State<Arc<Shared>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: HeaderMap,
     axum::Json(request): axum::Json<Value>,
 ) -> Response {
+    shared
+        .queries
+        .lock()
+        .unwrap()
+        .push(query.unwrap_or_default());
     let _in_flight = InFlight::enter(&shared, headers, &request);
     let streaming = request["stream"] == true;
     let reply = settle((shared.responder)(&request), streaming).await;

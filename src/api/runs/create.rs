@@ -510,10 +510,11 @@ fn build_run(
         id_fields.insert("checkpoint_ns".into(), json!(""));
     }
     let mut config = run_config(assistant, body, &id_fields)?;
-    let run_keys = take_run_keys(&mut config, state.settings.allow_run_keys)?;
+    // Checked with the run's keys still in: a missing server key is fine when the run brings it.
     if let Some(graph) = state.registry.get(&assistant.graph_id) {
         graph.check_config(&config).map_err(AppError::Invalid)?;
     }
+    let run_keys = take_run_keys(&mut config, state.settings.allow_run_keys)?;
     let mut metadata = object(config.get("metadata").cloned(), "config.metadata")?;
     metadata.extend(object(
         body.metadata.clone().map(Value::Object),
