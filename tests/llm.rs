@@ -312,16 +312,19 @@ async fn malformed_tool_arguments_land_in_invalid_tool_calls() {
 }
 
 #[tokio::test]
-async fn native_web_search_is_refused_honestly_on_chat_completions() {
-    let fake = FakeLlm::start(always(FakeReply::text("never"))).await;
+async fn native_web_search_goes_through_the_responses_api() {
+    let fake = FakeLlm::start_responses(always(FakeReply::text("found it"))).await;
     let mut req = ask("news?");
     req.native_tools = vec![NativeTool::WebSearch { max_uses: 3 }];
-    let error = call(&openai(&fake), &req, 3).await.unwrap_err();
-    assert!(
-        matches!(&error, LlmError::Config(m) if m.contains("Responses API") && m.contains("tavily")),
-        "{error:?}"
-    );
-    assert_eq!(fake.calls(), 0);
+    let answer = call(&openai(&fake), &req, 1).await.unwrap();
+    assert_eq!(answer.message["content"], "found it");
+    let sent = &fake.requests()[0];
+    assert!(sent.get("input").is_some(), "sent to /responses: {sent}");
+    assert_eq!(sent["tools"], json!([{"type": "web_search"}]));
+    // Not through Azure: said before any call.
+    let azure = azure(&fake, fake_llm::AZURE_KEY, Some("2024-10-21"));
+    let error = call(&azure, &req, 1).await.unwrap_err();
+    assert!(matches!(&error, LlmError::Config(m) if m.contains("Azure")), "{error:?}");
 }
 
 // ---- providers ----
@@ -1223,4 +1226,91 @@ async fn every_call_carries_the_providers_headers_and_query_parameters() {
         ..ProviderConfig::new(ProviderKind::Openai, "http://x", None)
     };
     assert!(bad.check_headers().unwrap_err().contains("bad header"));
+}
+
+// ---- OpenAI's Responses API ----
+
+fn responses_model(fake: &FakeLlm) -> Arc<dyn ChatModel> {
+    model_of(&providers_for(
+        ProviderKind::OpenaiResponses,
+        &fake.base_url(),
+        Some("sk-test"),
+        8,
+    ))
+}
+
+#[tokio::test]
+async fn the_responses_api_carries_text_tools_structure_and_streams() {
+    let fake = FakeLlm::start_responses(script(vec![
+        FakeReply::text("plain answer"),
+        FakeReply::tool_calls(&[("lookup", json!({"q": "cobalt"}))]),
+        FakeReply::text("streamed answer here"),
+    ]))
+    .await;
+    let model = responses_model(&fake);
+    let answer = call(&model, &ask("hi"), 1).await.unwrap();
+    assert_eq!(answer.message["content"], "plain answer");
+    assert_eq!(
+        answer.usage,
+        Usage {
+            input_tokens: 20,
+            output_tokens: 7
+        }
+    );
+    let sent = &fake.requests()[0];
+    assert_eq!(
+        sent["input"][0],
+        json!({"role": "system", "content": "You are terse."})
+    );
+    assert_eq!(sent["max_output_tokens"], 256);
+    assert_eq!(sent["store"], false);
+
+    let mut req = ask("look it up");
+    req.tools = vec![ToolSpec {
+        name: "lookup".into(),
+        description: "Look up".into(),
+        parameters: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+    }];
+    let answer = call(&model, &req, 1).await.unwrap();
+    assert_eq!(answer.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(answer.message["tool_calls"][0]["name"], "lookup");
+    assert_eq!(
+        answer.message["tool_calls"][0]["args"],
+        json!({"q": "cobalt"})
+    );
+    assert_eq!(fake.requests()[1]["tools"][0]["type"], "function");
+    assert_eq!(fake.requests()[1]["tools"][0]["name"], "lookup");
+
+    let (streamed, deltas) = stream(&model, ask("stream it")).await;
+    assert_eq!(streamed.message["content"], "streamed answer here");
+    let joined: String = deltas.iter().map(|d| d.content.as_str()).collect();
+    assert_eq!(joined, "streamed answer here");
+}
+
+#[tokio::test]
+async fn responses_api_errors_and_cut_answers_are_classified() {
+    let fake = FakeLlm::start_responses(script(vec![
+        FakeReply::Error {
+            status: 429,
+            body: json!({"error": {"message": "Rate limit reached", "type": "requests",
+                                   "param": null, "code": "rate_limit_exceeded"}}),
+            retry_after: Some("0".into()),
+        },
+        FakeReply::Raw(json!({"id": "resp_cut", "object": "response", "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"}, "model": "m",
+            "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+                        "content": [{"type": "output_text", "text": "half an ans", "annotations": []}]}],
+            "usage": {"input_tokens": 5, "output_tokens": 256}})),
+        FakeReply::Raw(json!({"id": "resp_failed", "object": "response", "status": "failed",
+            "error": {"code": "server_error", "message": "The server had an error"}, "output": []})),
+    ]))
+    .await;
+    let model = responses_model(&fake);
+    // The 429 is retried, and the retry gets the cut answer.
+    let answer = call(&model, &ask("hi"), 3).await.unwrap();
+    assert_eq!(answer.finish_reason, FinishReason::Length);
+    assert_eq!(answer.message["content"], "half an ans");
+    let err = call(&model, &ask("hi"), 1).await.unwrap_err();
+    assert!(matches!(err, LlmError::Transient { .. }), "{err:?}");
+    assert!(err.to_string().contains("The server had an error"), "{err}");
 }

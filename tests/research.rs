@@ -1046,6 +1046,83 @@ async fn anthropic_native_web_search_sources_are_verified() {
     assert_eq!(ra.tavily.calls(), 0, "no Tavily search with native search");
 }
 
+/// ODR's `search_api: "openai"`: the researcher's calls go to OpenAI's Responses API with its
+/// `web_search` tool; the pages it read are the run's sources, so citing them is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_native_web_search_goes_through_the_responses_api() {
+    const PAGE: &str = "https://openai-search.example.com/cobalt";
+    let base = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let fake = support::fake_llm::FakeLlm::start_responses(std::sync::Arc::new(move |req: &Value| {
+        match r::role(req) {
+            Role::Researcher if r::turns(req) == 0 => {
+                let tools = req["tools"].as_array().cloned().unwrap_or_default();
+                assert!(tools.iter().any(|t| t["type"] == "web_search"), "native search offered: {tools:?}");
+                FakeReply::Raw(json!({
+                    "id": "resp_search", "object": "response", "status": "completed", "model": "gpt-fake",
+                    "output": [
+                        {"type": "web_search_call", "id": "ws_1", "status": "completed",
+                         "action": {"type": "search", "query": "cobalt reserves",
+                                    "sources": [{"type": "url", "url": PAGE}]}},
+                        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                         "content": [{"type": "output_text",
+                            "text": format!("Reserves are 11 Mt ({PAGE})."),
+                            "annotations": [{"type": "url_citation", "start_index": 0, "end_index": 10,
+                                             "url": PAGE, "title": "Cobalt page"}]}]}],
+                    "usage": {"input_tokens": 40, "output_tokens": 12}}))
+            }
+            Role::Researcher => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+            Role::Report => FakeReply::Text(format!("# Report\n\nReserves are 11 Mt [1].\n\n### Sources\n[1] Cobalt: {PAGE}")),
+            _ => base(req),
+        }
+    }))
+    .await;
+    let extra = format!(
+        "[research]\nresearch_model = \"openai:gpt-fake\"\nsummarization_model = \"openai:gpt-fake\"\n\
+         compression_model = \"openai:gpt-fake\"\nfinal_report_model = \"openai:gpt-fake\"\n\
+         search_api = \"openai\"\n[providers.openai]\nbase_url = \"{}\"\napi_key = \"sk-test\"\n",
+        fake.base_url()
+    );
+    let ra = r::start(scripted(Script::default()), &extra).await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "Research cobalt reserves in detail", json!({})).await;
+    let values = last_values(&frames);
+    let report = values["final_report"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{:?}", frames.iter().find(|f| f.event == "error")));
+    assert!(
+        report.contains(PAGE),
+        "the page the search read stays cited: {report}"
+    );
+    assert_eq!(values["sources"][0]["url"], PAGE);
+    assert_eq!(values["sources"][0]["title"], "Cobalt page");
+    assert_eq!(ra.tavily.calls(), 0, "no Tavily search with native search");
+    let to_responses = fake
+        .requests()
+        .iter()
+        .filter(|q| q.get("input").is_some())
+        .count();
+    assert!(to_responses >= 1, "the researcher used the Responses API");
+
+    // Only an OpenAI research model has OpenAI's search.
+    let resp = ra
+        .app
+        .client
+        .post(ra.app.url(&format!("/threads/{tid}/runs")))
+        .json(
+            &json!({"assistant_id": "deep_research", "input": {"messages": []},
+                      "config": {"configurable": {"search_api": "anthropic"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let detail = resp.json::<Value>().await.unwrap()["detail"].to_string();
+    assert!(detail.contains("does not have"), "{detail}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoints_store_each_finding_once_and_grow_linearly() {
     // The benchmark workload: findings appear in a researcher's state, the supervisor's tool
@@ -1147,7 +1224,7 @@ async fn the_config_schema_describes_every_setting() {
     assert_eq!(units["default"], 5);
     assert_eq!(
         props["search_api"]["enum"],
-        json!(["tavily", "exa", "brave", "searxng", "anthropic", "none"])
+        json!(["tavily", "exa", "brave", "searxng", "anthropic", "openai", "none"])
     );
     assert_eq!(props["search_api"]["readOnly"], true);
     assert_eq!(props["review_plan"]["type"], "boolean");

@@ -17,6 +17,9 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic messages API.
     Anthropic,
+    /// OpenAI's Responses API for every call (models served only there). OpenAI chat models
+    /// use it anyway for a call that needs OpenAI's web search.
+    OpenaiResponses,
     /// Azure OpenAI: chat completions at `{base}/openai/deployments/{model}/…` with an
     /// `api-version` and an `api-key` header (the model name is the deployment's).
     AzureOpenai,

@@ -13,6 +13,7 @@ mod loop_guard;
 mod observed;
 mod openai;
 mod providers;
+mod responses;
 mod retry;
 mod structured;
 pub mod text_calls;

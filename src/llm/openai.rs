@@ -7,8 +7,8 @@ use super::history::{
 };
 use super::loop_guard;
 use super::{
-    ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError, NativeTool,
-    OnDelta, ToolChoice, ToolSpec, Usage,
+    ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError, OnDelta,
+    ToolChoice, ToolSpec, Usage,
 };
 use crate::sse::SseStream;
 use async_trait::async_trait;
@@ -35,10 +35,21 @@ impl ChatModel for OpenAiModel {
         on_delta: Option<OnDelta<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         let on_delta = on_delta.filter(|_| req.stream);
-        let body = self.body(req, on_delta.is_some())?;
         let key = self
             .endpoint
             .api_key(req.api_key.as_ref().map(|k| k.expose_secret()));
+        if !req.native_tools.is_empty() && self.endpoint.kind == ProviderKind::AzureOpenai {
+            return Err(LlmError::Config(format!(
+                "provider '{}': OpenAI's web search is not available through Azure here; use \
+                 another search_api",
+                self.endpoint.name
+            )));
+        }
+        if self.endpoint.kind == ProviderKind::OpenaiResponses || !req.native_tools.is_empty() {
+            let call = super::responses::call(&self.endpoint, &self.model, req, key, on_delta);
+            return self.endpoint.attempt(req.timeout, call).await;
+        }
+        let body = self.body(req, on_delta.is_some())?;
         let call = self.call(body, key, on_delta, req.max_tokens);
         self.endpoint.attempt(req.timeout, call).await
     }
@@ -107,17 +118,6 @@ impl OpenAiModel {
     /// message text is borrowed, not copied (a burst of page summaries holds thousands of
     /// these at once).
     fn body(&self, req: &ChatRequest, stream: bool) -> Result<Bytes, LlmError> {
-        if req
-            .native_tools
-            .iter()
-            .any(|t| matches!(t, NativeTool::WebSearch { .. }))
-        {
-            return Err(LlmError::Config(
-                "native web search needs the Responses API, which this provider does not use; \
-                 use search_api=tavily"
-                    .into(),
-            ));
-        }
         let messages = convert_messages(&req.messages).map_err(|message| LlmError::BadRequest {
             provider: self.endpoint.name.clone(),
             message,

@@ -71,7 +71,7 @@ impl Providers {
         })?;
         let endpoint = Arc::clone(endpoint);
         let inner: Arc<dyn ChatModel> = match endpoint.kind {
-            ProviderKind::Openai | ProviderKind::AzureOpenai => {
+            ProviderKind::Openai | ProviderKind::OpenaiResponses | ProviderKind::AzureOpenai => {
                 Arc::new(OpenAiModel::new(endpoint.clone(), &name.model))
             }
             ProviderKind::Anthropic => Arc::new(AnthropicModel::new(endpoint.clone(), &name.model)),
@@ -125,6 +125,13 @@ impl Providers {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// The wire format `provider` speaks, if it is configured.
+    pub fn kind(&self, provider: &str) -> Option<ProviderKind> {
+        self.endpoints
+            .get(&provider.trim().to_ascii_lowercase())
+            .map(|e| e.kind)
     }
 
     /// The configured provider names.

@@ -16,7 +16,7 @@ pub enum SearchApi {
     Searxng,
     /// The research model's own server-side web search (Anthropic models).
     Anthropic,
-    /// OpenAI's native search needs the Responses API, which is not wired: rejected at validation.
+    /// OpenAI's own web search, through the Responses API (OpenAI research models).
     Openai,
     None,
 }
@@ -194,10 +194,18 @@ pub const SETTINGS: [Setting; 22] = [
     Setting {
         name: "search_api",
         description: "Where researchers search: Tavily, Exa, Brave Search, a self-hosted \
-                      SearXNG, the research model's own web search (Anthropic models), or \
-                      nowhere.",
+                      SearXNG, the research model's own web search (anthropic: Anthropic \
+                      models; openai: OpenAI models, through the Responses API), or nowhere.",
         range: None,
-        choices: &["tavily", "exa", "brave", "searxng", "anthropic", "none"],
+        choices: &[
+            "tavily",
+            "exa",
+            "brave",
+            "searxng",
+            "anthropic",
+            "openai",
+            "none",
+        ],
     },
     number(
         "max_researcher_iterations",
@@ -364,14 +372,6 @@ impl ResearchConfig {
                 ));
             }
         }
-        if self.search_api == SearchApi::Openai {
-            return Err(
-                "config.configurable.search_api: 'openai' native search is not supported \
-                        (it needs OpenAI's Responses API); use 'tavily', 'exa', 'brave', \
-                        'searxng', 'anthropic' or 'none'"
-                    .into(),
-            );
-        }
         Ok(())
     }
 
@@ -444,17 +444,10 @@ fn check_choice(key: &str, value: &Value) -> Result<(), String> {
         return Ok(());
     };
     match value.as_str() {
-        Some(v) if !setting.choices.is_empty() && !setting.choices.contains(&v) => {
-            let hint = if key == "search_api" && v == "openai" {
-                " ('openai' native search needs OpenAI's Responses API, which is not wired)"
-            } else {
-                ""
-            };
-            Err(format!(
-                "config.configurable.{key}: must be one of {}, got '{v}'{hint}",
-                setting.choices.join(", ")
-            ))
-        }
+        Some(v) if !setting.choices.is_empty() && !setting.choices.contains(&v) => Err(format!(
+            "config.configurable.{key}: must be one of {}, got '{v}'",
+            setting.choices.join(", ")
+        )),
         _ => Ok(()),
     }
 }
@@ -577,12 +570,16 @@ mod tests {
         );
         let e = over(json!({"research_model": 5})).unwrap_err();
         assert!(e.contains("research_model: expected a string"), "{e}");
-        let e = ResearchConfig {
-            search_api: SearchApi::Openai,
-            ..Default::default()
-        }
-        .validate()
-        .unwrap_err();
-        assert!(e.contains("search_api"));
+        let e = over(json!({"tavily_topic": "sports"})).unwrap_err();
+        assert!(
+            e.contains("tavily_topic: must be one of general, news, finance"),
+            "{e}"
+        );
+        let c = over(json!({"search_exclude_domains": ["a.example", "b.example"]})).unwrap();
+        assert_eq!(c.search_exclude_domains, "a.example, b.example");
+        assert_eq!(
+            domains(&c.search_exclude_domains),
+            ["a.example", "b.example"]
+        );
     }
 }

@@ -20,7 +20,7 @@ mod supervisor;
 use crate::graph::{ConfigCheck, Registry, Schemas};
 use crate::llm::{Providers, RetryPolicy};
 use crate::tools::{Engine, SearchConfig, WebSearch};
-use config::ResearchConfig;
+use config::{ResearchConfig, SearchApi};
 use cost::Price;
 use prompts::Prompts;
 use serde_json::{Value, json};
@@ -132,6 +132,7 @@ fn config_check(deps: &Arc<ResearchDeps>) -> ConfigCheck {
 
 /// Each role's model names a configured provider with a key, and the search engine has one.
 fn check_ready(deps: &ResearchDeps, cfg: &ResearchConfig, run_keys: &Value) -> Result<(), String> {
+    check_native_search(deps, cfg)?;
     for (field, model, _) in cfg.models() {
         let name = crate::llm::ModelName::parse(model)
             .map_err(|e| format!("config.configurable.{field}: {e}"))?;
@@ -154,6 +155,38 @@ fn check_ready(deps: &ResearchDeps, cfg: &ResearchConfig, run_keys: &Value) -> R
         ));
     }
     Ok(())
+}
+
+/// A model's own web search exists only on its provider: OpenAI's (Responses API) for
+/// `openai`, Anthropic's for `anthropic`.
+fn check_native_search(deps: &ResearchDeps, cfg: &ResearchConfig) -> Result<(), String> {
+    use crate::llm::ProviderKind;
+    let wanted: &[ProviderKind] = match cfg.search_api {
+        SearchApi::Openai => &[ProviderKind::Openai, ProviderKind::OpenaiResponses],
+        SearchApi::Anthropic => &[ProviderKind::Anthropic],
+        _ => return Ok(()),
+    };
+    let provider = cfg
+        .research_model
+        .split_once(':')
+        .map_or(cfg.research_model.as_str(), |(p, _)| p);
+    match deps.providers.kind(provider) {
+        Some(kind) if wanted.contains(&kind) => Ok(()),
+        _ => Err(format!(
+            "config.configurable.search_api: '{}' is the research model's own web search, \
+             which '{}' does not have; use an {} research model, or another search_api",
+            serde_json::to_value(cfg.search_api)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            cfg.research_model,
+            if cfg.search_api == SearchApi::Openai {
+                "OpenAI"
+            } else {
+                "Anthropic"
+            }
+        )),
+    }
 }
 
 /// A run (or an assistant) that picks its own models may not aim the server at a provider on an

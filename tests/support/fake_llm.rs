@@ -225,6 +225,17 @@ impl FakeLlm {
         Self::serve(responder, router, "").await
     }
 
+    /// OpenAI's Responses API at `/v1/responses`. The responder sees the request as chat
+    /// completions (`messages`, function `tools`, `response_format`) so scripted workloads work
+    /// unchanged; its reply is answered as a Responses `output` (a `Raw` reply is sent as is),
+    /// streamed as `response.*` events when asked.
+    pub async fn start_responses(responder: Responder) -> Self {
+        let router = Router::new()
+            .route("/v1/responses", post(responses_handler))
+            .route("/v1/chat/completions", post(openai_handler));
+        Self::serve(responder, router, "/v1").await
+    }
+
     /// Query strings of the requests received.
     pub fn queries(&self) -> Vec<String> {
         self.shared.queries.lock().unwrap().clone()
@@ -816,4 +827,134 @@ fn anthropic_stream(id: &str, request: &Value, blocks: &[Value]) -> Vec<String> 
         "usage": {"output_tokens": OUTPUT_TOKENS}})));
     frames.push(event(&json!({"type": "message_stop"})));
     frames
+}
+
+/// A Responses request read as the chat-completions request the responders understand.
+fn as_chat_request(request: &Value) -> Value {
+    let mut messages = Vec::new();
+    for item in request["input"].as_array().into_iter().flatten() {
+        match item["type"].as_str() {
+            Some("function_call") => messages.push(json!({"role": "assistant", "content": null,
+                "tool_calls": [{"id": item["call_id"], "type": "function",
+                    "function": {"name": item["name"], "arguments": item["arguments"]}}]})),
+            Some("function_call_output") => messages.push(json!({"role": "tool",
+                "tool_call_id": item["call_id"], "content": item["output"]})),
+            _ => messages.push(json!({"role": item["role"], "content": item["content"]})),
+        }
+    }
+    let tools: Vec<Value> = request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| match t["type"].as_str() {
+            Some("function") => json!({"type": "function", "function": {
+                "name": t["name"], "description": t["description"], "parameters": t["parameters"]}}),
+            _ => t.clone(),
+        })
+        .collect();
+    let mut chat = json!({"model": request["model"], "messages": messages, "tools": tools,
+                          "stream": request["stream"], "max_tokens": request["max_output_tokens"]});
+    if let Some(format) = request["text"]["format"].as_object() {
+        chat["response_format"] = json!({"type": "json_schema", "json_schema": format});
+    }
+    chat
+}
+
+/// A reply as a Responses `output`.
+fn responses_output(reply: &FakeReply, id: &str) -> Vec<Value> {
+    let text = |t: &str| {
+        json!({"type": "message", "id": format!("msg_{id}"), "role": "assistant",
+        "status": "completed", "content": [{"type": "output_text", "text": t, "annotations": []}]})
+    };
+    let calls = |calls: &[(String, Value)]| -> Vec<Value> {
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| {
+                json!({"type": "function_call",
+            "id": format!("fc_{id}_{i}"), "call_id": format!("call_{id}_{i}"), "name": name,
+            "arguments": args.to_string(), "status": "completed"})
+            })
+            .collect()
+    };
+    match reply {
+        FakeReply::Text(t) => vec![text(t)],
+        FakeReply::Json(v) => vec![text(&v.to_string())],
+        FakeReply::ToolCalls(c) => calls(c),
+        FakeReply::TextAndToolCalls(t, c) => {
+            let mut out = vec![text(t)];
+            out.extend(calls(c));
+            out
+        }
+        FakeReply::RawToolArgs { name, args_text } => vec![json!({"type": "function_call",
+            "id": format!("fc_{id}"), "call_id": format!("call_{id}"), "name": name,
+            "arguments": args_text, "status": "completed"})],
+        _ => vec![text("ok")],
+    }
+}
+
+async fn responses_handler(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    axum::Json(request): axum::Json<Value>,
+) -> Response {
+    let chat = as_chat_request(&request);
+    let _in_flight = InFlight::enter(&shared, headers, &request);
+    let streaming = request["stream"] == true;
+    let reply = settle((shared.responder)(&chat), streaming).await;
+    let id = format!("resp_{}", shared.next_id());
+    let body = match reply {
+        FakeReply::Error {
+            status,
+            body,
+            retry_after,
+        } => {
+            return error_response(status, body, retry_after);
+        }
+        FakeReply::Raw(body) => body,
+        other => json!({"id": id, "object": "response", "status": "completed",
+            "model": request["model"], "output": responses_output(&other, &id),
+            "usage": {"input_tokens": 20, "output_tokens": 7, "total_tokens": 27}}),
+    };
+    if !streaming {
+        return axum::Json(body).into_response();
+    }
+    // The events a client needs: created, text deltas and call items as they come, completed.
+    let mut events = vec![json!({"type": "response.created",
+        "response": {"id": body["id"], "status": "in_progress", "output": []}})];
+    for (i, item) in body["output"].as_array().into_iter().flatten().enumerate() {
+        events.push(json!({"type": "response.output_item.added", "output_index": i, "item": item}));
+        if item["type"] == "message" {
+            let text = item["content"][0]["text"].as_str().unwrap_or_default();
+            for piece in text.as_bytes().chunks(8) {
+                events.push(
+                    json!({"type": "response.output_text.delta", "output_index": i,
+                    "item_id": item["id"], "content_index": 0,
+                    "delta": String::from_utf8_lossy(piece)}),
+                );
+            }
+        }
+        if item["type"] == "function_call" {
+            events.push(json!({"type": "response.function_call_arguments.delta",
+                "output_index": i, "item_id": item["id"], "delta": item["arguments"]}));
+        }
+        events.push(json!({"type": "response.output_item.done", "output_index": i, "item": item}));
+    }
+    let closing = if body["status"] == "incomplete" {
+        "response.incomplete"
+    } else {
+        "response.completed"
+    };
+    events.push(json!({"type": closing, "response": body}));
+    let frames = events
+        .iter()
+        .map(|e| {
+            format!(
+                "event: {}\ndata: {}\n\n",
+                e["type"].as_str().unwrap_or_default(),
+                e
+            )
+        })
+        .collect();
+    sse_response(frames)
 }
