@@ -324,7 +324,10 @@ async fn native_web_search_goes_through_the_responses_api() {
     // Not through Azure: said before any call.
     let azure = azure(&fake, fake_llm::AZURE_KEY, Some("2024-10-21"));
     let error = call(&azure, &req, 1).await.unwrap_err();
-    assert!(matches!(&error, LlmError::Config(m) if m.contains("Azure")), "{error:?}");
+    assert!(
+        matches!(&error, LlmError::Config(m) if m.contains("Azure")),
+        "{error:?}"
+    );
 }
 
 // ---- providers ----
@@ -1313,4 +1316,141 @@ async fn responses_api_errors_and_cut_answers_are_classified() {
     let err = call(&model, &ask("hi"), 1).await.unwrap_err();
     assert!(matches!(err, LlmError::Transient { .. }), "{err:?}");
     assert!(err.to_string().contains("The server had an error"), "{err}");
+}
+
+// ---- Google Gemini ----
+
+fn gemini(fake: &FakeLlm, key: Option<&str>) -> Arc<dyn ChatModel> {
+    model_of(&providers_for(
+        ProviderKind::Gemini,
+        &fake.base_url(),
+        key,
+        8,
+    ))
+}
+
+#[tokio::test]
+async fn gemini_speaks_generate_content_with_tools_schema_and_streaming() {
+    let fake = FakeLlm::start_gemini(script(vec![
+        FakeReply::text("plain answer"),
+        FakeReply::tool_calls(&[
+            ("lookup", json!({"q": "cobalt"})),
+            ("think_tool", json!({"reflection": "r"})),
+        ]),
+        FakeReply::Json(json!({"answer": "forty-two"})),
+        FakeReply::text("streamed gemini answer"),
+    ]))
+    .await;
+    let model = gemini(&fake, Some("gm-test-key"));
+    let answer = call(&model, &ask("hi"), 1).await.unwrap();
+    assert_eq!(answer.message["content"], "plain answer");
+    assert_eq!(
+        answer.usage,
+        Usage {
+            input_tokens: 20,
+            output_tokens: 7
+        }
+    );
+    let sent = &fake.requests()[0];
+    assert_eq!(
+        sent["systemInstruction"]["parts"][0]["text"],
+        "You are terse."
+    );
+    assert_eq!(
+        sent["contents"][0],
+        json!({"role": "user", "parts": [{"text": "hi"}]})
+    );
+    assert_eq!(fake.headers()[0]["x-goog-api-key"], "gm-test-key");
+
+    let mut req = ask("look it up");
+    req.tools = vec![ToolSpec {
+        name: "lookup".into(),
+        description: "Look up".into(),
+        parameters: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+    }];
+    let answer = call(&model, &req, 1).await.unwrap();
+    assert_eq!(answer.finish_reason, FinishReason::ToolCalls);
+    let calls = answer.message["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 2, "parallel calls");
+    assert_eq!(calls[0]["args"], json!({"q": "cobalt"}));
+    assert_ne!(calls[0]["id"], calls[1]["id"], "each call gets its own id");
+    assert_eq!(
+        fake.requests()[1]["tools"][0]["functionDeclarations"][0]["name"],
+        "lookup"
+    );
+
+    #[derive(Deserialize)]
+    struct Answer {
+        answer: String,
+    }
+    let schema = ResponseSchema {
+        name: "Answer".into(),
+        description: "An answer".into(),
+        schema: json!({"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}),
+    };
+    let mut json_req = ask("json please");
+    json_req.response_schema = Some(schema);
+    let (parsed, _): (Answer, _) = structured(
+        model.as_ref(),
+        json_req,
+        1,
+        fast(1),
+        &CancellationToken::new(),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(parsed.answer, "forty-two");
+    assert_eq!(
+        fake.requests()[2]["generationConfig"]["responseMimeType"],
+        "application/json"
+    );
+
+    let (streamed, deltas) = stream(&model, ask("stream it")).await;
+    assert_eq!(streamed.message["content"], "streamed gemini answer");
+    let joined: String = deltas.iter().map(|d| d.content.as_str()).collect();
+    assert_eq!(joined, "streamed gemini answer");
+    assert_eq!(fake.queries().last().unwrap(), "alt=sse");
+}
+
+#[tokio::test]
+async fn gemini_grounding_errors_and_blocks_are_read() {
+    let grounded = json!({"candidates": [{"content": {"role": "model", "parts": [
+        {"text": "Cobalt reserves are 11 Mt."}]}, "finishReason": "STOP",
+        "groundingMetadata": {"webSearchQueries": ["cobalt reserves"],
+            "groundingChunks": [{"web": {"uri": "https://grounded.example/cobalt", "title": "grounded.example"}}]}}],
+        "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 8, "totalTokenCount": 17}});
+    let fake = FakeLlm::start_gemini(script(vec![
+        FakeReply::Raw(grounded),
+        FakeReply::Error {
+            status: 429,
+            body: json!({"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).",
+                                   "status": "RESOURCE_EXHAUSTED"}}),
+            retry_after: None,
+        },
+        FakeReply::text("after the limit"),
+        FakeReply::Raw(json!({"promptFeedback": {"blockReason": "SAFETY"},
+                              "usageMetadata": {"promptTokenCount": 3}})),
+    ]))
+    .await;
+    let model = gemini(&fake, Some("gm-test-key"));
+    let mut req = ask("news?");
+    req.native_tools = vec![NativeTool::WebSearch { max_uses: 3 }];
+    let answer = call(&model, &req, 1).await.unwrap();
+    assert_eq!(fake.requests()[0]["tools"], json!([{"googleSearch": {}}]));
+    let meta = &answer.message["response_metadata"];
+    assert_eq!(meta["server_tool_use"]["web_search_requests"], 1);
+    assert_eq!(
+        meta["web_search_results"][0]["url"],
+        "https://grounded.example/cobalt"
+    );
+    // RESOURCE_EXHAUSTED is a rate limit: retried.
+    let answer = call(&model, &ask("again"), 3).await.unwrap();
+    assert_eq!(answer.message["content"], "after the limit");
+    // A blocked prompt is said as such.
+    let err = call(&model, &ask("blocked"), 1).await.unwrap_err();
+    assert!(err.to_string().contains("blocked (SAFETY)"), "{err}");
+    // Without a key: Google's 403, an authentication error.
+    let err = call(&gemini(&fake, None), &ask("hi"), 3).await.unwrap_err();
+    assert!(matches!(err, LlmError::Auth { .. }), "{err:?}");
 }

@@ -1106,21 +1106,23 @@ async fn openai_native_web_search_goes_through_the_responses_api() {
         .count();
     assert!(to_responses >= 1, "the researcher used the Responses API");
 
-    // Only an OpenAI research model has OpenAI's search.
-    let resp = ra
-        .app
-        .client
-        .post(ra.app.url(&format!("/threads/{tid}/runs")))
-        .json(
-            &json!({"assistant_id": "deep_research", "input": {"messages": []},
-                      "config": {"configurable": {"search_api": "anthropic"}}}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 422);
-    let detail = resp.json::<Value>().await.unwrap()["detail"].to_string();
-    assert!(detail.contains("does not have"), "{detail}");
+    // A model's own search needs that model: Anthropic's, Gemini's.
+    for search_api in ["anthropic", "google"] {
+        let resp = ra
+            .app
+            .client
+            .post(ra.app.url(&format!("/threads/{tid}/runs")))
+            .json(
+                &json!({"assistant_id": "deep_research", "input": {"messages": []},
+                          "config": {"configurable": {"search_api": search_api}}}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 422);
+        let detail = resp.json::<Value>().await.unwrap()["detail"].to_string();
+        assert!(detail.contains("does not have"), "{detail}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1224,7 +1226,16 @@ async fn the_config_schema_describes_every_setting() {
     assert_eq!(units["default"], 5);
     assert_eq!(
         props["search_api"]["enum"],
-        json!(["tavily", "exa", "brave", "searxng", "anthropic", "openai", "none"])
+        json!([
+            "tavily",
+            "exa",
+            "brave",
+            "searxng",
+            "anthropic",
+            "openai",
+            "google",
+            "none"
+        ])
     );
     assert_eq!(props["search_api"]["readOnly"], true);
     assert_eq!(props["review_plan"]["type"], "boolean");

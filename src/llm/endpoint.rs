@@ -20,6 +20,8 @@ pub enum ProviderKind {
     /// OpenAI's Responses API for every call (models served only there). OpenAI chat models
     /// use it anyway for a call that needs OpenAI's web search.
     OpenaiResponses,
+    /// Google's Gemini API (`generateContent`), key in `x-goog-api-key`.
+    Gemini,
     /// Azure OpenAI: chat completions at `{base}/openai/deployments/{model}/…` with an
     /// `api-version` and an `api-key` header (the model name is the deployment's).
     AzureOpenai,

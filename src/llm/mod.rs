@@ -8,6 +8,7 @@ mod anthropic;
 mod coalesce;
 mod context;
 mod endpoint;
+mod gemini;
 mod history;
 mod loop_guard;
 mod observed;

@@ -7,6 +7,7 @@ use super::anthropic::AnthropicModel;
 use super::context::ContextWindows;
 use super::endpoint::{Endpoint, http_client};
 pub use super::endpoint::{ProviderConfig, ProviderKind, ToolCalling};
+use super::gemini::GeminiModel;
 use super::observed::Observed;
 use super::openai::OpenAiModel;
 use super::{ChatModel, LlmError, ModelName};
@@ -75,6 +76,7 @@ impl Providers {
                 Arc::new(OpenAiModel::new(endpoint.clone(), &name.model))
             }
             ProviderKind::Anthropic => Arc::new(AnthropicModel::new(endpoint.clone(), &name.model)),
+            ProviderKind::Gemini => Arc::new(GeminiModel::new(endpoint.clone(), &name.model)),
         };
         let adaptive = Adaptive::new(
             inner,

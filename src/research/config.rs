@@ -18,6 +18,8 @@ pub enum SearchApi {
     Anthropic,
     /// OpenAI's own web search, through the Responses API (OpenAI research models).
     Openai,
+    /// Google Search grounding (Gemini research models).
+    Google,
     None,
 }
 
@@ -30,7 +32,7 @@ impl SearchApi {
             Self::Exa => Some(Engine::Exa),
             Self::Brave => Some(Engine::Brave),
             Self::Searxng => Some(Engine::Searxng),
-            Self::Anthropic | Self::Openai | Self::None => None,
+            Self::Anthropic | Self::Openai | Self::Google | Self::None => None,
         }
     }
 
@@ -41,7 +43,7 @@ impl SearchApi {
             Self::Exa => Some("exa_search"),
             Self::Brave => Some("brave_search"),
             Self::Searxng => Some("searxng_search"),
-            Self::Anthropic | Self::Openai | Self::None => None,
+            Self::Anthropic | Self::Openai | Self::Google | Self::None => None,
         }
     }
 }
@@ -195,7 +197,8 @@ pub const SETTINGS: [Setting; 22] = [
         name: "search_api",
         description: "Where researchers search: Tavily, Exa, Brave Search, a self-hosted \
                       SearXNG, the research model's own web search (anthropic: Anthropic \
-                      models; openai: OpenAI models, through the Responses API), or nowhere.",
+                      models; openai: OpenAI models, through the Responses API; google: Gemini \
+                      models, Google Search grounding), or nowhere.",
         range: None,
         choices: &[
             "tavily",
@@ -204,6 +207,7 @@ pub const SETTINGS: [Setting; 22] = [
             "searxng",
             "anthropic",
             "openai",
+            "google",
             "none",
         ],
     },

@@ -164,6 +164,7 @@ fn check_native_search(deps: &ResearchDeps, cfg: &ResearchConfig) -> Result<(), 
     let wanted: &[ProviderKind] = match cfg.search_api {
         SearchApi::Openai => &[ProviderKind::Openai, ProviderKind::OpenaiResponses],
         SearchApi::Anthropic => &[ProviderKind::Anthropic],
+        SearchApi::Google => &[ProviderKind::Gemini],
         _ => return Ok(()),
     };
     let provider = cfg
@@ -180,10 +181,10 @@ fn check_native_search(deps: &ResearchDeps, cfg: &ResearchConfig) -> Result<(), 
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default(),
             cfg.research_model,
-            if cfg.search_api == SearchApi::Openai {
-                "OpenAI"
-            } else {
-                "Anthropic"
+            match cfg.search_api {
+                SearchApi::Openai => "OpenAI",
+                SearchApi::Google => "Gemini",
+                _ => "Anthropic",
             }
         )),
     }

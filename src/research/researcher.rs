@@ -50,7 +50,7 @@ fn search_tools(search: SearchApi) -> (Vec<ToolSpec>, Vec<NativeTool>, String) {
         return (vec![tool], vec![], note);
     }
     match search {
-        SearchApi::Anthropic | SearchApi::Openai => (
+        SearchApi::Anthropic | SearchApi::Openai | SearchApi::Google => (
             vec![],
             vec![NativeTool::WebSearch { max_uses: 5 }],
             "- web_search: your built-in web search.".into(),

@@ -236,6 +236,15 @@ impl FakeLlm {
         Self::serve(responder, router, "/v1").await
     }
 
+    /// Google's Gemini API at `/v1beta/models/{model}:generateContent` (and
+    /// `:streamGenerateContent?alt=sse`). The responder sees the request as chat completions;
+    /// its reply is answered as a `GenerateContentResponse` (a `Raw` reply is sent as is).
+    /// `base_url()` is the API's root.
+    pub async fn start_gemini(responder: Responder) -> Self {
+        let router = Router::new().route("/v1beta/models/{*call}", post(gemini_handler));
+        Self::serve(responder, router, "").await
+    }
+
     /// Query strings of the requests received.
     pub fn queries(&self) -> Vec<String> {
         self.shared.queries.lock().unwrap().clone()
@@ -956,5 +965,145 @@ async fn responses_handler(
             )
         })
         .collect();
+    sse_response(frames)
+}
+
+/// A Gemini request read as the chat-completions request the responders understand.
+fn gemini_as_chat(request: &Value) -> Value {
+    let mut messages = Vec::new();
+    if let Some(parts) = request["systemInstruction"]["parts"].as_array() {
+        let text: String = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+        messages.push(json!({"role": "system", "content": text}));
+    }
+    for content in request["contents"].as_array().into_iter().flatten() {
+        for part in content["parts"].as_array().into_iter().flatten() {
+            if let Some(call) = part.get("functionCall") {
+                messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "x", "type": "function", "function": {"name": call["name"],
+                     "arguments": call["args"].to_string()}}]}));
+            } else if let Some(result) = part.get("functionResponse") {
+                messages.push(json!({"role": "tool", "tool_call_id": "x",
+                                     "content": result["response"]["content"]}));
+            } else {
+                let role = if content["role"] == "model" {
+                    "assistant"
+                } else {
+                    "user"
+                };
+                messages.push(json!({"role": role, "content": part["text"]}));
+            }
+        }
+    }
+    let tools: Vec<Value> = request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|t| match t["functionDeclarations"].as_array() {
+            Some(decls) => decls
+                .iter()
+                .map(|d| {
+                    json!({"type": "function", "function": {"name": d["name"],
+                    "description": d["description"], "parameters": d["parametersJsonSchema"]}})
+                })
+                .collect::<Vec<_>>(),
+            None => vec![t.clone()],
+        })
+        .collect();
+    json!({"messages": messages, "tools": tools,
+           "max_tokens": request["generationConfig"]["maxOutputTokens"]})
+}
+
+async fn gemini_handler(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::Path(call): axum::extract::Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+    axum::Json(request): axum::Json<Value>,
+) -> Response {
+    shared
+        .queries
+        .lock()
+        .unwrap()
+        .push(query.clone().unwrap_or_default());
+    let Some((model, action)) = call.split_once(':') else {
+        return error_response(
+            404,
+            json!({"error": {"code": 404, "message": "Not found", "status": "NOT_FOUND"}}),
+            None,
+        );
+    };
+    if headers.get("x-goog-api-key").is_none() {
+        return error_response(
+            403,
+            json!({"error": {"code": 403, "message":
+            "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.",
+            "status": "PERMISSION_DENIED"}}),
+            None,
+        );
+    }
+    let streaming = action == "streamGenerateContent";
+    let chat = gemini_as_chat(&request);
+    let _in_flight = InFlight::enter(&shared, headers, &request);
+    let reply = settle((shared.responder)(&chat), streaming).await;
+    let id = format!("gem-{}", shared.next_id());
+    let parts: Vec<Value> = match &reply {
+        FakeReply::Error {
+            status,
+            body,
+            retry_after,
+        } => {
+            return error_response(*status, body.clone(), retry_after.clone());
+        }
+        FakeReply::Raw(body) if !streaming => return axum::Json(body.clone()).into_response(),
+        FakeReply::Raw(_) => vec![],
+        FakeReply::Text(t) => vec![json!({"text": t})],
+        FakeReply::Json(v) => vec![json!({"text": v.to_string()})],
+        FakeReply::ToolCalls(calls) => calls
+            .iter()
+            .map(|(name, args)| json!({"functionCall": {"name": name, "args": args}}))
+            .collect(),
+        FakeReply::TextAndToolCalls(t, calls) => std::iter::once(json!({"text": t}))
+            .chain(
+                calls
+                    .iter()
+                    .map(|(name, args)| json!({"functionCall": {"name": name, "args": args}})),
+            )
+            .collect(),
+        _ => vec![json!({"text": "ok"})],
+    };
+    let usage = json!({"promptTokenCount": 20, "candidatesTokenCount": 7, "totalTokenCount": 27});
+    let whole = json!({"candidates": [{"content": {"role": "model", "parts": parts},
+                        "finishReason": "STOP", "index": 0}],
+                       "usageMetadata": usage, "modelVersion": model, "responseId": id});
+    if !streaming {
+        return axum::Json(whole).into_response();
+    }
+    let mut frames = Vec::new();
+    let mut send = |body: Value| frames.push(format!("data: {body}\r\n\r\n"));
+    if let FakeReply::Raw(body) = &reply {
+        for chunk in body.as_array().into_iter().flatten() {
+            send(chunk.clone());
+        }
+        return sse_response(frames);
+    }
+    for part in &parts {
+        match part["text"].as_str() {
+            Some(text) => {
+                for piece in text.as_bytes().chunks(8) {
+                    send(json!({"candidates": [{"content": {"role": "model",
+                        "parts": [{"text": String::from_utf8_lossy(piece)}]}, "index": 0}],
+                        "modelVersion": model, "responseId": id}));
+                }
+            }
+            None => send(
+                json!({"candidates": [{"content": {"role": "model", "parts": [part]},
+                "index": 0}], "modelVersion": model, "responseId": id}),
+            ),
+        }
+    }
+    send(
+        json!({"candidates": [{"content": {"role": "model", "parts": []}, "finishReason": "STOP",
+        "index": 0}], "usageMetadata": usage, "modelVersion": model, "responseId": id}),
+    );
     sse_response(frames)
 }
