@@ -8,7 +8,7 @@
 # 2. the browser pages of tests/browser (npm ci, bundled with esbuild) and Debian's chromium,
 #    exported as DR_CHROMIUM with DR_REQUIRE_BROWSER=1 for tests/browser.rs; the real MCP
 #    servers of tests/mcp-servers (npm ci), exported as DR_MCP_SERVERS with DR_REQUIRE_MCP=1
-#    for tests/mcp.rs;
+#    for tests/mcp.rs; Debian's searx for tests/searx.rs (DR_REQUIRE_SEARX=1);
 # 3. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
 #    exported as TEST_DATABASE_URL, with DR_REQUIRE_POSTGRES=1 so the Postgres
 #    tests fail instead of skipping;
@@ -152,6 +152,15 @@ else
 fi
 export DR_MCP_SERVERS=$MCP/node_modules
 export DR_REQUIRE_MCP=1 # tests/mcp.rs fails instead of skipping without them
+
+# ---------------------------------------------------------------------------
+section "searx (Debian's; tests/searx.rs runs the searxng backend against it)"
+if [ ! -f /usr/share/doc/searx/examples/settings.yml ]; then
+    apt_install searx
+fi
+export DR_SEARX_PYTHON=/usr/bin/python3
+export DR_REQUIRE_SEARX=1 # tests/searx.rs fails instead of skipping without it
+echo "searx $(dpkg-query -W -f='${Version}' searx 2>/dev/null || echo '?')"
 
 # ---------------------------------------------------------------------------
 section "PostgreSQL"
