@@ -77,11 +77,10 @@ async fn serve_pages() -> u16 {
 fn settings(port: u16, pages: u16) -> String {
     let example = std::fs::read_to_string(EXAMPLE).unwrap();
     let start = example.find("\nengines:").expect("an engines section");
-    let end = example[start + 1..]
-        .find("\n\n") // the section ends at the next blank line before another key
-        .map(|i| start + 1 + i)
-        .and_then(|i| example[i..].find("\nlocales:").map(|j| i + j))
-        .unwrap_or(example.len());
+    // The engines section runs to the next top-level key, `locales:`.
+    let end = example[start..]
+        .find("\nlocales:")
+        .map_or(example.len(), |i| start + i);
     let engines = format!(
         "
 engines:
