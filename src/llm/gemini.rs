@@ -5,7 +5,7 @@
 
 use super::coalesce::Coalescer;
 use super::endpoint::{Endpoint, ErrorContext, exact_body};
-use super::history::{AiTurn, RawToolCall, Role, content_str, role};
+use super::history::{AiTurn, RawToolCall, Role, content_str, role, search_metadata};
 use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
     ToolChoice, Usage,
@@ -161,14 +161,7 @@ impl GeminiModel {
             Some("STOP") | None => FinishReason::Stop,
             Some(_) => FinishReason::Other,
         };
-        let mut metadata = Map::new();
-        if turn.searches > 0 {
-            metadata.insert(
-                "server_tool_use".into(),
-                json!({"web_search_requests": turn.searches}),
-            );
-            metadata.insert("web_search_results".into(), Value::Array(turn.pages));
-        }
+        let metadata = search_metadata(turn.searches, turn.pages);
         Ok(AiTurn {
             id: turn.id,
             model: turn.model.unwrap_or_else(|| self.model.clone()),

@@ -62,6 +62,21 @@ pub(super) struct RawToolCall {
     pub args: String,
 }
 
+/// The `response_metadata` a model's own web search leaves (OpenAI's, Gemini's; Anthropic's is
+/// read from its usage): how many searches ran, and the pages they read, which the research
+/// counts as sources.
+pub(super) fn search_metadata(searches: u64, pages: Vec<Value>) -> Map<String, Value> {
+    let mut metadata = Map::new();
+    if searches > 0 {
+        metadata.insert(
+            "server_tool_use".into(),
+            json!({"web_search_requests": searches}),
+        );
+        metadata.insert("web_search_results".into(), Value::Array(pages));
+    }
+    metadata
+}
+
 /// A finished assistant turn in provider-neutral form, before it becomes a LangChain dict.
 pub(super) struct AiTurn {
     pub id: Option<String>,

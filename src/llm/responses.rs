@@ -5,14 +5,14 @@
 
 use super::coalesce::Coalescer;
 use super::endpoint::{Endpoint, ErrorContext, classify, exact_body};
-use super::history::{AiTurn, RawToolCall, Role, content_str, identifier, role};
+use super::history::{AiTurn, RawToolCall, Role, content_str, identifier, role, search_metadata};
 use super::{
     ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta, ToolChoice,
     Usage,
 };
 use crate::sse::SseStream;
 use reqwest::header::CONTENT_TYPE;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 /// One call through the Responses API. `key` is the request's or the provider's.
 pub(super) async fn call(
@@ -196,14 +196,7 @@ fn parse(
         _ if !calls.is_empty() => FinishReason::ToolCalls,
         _ => FinishReason::Stop,
     };
-    let mut metadata = Map::new();
-    if searches > 0 {
-        metadata.insert(
-            "server_tool_use".into(),
-            json!({"web_search_requests": searches}),
-        );
-        metadata.insert("web_search_results".into(), Value::Array(pages));
-    }
+    let metadata = search_metadata(searches, pages);
     let usage = &response["usage"];
     Ok(AiTurn {
         id: response["id"].as_str().map(str::to_owned),
