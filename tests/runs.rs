@@ -101,7 +101,8 @@ async fn run_status(app: &TestApp, tid: &str, rid: &str) -> (u16, Value) {
 }
 
 async fn wait_for_status(app: &TestApp, tid: &str, rid: &str, want: &str) {
-    for _ in 0..200 {
+    // Up to 15 s: generous for a loaded machine running both backends' suites at once.
+    for _ in 0..600 {
         if run_status(app, tid, rid).await.1["status"] == want {
             return;
         }
