@@ -3,7 +3,7 @@
 use super::AppState;
 use super::auth::Principal;
 use super::error::{ApiResult, AppError, parse_id};
-use crate::store::Thread;
+use crate::store::{Owner, Thread};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -22,6 +22,17 @@ pub(super) async fn owned_thread(state: &AppState, id: Uuid, who: &Principal) ->
         .await?
         .filter(|t| t.owner == who.owner)
         .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))
+}
+
+/// Refuses a thread id that is another owner's (as a 404, like a missing one). A thread that
+/// does not exist yet is fine: runs and the protocol create threads on first use.
+pub(super) async fn not_anothers(state: &AppState, id: Uuid, owner: &Owner) -> ApiResult<()> {
+    match state.store.get_thread(id).await? {
+        Some(thread) if thread.owner != *owner => {
+            Err(AppError::NotFound(format!("Thread with ID {id} not found")))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Reads `checkpoint_id` from any of the shapes clients send: a string, `{checkpoint_id}` or

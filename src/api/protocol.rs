@@ -128,7 +128,7 @@ pub(super) async fn command(
                 .into_response();
         }
     };
-    if let Err(error) = not_anothers(&state, &who, thread_id).await {
+    if let Err(error) = super::lookups::not_anothers(&state, thread_id, &who.owner).await {
         return error.into_response();
     }
     reply(id, dispatch(&state, &who, thread_id, method, &params).await)
@@ -149,15 +149,6 @@ fn reply(id: i64, outcome: Outcome) -> Response {
 }
 
 /// A thread that does not exist yet is fine (`run.start` creates it); another owner's is 404.
-async fn not_anothers(state: &AppState, who: &Principal, thread_id: Uuid) -> Result<(), AppError> {
-    match state.store.get_thread(thread_id).await? {
-        Some(thread) if thread.owner != who.owner => Err(AppError::NotFound(format!(
-            "Thread with ID {thread_id} not found"
-        ))),
-        _ => Ok(()),
-    }
-}
-
 async fn dispatch(
     state: &AppState,
     who: &Principal,
@@ -534,7 +525,7 @@ pub(super) async fn events(
     };
     // A thread that does not exist yet is fine: its first run (`run.start` creates it) shows
     // up on this stream. Another owner's is not.
-    if let Err(error) = not_anothers(&state, &who, thread_id).await {
+    if let Err(error) = super::lookups::not_anothers(&state, thread_id, &who.owner).await {
         return error.into_response();
     }
     let tape = ThreadTape {

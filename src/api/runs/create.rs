@@ -337,13 +337,8 @@ pub(super) async fn start_ticked(
 /// be the caller's: another owner's thread is "not found". (The insert checks it again under
 /// the thread's lock.)
 async fn check_target(state: &AppState, owner: &Owner, target: Target) -> ApiResult<()> {
-    let Target::Thread(id) = target else {
-        return Ok(());
-    };
-    match state.store.get_thread(id).await? {
-        Some(thread) if thread.owner != *owner => {
-            Err(AppError::NotFound(format!("Thread with ID {id} not found")))
-        }
+    match target {
+        Target::Thread(id) => crate::api::lookups::not_anothers(state, id, owner).await,
         _ => Ok(()),
     }
 }
