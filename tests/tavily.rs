@@ -5,8 +5,8 @@ mod fake_tavily;
 
 use async_trait::async_trait;
 use deep_research::tools::web_search::{
-    NO_RESULTS, PageSummarizer, PageSummary, SearchConfig, SearchError, SearchOptions,
-    SearchOutput, Source, WebSearch, tool_spec, web_search,
+    NO_RESULTS, PageSummarizer, PageSummary, QueryOptions, SearchConfig, SearchError,
+    SearchOptions, SearchOutput, Source, WebSearch, tool_spec, web_search,
 };
 use fake_tavily::{API_KEY, FakeHit, FakeTavily, Fault, raw_text};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -294,7 +294,10 @@ async fn raw_content_is_cut_to_max_content_length_characters() {
     );
     let summarizer = FakeSummarizer::new(Mode::Succeed, Duration::ZERO);
     let opts = SearchOptions {
-        max_content_length: 7,
+        query: QueryOptions {
+            max_content_length: 7,
+            ..QueryOptions::default()
+        },
         ..options()
     };
     run(&tavily(&fake), &["accents"], Some(&summarizer), &opts)
@@ -304,7 +307,10 @@ async fn raw_content_is_cut_to_max_content_length_characters() {
 
     let summarizer = FakeSummarizer::new(Mode::Succeed, Duration::ZERO);
     let opts = SearchOptions {
-        max_content_length: 1000,
+        query: QueryOptions {
+            max_content_length: 1000,
+            ..QueryOptions::default()
+        },
         ..options()
     };
     run(&tavily(&fake), &["long pages"], Some(&summarizer), &opts)

@@ -36,6 +36,14 @@ impl SearchApi {
         }
     }
 
+    /// Every search tool's name (see `tool_name`).
+    pub const TOOL_NAMES: [&'static str; 4] = [
+        "tavily_search",
+        "exa_search",
+        "brave_search",
+        "searxng_search",
+    ];
+
     /// The search tool's name: ODR's `tavily_search`, and likewise for the other engines.
     pub fn tool_name(self) -> Option<&'static str> {
         match self {

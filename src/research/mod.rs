@@ -144,7 +144,7 @@ fn check_ready(deps: &ResearchDeps, cfg: &ResearchConfig, run_keys: &Value) -> R
         && let Some(config) = deps.search_configs.iter().find(|c| c.engine == engine)
         && engine.needs_key()
         && config.api_key.is_none()
-        && run_keys[&config.api_key_env]
+        && run_keys[engine.run_key()]
             .as_str()
             .is_none_or(|k| k.trim().is_empty())
     {

@@ -199,15 +199,8 @@ async fn mcp_tools(caller: &Caller<'_>) -> Toolbox {
     if servers.is_empty() {
         return Toolbox::default();
     }
-    let taken = [
-        "ResearchComplete",
-        "think_tool",
-        "tavily_search",
-        "exa_search",
-        "brave_search",
-        "searxng_search",
-        "web_search",
-    ];
+    let mut taken = vec!["ResearchComplete", "think_tool", "web_search"];
+    taken.extend(SearchApi::TOOL_NAMES);
     mcp::toolbox(&caller.deps.mcp, &servers, &taken).await
 }
 
@@ -313,15 +306,7 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
 /// Runs one tool call: its result text and the sources it showed. Tool failures become text for
 /// the model; only cancellation stops the node.
 fn is_builtin(name: &str) -> bool {
-    matches!(
-        name,
-        "think_tool"
-            | "ResearchComplete"
-            | "tavily_search"
-            | "exa_search"
-            | "brave_search"
-            | "searxng_search"
-    )
+    matches!(name, "think_tool" | "ResearchComplete") || SearchApi::TOOL_NAMES.contains(&name)
 }
 
 async fn run_tool(
@@ -405,13 +390,7 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Val
             vec![],
         ));
     };
-    let key_name = match engine {
-        crate::tools::Engine::Tavily => "TAVILY_API_KEY",
-        crate::tools::Engine::Exa => "EXA_API_KEY",
-        crate::tools::Engine::Brave => "BRAVE_SEARCH_API_KEY",
-        crate::tools::Engine::Searxng => "SEARXNG_API_KEY",
-    };
-    let run_key = caller.ctx.config()["configurable"]["apiKeys"][key_name]
+    let run_key = caller.ctx.config()["configurable"]["apiKeys"][engine.run_key()]
         .as_str()
         .map(str::to_owned);
     let Some(client) = deps.web_search(engine, run_key) else {
@@ -429,7 +408,6 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Val
             exclude_domains: super::config::domains(&cfg.search_exclude_domains),
             max_content_length: cfg.max_content_length,
         },
-        max_content_length: cfg.max_content_length,
         summary_timeout: deps.summary_timeout,
         summary_slots: deps.summary_slots.clone(),
     };

@@ -65,6 +65,16 @@ impl Engine {
         }
     }
 
+    /// The name a run's own key for this engine has in `configurable.apiKeys`.
+    pub fn run_key(self) -> &'static str {
+        match self {
+            Self::Tavily => "TAVILY_API_KEY",
+            Self::Exa => "EXA_API_KEY",
+            Self::Brave => "BRAVE_SEARCH_API_KEY",
+            Self::Searxng => "SEARXNG_API_KEY",
+        }
+    }
+
     /// Whether a query cannot be made without a key.
     pub fn needs_key(self) -> bool {
         !matches!(self, Self::Searxng)

@@ -345,10 +345,9 @@ pub trait PageSummarizer: Send + Sync {
 /// Per-call knobs of `web_search`.
 #[derive(Clone, Debug)]
 pub struct SearchOptions {
-    /// What each query asks of the engine (results, domains, Tavily's topic and depth).
+    /// What each query asks of the engine (results, domains, Tavily's topic and depth), and
+    /// the characters of page text kept for the summariser (`max_content_length`).
     pub query: QueryOptions,
-    /// Characters of raw page text handed to the summariser.
-    pub max_content_length: usize,
     /// Per summary, counted from when it holds a slot (queueing is not the model's fault).
     pub summary_timeout: Duration,
     /// Process-wide cap on concurrent summaries.
@@ -361,7 +360,6 @@ impl SearchOptions {
     pub fn new(summary_slots: Arc<Semaphore>) -> Self {
         Self {
             query: QueryOptions::default(),
-            max_content_length: 50_000,
             summary_timeout: Duration::from_secs(60),
             summary_slots,
         }
@@ -481,7 +479,7 @@ async fn summarize_page(
         .acquire()
         .await
         .map_err(|_| "summary slots closed".to_owned())?;
-    let kept = truncate_chars(&page, opts.max_content_length).len();
+    let kept = truncate_chars(&page, opts.query.max_content_length).len();
     page.truncate(kept);
     tokio::time::timeout(opts.summary_timeout, summarizer.summarize(page))
         .await
