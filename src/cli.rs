@@ -151,12 +151,21 @@ fn custom(data: &Value, out: &mut dyn Write) -> std::io::Result<()> {
         }
         Some("researcher_error") => writeln!(out, "    ! a researcher failed: {}", data["error"]),
         Some("search_error") => writeln!(out, "    ! a search failed: {}", data["error"]),
-        Some("citations") => writeln!(
-            out,
-            "    citations checked: {} verified, {} removed",
-            data["verified"],
-            data["removed"].as_array().map_or(0, Vec::len)
-        ),
+        Some("citations") => {
+            let s = &data["support"];
+            writeln!(
+                out,
+                "    citations checked: {} of {} supported, {} moved, {} removed, {} added; {} \
+                 sources cited ({} unretrieved links removed)",
+                s["supported"],
+                s["citations"],
+                s["moved"],
+                s["removed"],
+                s["attached"],
+                s["sources_cited"],
+                data["removed"].as_array().map_or(0, Vec::len)
+            )
+        }
         _ => Ok(()),
     }
 }

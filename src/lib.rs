@@ -18,6 +18,7 @@ pub mod api;
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod eval;
 pub mod graph;
 pub mod ids;
 pub mod llm;

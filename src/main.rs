@@ -36,6 +36,9 @@ enum Command {
     PrintConfig,
     /// Run one research here, showing progress, and write the report to a file.
     Research(ResearchCmd),
+    /// Run a question set against a corpus and a model and score each run (or compare two
+    /// result files with --compare).
+    Eval(EvalCmd),
     /// Print a new API key for an owner, and the entry for the [auth] keys_file that accepts
     /// it (only its SHA-256 is stored).
     NewKey {
@@ -93,6 +96,10 @@ struct ServeArgs {
     /// prices, telemetry).
     #[arg(long, env = "DR_CONFIG")]
     config: Option<std::path::PathBuf>,
+    /// A directory of documents runs may search (search_api "local", corpus NAME), as
+    /// NAME=DIR; repeatable [corpora.NAME].
+    #[arg(long = "corpus", value_name = "NAME=DIR")]
+    corpora: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -111,6 +118,41 @@ struct ResearchCmd {
     /// A TOML file layered over config/default.toml.
     #[arg(long, env = "DR_CONFIG")]
     config: Option<std::path::PathBuf>,
+    /// Research these documents instead of the web, as NAME=DIR (or the NAME of a configured
+    /// corpus): search_api "local".
+    #[arg(long, value_name = "NAME=DIR")]
+    corpus: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct EvalCmd {
+    /// The question set (JSON: name, corpus, questions with key facts; see eval/).
+    #[arg(long, default_value = "eval/postgresql-15.json")]
+    questions: std::path::PathBuf,
+    /// The documents, as NAME=DIR (NAME as the set's corpus), unless the config names them.
+    #[arg(long, value_name = "NAME=DIR")]
+    corpus: Option<String>,
+    /// A TOML file layered over config/default.toml (models, providers, limits).
+    #[arg(long, env = "DR_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// Only these question ids (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// At most this many questions.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// A research setting for every run, as KEY=VALUE (JSON values parsed); repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    settings: Vec<String>,
+    /// Where the results go (JSON); the Markdown table is written beside it (.md).
+    #[arg(long, short, default_value = "eval-results.json")]
+    output: std::path::PathBuf,
+    /// A run still going after this many seconds is given up on.
+    #[arg(long, default_value_t = 1800)]
+    run_limit_secs: u64,
+    /// Compare two result files (A then B) instead of running anything.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    compare: Vec<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -162,7 +204,8 @@ impl ServeArgs {
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => {
-            let cfg = FileConfig::load_from(args.config.as_deref())?;
+            let mut cfg = FileConfig::load_from(args.config.as_deref())?;
+            cfg.add_corpora(&args.corpora)?;
             let settings = args.settings(&cfg)?;
             let telemetry = telemetry::init(&settings.telemetry)?;
             let registry = research_registry(&cfg)?;
@@ -173,6 +216,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Research(cmd) => {
             telemetry::init_logs(LogFormat::Text);
             research(cmd).await
+        }
+        Command::Eval(cmd) => {
+            telemetry::init_logs(LogFormat::Text);
+            eval(cmd).await
         }
         Command::PrintConfig => {
             print!("{}", deep_research::config::file::DEFAULTS);
@@ -247,6 +294,14 @@ async fn serve(settings: Settings, registry: Registry) -> anyhow::Result<()> {
 
 async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
     let mut cfg = FileConfig::load_from(cmd.config.as_deref())?;
+    let corpus = match cmd.corpus.as_deref() {
+        Some(spec) if spec.contains('=') => {
+            cfg.add_corpora(&[spec.to_owned()])?;
+            spec.split_once('=').map(|(name, _)| name.trim().to_owned())
+        }
+        Some(name) => Some(name.trim().to_owned()),
+        None => None,
+    };
     // One person's research on this machine: `--model` may name a local model server.
     cfg.operator.allow_private_model_urls = true;
     let registry = research_registry(&cfg)?;
@@ -265,11 +320,15 @@ async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
     let base = format!("http://{}", app.local_addr()?);
     let token = app.shutdown_token();
     let server = tokio::spawn(app.run_until_stopped());
-    let configurable = match &cmd.model {
+    let mut configurable = match &cmd.model {
         Some(m) => serde_json::json!({"research_model": m, "summarization_model": m,
                                       "compression_model": m, "final_report_model": m}),
         None => serde_json::json!({}),
     };
+    if let Some(name) = corpus {
+        configurable["search_api"] = "local".into();
+        configurable["corpus"] = name.into();
+    }
     let args = deep_research::cli::ResearchArgs {
         question: cmd.question.clone(),
         output: cmd.output.clone(),
@@ -283,6 +342,101 @@ async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
     token.cancel();
     let _ = server.await;
     result
+}
+
+async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
+    use deep_research::eval::{self, EvalOptions, EvalReport, QuestionSet};
+    if let [a, b] = cmd.compare.as_slice() {
+        let read = |p: &std::path::Path| -> anyhow::Result<EvalReport> {
+            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+            serde_json::from_str(&text).with_context(|| p.display().to_string())
+        };
+        print!("{}", eval::compare(&read(a)?, &read(b)?));
+        return Ok(());
+    }
+    let set = QuestionSet::load(&cmd.questions)?;
+    let questions = set.select(&cmd.only, cmd.limit);
+    anyhow::ensure!(!questions.is_empty(), "no question selected");
+    let mut cfg = FileConfig::load_from(cmd.config.as_deref())?;
+    cfg.operator.allow_private_model_urls = true;
+    if let Some(spec) = &cmd.corpus {
+        cfg.add_corpora(std::slice::from_ref(spec))?;
+    }
+    let corpus = cfg.corpora.get(&set.corpus).cloned().with_context(|| {
+        format!(
+            "the question set is about corpus '{}': pass --corpus {}=DIR or configure [corpora.{}]",
+            set.corpus, set.corpus, set.corpus
+        )
+    })?;
+    let corpus_prefix = if corpus.base_url.trim().is_empty() {
+        let root = std::fs::canonicalize(&corpus.path).with_context(|| corpus.path.clone())?;
+        format!("file://{}/", root.display())
+    } else {
+        format!("{}/", corpus.base_url.trim().trim_end_matches('/'))
+    };
+    let mut configurable = serde_json::json!({});
+    for setting in &cmd.settings {
+        let (key, value) = setting
+            .split_once('=')
+            .with_context(|| format!("--set takes KEY=VALUE, got '{setting}'"))?;
+        let value = serde_json::from_str(value).unwrap_or_else(|_| value.into());
+        configurable[key.trim()] = value;
+    }
+    let registry = research_registry(&cfg)?;
+    let key = format!("dr_{}", uuid::Uuid::new_v4().simple());
+    let db = std::env::temp_dir().join(format!("dr-eval-{}.db", uuid::Uuid::new_v4().simple()));
+    let settings = Settings {
+        host: "127.0.0.1".into(),
+        port: 0,
+        database_url: None,
+        sqlite_path: db.display().to_string(),
+        api_key: Some(SecretString::from(key.clone())),
+        ..Settings::from_file(&cfg)?
+    };
+    let app = Application::build(settings, registry).await?;
+    let base = format!("http://{}", app.local_addr()?);
+    let token = app.shutdown_token();
+    let server = tokio::spawn(app.run_until_stopped());
+    let opts = EvalOptions {
+        configurable,
+        corpus_prefix,
+        run_limit: Duration::from_secs(cmd.run_limit_secs.max(1)),
+        api_key: Some(key),
+    };
+    println!(
+        "{} question(s) of '{}' on corpus '{}'",
+        questions.len(),
+        set.name,
+        set.corpus
+    );
+    let mut progress = |r: &eval::QuestionResult| {
+        println!(
+            "{}: {} in {:.0} s, {} sources, facts {}/{}, cited paragraphs {}/{}, supported {}/{}, invented {}",
+            r.id,
+            r.status,
+            r.wall_secs,
+            r.sources,
+            r.facts_found.len(),
+            r.facts,
+            r.cited_paragraphs,
+            r.paragraphs,
+            r.supported,
+            r.citations,
+            r.invented
+        );
+    };
+    let result = eval::run(&base, &set, &questions, &opts, &mut progress).await;
+    token.cancel();
+    let _ = server.await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let report = result?;
+    std::fs::write(&cmd.output, serde_json::to_string_pretty(&report)?)?;
+    let table = eval::markdown(&report);
+    std::fs::write(cmd.output.with_extension("md"), &table)?;
+    println!("\n{table}\nResults: {} (and .md)", cmd.output.display());
+    Ok(())
 }
 
 async fn wait_for_signal() {

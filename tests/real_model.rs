@@ -353,3 +353,81 @@ async fn a_real_small_model_plans_research_for_review() {
     let thread = app.get_json(&format!("/threads/{tid}")).await;
     assert_eq!(thread["status"], "idle");
 }
+
+/// Where Debian's postgresql-doc-15 puts the PostgreSQL 15 manual (`scripts/test.sh` installs it).
+fn postgres_docs() -> String {
+    std::env::var("DR_PG_DOCS")
+        .unwrap_or_else(|_| "/usr/share/doc/postgresql-doc-15/html".to_owned())
+}
+
+/// The first questions of the project's evaluation set (`eval/postgresql-15.json`), researched
+/// over the PostgreSQL manual as a local corpus on the real small model, scored by `eval`.
+/// Loose by design (nobody scripted the model): at least one run researched, and every run that
+/// did cites the pages it retrieved and nothing else. `DR_EVAL_QUESTIONS=N` runs N (default 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local model server: scripts/test.sh starts it and runs this tier"]
+async fn evaluation_questions_over_the_postgres_manual_cite_what_they_retrieved() {
+    use deep_research::eval::{self, EvalOptions, QuestionSet};
+    let docs = postgres_docs();
+    assert!(
+        std::path::Path::new(&docs).join("index.html").exists(),
+        "the PostgreSQL manual is not at {docs}: apt-get install postgresql-doc-15 (or set DR_PG_DOCS)"
+    );
+    let index = tempfile::tempdir().expect("index dir");
+    let tavily = FakeTavily::start().await;
+    let text = format!(
+        "{}\n[search.local]\nindex_dir = \"{}\"\nrefresh_secs = 3600\n\n[corpora.postgresql]\npath = \"{docs}\"\ndescription = \"the PostgreSQL 15 manual\"\n",
+        config(&model_url(), &tavily),
+        index.path().display()
+    );
+    let cfg = FileConfig::load(&[(&text, "real-model-eval.toml")], &[]).expect("config");
+    let started = Instant::now();
+    let deps = cfg.research_deps(&|_: &str| None).expect("deps");
+    println!(
+        "indexed the manual in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let mut registry = Registry::new();
+    research::register(&mut registry, Arc::new(deps));
+    let app = spawn_with(Backend::Sqlite, test_settings(), registry)
+        .await
+        .expect("sqlite app");
+    let set_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("eval/postgresql-15.json");
+    let set = QuestionSet::load(&set_path).expect("question set");
+    let n: usize = std::env::var("DR_EVAL_QUESTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let questions = set.select(&[], Some(n));
+    let root = std::fs::canonicalize(&docs).expect("docs path");
+    let opts = EvalOptions {
+        configurable: json!({"max_researcher_iterations": 2, "max_react_tool_calls": 3,
+                             "max_concurrent_research_units": 1, "search_max_results": 3}),
+        corpus_prefix: format!("file://{}/", root.display()),
+        run_limit: run_limit(),
+        api_key: None,
+    };
+    let mut progress = |r: &eval::QuestionResult| {
+        println!(
+            "eval question: {}",
+            serde_json::to_string(r).unwrap_or_default()
+        );
+    };
+    let report = eval::run(&app.address, &set, &questions, &opts, &mut progress)
+        .await
+        .expect("eval");
+    println!("{}", eval::markdown(&report));
+    assert!(
+        report.summary.researched >= 1,
+        "no question was researched: {:#?}",
+        report.results
+    );
+    for r in report.results.iter().filter(|r| r.researched) {
+        assert!(r.citations > 0, "{}: the report cites nothing", r.id);
+        assert_eq!(
+            r.invented, 0,
+            "{}: the report cites what it never retrieved",
+            r.id
+        );
+    }
+}

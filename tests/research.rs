@@ -1204,7 +1204,7 @@ async fn the_config_schema_describes_every_setting() {
     .await;
     let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
     let props = schemas["config_schema"]["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 23, "{props:?}");
+    assert_eq!(props.len(), 26, "{props:?}");
     // MCP: both shapes, and what this deployment offers.
     let mcp = &props["mcp_config"];
     assert!(mcp["properties"]["mcpServers"].is_object(), "{mcp}");
@@ -1521,4 +1521,222 @@ async fn a_replica_without_the_runs_keys_ends_it_with_the_reason() {
     assert_eq!(thread["status"], "error", "{thread}");
     assert_eq!(thread["error"]["error"], "RunKeysUnavailable", "{thread}");
     assert_eq!(ra.llm.calls(), 0, "it never ran on the server's keys");
+}
+
+/// A directory of documents for `search_api: "local"`, and the config that names it.
+fn docs_corpus() -> (tempfile::TempDir, tempfile::TempDir, String) {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    let filler = |w: &str| vec![w; 40].join(" ");
+    std::fs::write(
+        docs.path().join("vacuum.html"),
+        format!(
+            "<html><head><title>Routine Vacuuming</title></head><body><div class=\"navheader\">Prev Next</div>\
+             <div class=\"sect1\" id=\"VACUUM-BASICS\"><h2>Vacuuming Basics</h2>\
+             <p>VACUUM reclaims storage occupied by dead tuples. The autovacuum launcher starts a worker every 60 seconds by default. {}</p></div>\
+             </body></html>",
+            filler("maintenance")
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        docs.path().join("wal.md"),
+        format!(
+            "# Write-Ahead Log\n\nWAL segment files are 16 MB each. {}",
+            filler("logging")
+        ),
+    )
+    .unwrap();
+    let config = format!(
+        "[search.local]\nindex_dir = \"{}\"\n\n[corpora.manual]\npath = \"{}\"\ndescription = \"the database manual\"\n",
+        index.path().display(),
+        docs.path().display()
+    );
+    (docs, index, config)
+}
+
+/// The first `file://` location in a request (what the researcher was shown).
+fn file_url(req: &Value) -> String {
+    let text = support::workload::all_text(req);
+    let start = text.find("file://").unwrap_or(0);
+    text[start..]
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A research over the operator's documents: the researcher's `document_search` reaches the
+/// corpus, sources are document sections located by `file://…#anchor`, and the report cites
+/// them, checked: an invented reference list is replaced, an unknown number removed, a claim
+/// without a citation given the section that supports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn research_over_local_documents_cites_the_sections_it_read() {
+    let (docs, _index, config) = docs_corpus();
+    let ra = r::start(
+        |req: &Value| match support::workload::role(req) {
+            Role::Brief => FakeReply::Json(json!({"research_brief": "How does VACUUM work?"})),
+            Role::Supervisor => match support::workload::turns(req) {
+                0 => FakeReply::ToolCalls(vec![(
+                    "ConductResearch".into(),
+                    json!({"research_topic": "What VACUUM reclaims"}),
+                )]),
+                _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+            },
+            Role::Researcher => match support::workload::turns(req) {
+                // One query as a string, as small models send it.
+                0 => FakeReply::ToolCalls(vec![(
+                    "document_search".into(),
+                    json!({"queries": "vacuum dead tuples"}),
+                )]),
+                _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+            },
+            Role::Compress => FakeReply::Text(format!(
+                "VACUUM reclaims the storage of dead tuples [1].\n\n### Sources\n[1] Vacuum: {}",
+                file_url(req)
+            )),
+            Role::Report => FakeReply::Text(
+                "<Report>\n# Vacuum\n\nVACUUM reclaims storage occupied by dead tuples [1]. \
+                 Quantum computers will replace every database soon [7].\n\n\
+                 The autovacuum launcher starts a worker every 60 seconds by default.\n\n\
+                 ### References\n[1] Energy Efficiency Institute (2025)\n</Report>"
+                    .into(),
+            ),
+            _ => FakeReply::Text("ok".into()),
+        },
+        &format!("[research]\nallow_clarification = false\n\n{config}"),
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(
+        &ra,
+        &tid,
+        "How does VACUUM work?",
+        json!({"config": {"configurable": {"search_api": "local", "corpus": "manual"}}}),
+    )
+    .await;
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    assert_eq!(ra.tavily.calls(), 0, "the web was not searched");
+    let values = last_values(&frames);
+    let root = std::fs::canonicalize(docs.path()).unwrap();
+    let section = format!("file://{}/vacuum.html#VACUUM-BASICS", root.display());
+    let sources = values["sources"].as_array().unwrap();
+    assert_eq!(sources[0]["url"], json!(section), "{sources:?}");
+    assert_eq!(sources[0]["kind"], "document");
+    assert!(sources[0]["text"].as_str().unwrap().contains("dead tuples"));
+    assert!(
+        !sources[0]["text"].as_str().unwrap().contains("Prev Next"),
+        "navigation is not content"
+    );
+    // The researcher saw the section as it is (short sections are not summarised).
+    assert_eq!(
+        ra.llm
+            .requests()
+            .iter()
+            .filter(|r| support::workload::role(r) == Role::Summary)
+            .count(),
+        0
+    );
+    let report = values["final_report"].as_str().unwrap();
+    assert!(
+        !report.contains("<Report>") && !report.contains("Energy Efficiency"),
+        "{report}"
+    );
+    assert!(report.contains("dead tuples [1]."), "{report}");
+    assert!(report.contains("replace every database soon."), "{report}");
+    assert!(report.contains("60 seconds by default [1]."), "{report}");
+    assert!(
+        report.ends_with(&format!(
+            "### Sources\n\n[1] Routine Vacuuming — Vacuuming Basics: {section}\n"
+        )),
+        "{report}"
+    );
+    let event = frames
+        .iter()
+        .find(|f| f.event == "custom" && f.data["type"] == "citations")
+        .unwrap();
+    let support = &event.data["support"];
+    assert_eq!(support["citations"], 2, "{support}");
+    assert_eq!(support["supported"], 1, "{support}");
+    assert_eq!(support["removed"], 1, "{support}");
+    assert_eq!(support["attached"], 1, "{support}");
+    assert_eq!(values["citations"], *support);
+}
+
+/// A run names a corpus the server has, or gets a 422 that names the choices; `corpus` with a
+/// web engine is refused rather than ignored; `local` on a server without corpora says how to
+/// add one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_must_name_a_corpus_the_server_has() {
+    let (_docs, _index, config) = docs_corpus();
+    let ra = r::start(scripted(Script::default()), &config).await;
+    let plain = r::start(scripted(Script::default()), "").await;
+    for (app, configurable, expected) in [
+        (
+            &ra,
+            json!({"search_api": "local", "corpus": "wiki"}),
+            "no corpus named 'wiki'; this server has manual",
+        ),
+        (
+            &ra,
+            json!({"search_api": "tavily", "corpus": "manual"}),
+            "a corpus is searched only with search_api 'local'",
+        ),
+        (
+            &plain,
+            json!({"search_api": "local"}),
+            "this server has none",
+        ),
+    ] {
+        let tid = new_thread(&app.app).await;
+        let resp = app
+            .app
+            .client
+            .post(app.app.url(&format!("/threads/{tid}/runs")))
+            .json(&json!({"assistant_id": "deep_research",
+                          "input": {"messages": [{"role": "user", "content": "q"}]},
+                          "config": {"configurable": configurable}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 422);
+        let detail = resp.json::<Value>().await.unwrap()["detail"].to_string();
+        assert!(detail.contains(expected), "{detail}");
+        let runs = app.app.get_json(&format!("/threads/{tid}/runs")).await;
+        assert_eq!(runs, json!([]), "nothing was created");
+    }
+}
+
+/// A page summary cut off by its timeout was still paid for (the provider read the prompt):
+/// the run's usage counts it at an estimate of its input tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn summaries_cut_by_their_timeout_are_counted_in_usage() {
+    let inner = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let ra = r::start(
+        move |req: &Value| match support::workload::role(req) {
+            Role::Summary => FakeReply::Hang,
+            _ => inner(req),
+        },
+        "[research]\nallow_clarification = false\n[limits]\nsummary_timeout_secs = 1\n",
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "Tell me about tides", json!({})).await;
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    let abandoned: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.event == "custom" && f.data["type"] == "usage")
+        .map(|f| &f.data)
+        .filter(|d| d["node"] == "researcher_tools")
+        .collect();
+    assert!(!abandoned.is_empty(), "no summary was counted");
+    assert!(
+        abandoned
+            .iter()
+            .all(|d| d["input_tokens"].as_u64().unwrap() > 100 && d["output_tokens"] == 0),
+        "{abandoned:?}"
+    );
 }

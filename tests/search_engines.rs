@@ -44,7 +44,14 @@ async fn search(
     query: QueryOptions,
 ) -> Result<deep_research::tools::SearchOutput, SearchError> {
     let qs: Vec<String> = qs.iter().map(|q| (*q).to_owned()).collect();
-    web_search(c, &qs, None, &options(query), &CancellationToken::new()).await
+    web_search(
+        &c.clone().into(),
+        &qs,
+        None,
+        &options(query),
+        &CancellationToken::new(),
+    )
+    .await
 }
 
 #[tokio::test]

@@ -156,7 +156,7 @@ async fn the_searxng_backend_reads_a_real_searx() {
         ..SearchOptions::new(Arc::new(Semaphore::new(2)))
     };
     let out = web_search(
-        &searx,
+        &searx.clone().into(),
         &["cobalt reserves".to_owned()],
         None,
         &opts,

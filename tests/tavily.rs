@@ -52,7 +52,7 @@ async fn run(
     opts: &SearchOptions,
 ) -> Result<SearchOutput, SearchError> {
     web_search(
-        tavily,
+        &tavily.clone().into(),
         &queries(qs),
         summarizer,
         opts,
@@ -159,11 +159,20 @@ async fn output_format_is_byte_exact() {
         vec![
             Source {
                 url: "https://a.test/1".into(),
-                title: "Async Rust".into()
+                title: "Async Rust".into(),
+                // The page as retrieved, for the citation check; the summary shown.
+                text: "page".into(),
+                summary: Some(PageSummary {
+                    summary: "Digest of 4 chars".into(),
+                    key_excerpts: "\"a quote\"".into(),
+                }),
             },
             Source {
                 url: "https://b.test/2".into(),
-                title: "Tokio".into()
+                title: "Tokio".into(),
+                // No page: the snippet is what there is to check against.
+                text: "snippet two".into(),
+                summary: None,
             },
         ]
     );
@@ -478,7 +487,14 @@ async fn cancellation_returns_promptly() {
         trigger.cancel();
     });
     let started = Instant::now();
-    let result = web_search(&tavily, &queries(&["slow"]), None, &options(), &cancel).await;
+    let result = web_search(
+        &tavily.into(),
+        &queries(&["slow"]),
+        None,
+        &options(),
+        &cancel,
+    )
+    .await;
     assert_eq!(result, Err(SearchError::Cancelled));
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -495,7 +511,7 @@ async fn cancellation_also_stops_summaries() {
     });
     let started = Instant::now();
     let result = web_search(
-        &tavily(&fake),
+        &tavily(&fake).into(),
         &queries(&["deep"]),
         Some(&summarizer),
         &options(),
@@ -530,4 +546,48 @@ fn tool_spec_exposes_only_queries() {
             "required": ["queries"]
         })
     );
+}
+
+/// A run summarises each page once (a page found again, by another researcher or a later turn,
+/// reuses its summary), starts at most its budget of summaries (the rest show snippets), and
+/// shows short pages as they are.
+#[tokio::test]
+async fn summaries_are_reused_budgeted_and_skipped_for_short_pages() {
+    let fake = FakeTavily::start().await;
+    let summarizer = FakeSummarizer::new(Mode::Succeed, Duration::ZERO);
+    let opts = SearchOptions {
+        ledger: Arc::new(deep_research::tools::SummaryLedger::new(3)),
+        ..options()
+    };
+    run(&tavily(&fake), &["glaciers"], Some(&summarizer), &opts)
+        .await
+        .expect("search");
+    assert_eq!(summarizer.received().len(), 3, "the budget of three");
+    let again = run(&tavily(&fake), &["glaciers"], Some(&summarizer), &opts)
+        .await
+        .expect("search");
+    assert_eq!(summarizer.received().len(), 3, "nothing new is summarised");
+    assert_eq!(
+        again.text.matches("<summary>").count(),
+        3,
+        "the three summaries reused"
+    );
+    assert_eq!(opts.ledger.counts(), (3, 3));
+    // Pages of at most `verbatim_chars` are shown whole.
+    let fake = FakeTavily::start().await;
+    fake.set_raw_content_len(500);
+    let summarizer = FakeSummarizer::new(Mode::Succeed, Duration::ZERO);
+    let opts = SearchOptions {
+        verbatim_chars: 500,
+        ..options()
+    };
+    let out = run(&tavily(&fake), &["fjords"], Some(&summarizer), &opts)
+        .await
+        .expect("search");
+    assert!(summarizer.received().is_empty());
+    assert!(
+        out.text
+            .contains(&format!("CONTENT:\n{}", raw_text("fjords", 500)))
+    );
+    assert_eq!(out.sources[0].text, raw_text("fjords", 500));
 }

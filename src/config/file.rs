@@ -224,6 +224,15 @@ pub struct Search {
     pub exa: Endpoint,
     pub brave: Endpoint,
     pub searxng: Endpoint,
+    pub local: LocalSearch,
+}
+
+/// Where corpora are indexed, and how often their files are looked at again.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalSearch {
+    pub index_dir: String,
+    pub refresh_secs: u64,
 }
 
 /// Everything `config/default.toml` describes.
@@ -242,6 +251,9 @@ pub struct FileConfig {
     pub mcp: crate::tools::mcp::McpSection,
     pub providers: BTreeMap<String, Provider>,
     pub prices: BTreeMap<String, Price>,
+    /// Local document collections (`search_api: "local"`), by name.
+    #[serde(default)]
+    pub corpora: BTreeMap<String, crate::tools::corpus::CorpusConfig>,
 }
 
 impl FileConfig {
@@ -392,6 +404,7 @@ impl FileConfig {
             prompts,
             prices: self.prices.clone(),
             search_configs,
+            corpora: self.open_corpora()?,
             mcp_policy,
             mcp: Arc::new(crate::tools::mcp::McpHub::new(
                 mcp_limits,
@@ -405,6 +418,57 @@ impl FileConfig {
             summary_timeout: Duration::from_secs(limits.summary_timeout_secs),
             retry: crate::llm::RetryPolicy::default(),
         })
+    }
+}
+
+impl FileConfig {
+    /// Adds `NAME=DIR` corpora (the `--corpus` flag) to the configured ones.
+    pub fn add_corpora(&mut self, specs: &[String]) -> anyhow::Result<()> {
+        for spec in specs {
+            let (name, dir) = spec
+                .split_once('=')
+                .filter(|(n, d)| !n.trim().is_empty() && !d.trim().is_empty())
+                .ok_or_else(|| anyhow::anyhow!("--corpus takes NAME=DIR, got '{spec}'"))?;
+            let name = name.trim();
+            anyhow::ensure!(
+                name.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+                "--corpus: a corpus name is letters, digits, '-' and '_', got '{name}'"
+            );
+            self.corpora.insert(
+                name.to_owned(),
+                crate::tools::corpus::CorpusConfig {
+                    path: dir.trim().to_owned(),
+                    base_url: String::new(),
+                    description: String::new(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Where corpora are indexed: `[search.local] index_dir`, or beside the SQLite file.
+    pub fn index_root(&self) -> std::path::PathBuf {
+        let configured = self.search.local.index_dir.trim();
+        if !configured.is_empty() {
+            return configured.into();
+        }
+        let db = std::path::Path::new(self.server.sqlite_path.trim());
+        db.parent()
+            .unwrap_or_else(|| std::path::Path::new("."))
+            .join("deep-research-index")
+    }
+
+    fn open_corpora(&self) -> anyhow::Result<crate::tools::corpus::Corpora> {
+        if self.corpora.is_empty() {
+            return Ok(crate::tools::corpus::Corpora::default());
+        }
+        crate::tools::corpus::Corpora::open(
+            &self.corpora,
+            &self.index_root(),
+            Duration::from_secs(self.search.local.refresh_secs.max(1)),
+        )
+        .map_err(|e| anyhow::anyhow!("[corpora] {e}"))
     }
 }
 

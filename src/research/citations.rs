@@ -16,6 +16,18 @@ pub struct Checked {
 
 const REMOVED: &str = "(link removed: not among this run's search results)";
 
+impl Checked {
+    /// The line that tells the reader links were removed, to end the report with.
+    pub fn note(&self) -> Option<String> {
+        (!self.removed.is_empty()).then(|| {
+            format!(
+                "\n\n> Note: {} cited link(s) did not come from this run's searches and were removed.\n",
+                self.removed.len()
+            )
+        })
+    }
+}
+
 /// A URL in a comparable form: no fragment, no trailing slash, lower-case scheme and host.
 pub fn normalize(url: &str) -> String {
     let url = url.split('#').next().unwrap_or(url).trim_end_matches('/');
@@ -77,12 +89,6 @@ pub fn check(report: &str, retrieved: &HashSet<String>) -> Checked {
         text = text.replace(&format!("]({url})"), "]");
         text = text.replace(url.as_str(), REMOVED);
     }
-    if !removed.is_empty() {
-        text.push_str(&format!(
-            "\n\n> Note: {} cited link(s) did not come from this run's searches and were removed.\n",
-            removed.len()
-        ));
-    }
     Checked {
         report: text,
         verified: verified.len(),
@@ -121,7 +127,7 @@ mod tests {
         assert!(c.report.contains("https://example.com/real"));
         assert!(!c.report.contains("invented.example"));
         assert!(c.report.contains("[2] Fake: (link removed"));
-        assert!(c.report.contains("1 cited link(s)"));
+        assert!(c.note().is_some_and(|n| n.contains("1 cited link(s)")));
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub enum SearchApi {
     Openai,
     /// Google Search grounding (Gemini research models).
     Google,
+    /// One of the operator's local document corpora (`corpus` names which).
+    Local,
     None,
 }
 
@@ -32,16 +34,17 @@ impl SearchApi {
             Self::Exa => Some(Engine::Exa),
             Self::Brave => Some(Engine::Brave),
             Self::Searxng => Some(Engine::Searxng),
-            Self::Anthropic | Self::Openai | Self::Google | Self::None => None,
+            Self::Anthropic | Self::Openai | Self::Google | Self::Local | Self::None => None,
         }
     }
 
     /// Every search tool's name (see `tool_name`).
-    pub const TOOL_NAMES: [&'static str; 4] = [
+    pub const TOOL_NAMES: [&'static str; 5] = [
         "tavily_search",
         "exa_search",
         "brave_search",
         "searxng_search",
+        "document_search",
     ];
 
     /// The search tool's name: ODR's `tavily_search`, and likewise for the other engines.
@@ -51,6 +54,7 @@ impl SearchApi {
             Self::Exa => Some("exa_search"),
             Self::Brave => Some("brave_search"),
             Self::Searxng => Some("searxng_search"),
+            Self::Local => Some("document_search"),
             Self::Anthropic | Self::Openai | Self::Google | Self::None => None,
         }
     }
@@ -95,6 +99,23 @@ pub struct ResearchConfig {
     /// Tavily's `search_depth`: basic or advanced (advanced costs two credits a query).
     #[serde(default = "basic")]
     pub tavily_search_depth: String,
+    /// The operator's corpus `search_api: "local"` searches (empty: the only one there is).
+    #[serde(default)]
+    pub corpus: String,
+    /// Pages of at most this many characters are shown as they are, not summarised.
+    #[serde(default = "verbatim_default")]
+    pub verbatim_page_chars: usize,
+    /// Page summaries one run may start; past it, pages are shown by their snippets.
+    #[serde(default = "summaries_default")]
+    pub max_page_summaries: u32,
+}
+
+fn verbatim_default() -> usize {
+    2000
+}
+
+fn summaries_default() -> u32 {
+    100
 }
 
 fn five() -> u32 {
@@ -134,6 +155,9 @@ impl Default for ResearchConfig {
             search_exclude_domains: String::new(),
             tavily_topic: general(),
             tavily_search_depth: basic(),
+            corpus: String::new(),
+            verbatim_page_chars: verbatim_default(),
+            max_page_summaries: summaries_default(),
         }
     }
 }
@@ -184,7 +208,7 @@ const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64)
 const TOKENS: (u64, u64) = (1, 200_000);
 
 /// Every research setting, in `ResearchConfig`'s order.
-pub const SETTINGS: [Setting; 22] = [
+pub const SETTINGS: [Setting; 25] = [
     number(
         "max_structured_output_retries",
         "Attempts per structured-output or tool-calling model call before the step fails.",
@@ -206,7 +230,8 @@ pub const SETTINGS: [Setting; 22] = [
         description: "Where researchers search: Tavily, Exa, Brave Search, a self-hosted \
                       SearXNG, the research model's own web search (anthropic: Anthropic \
                       models; openai: OpenAI models, through the Responses API; google: Gemini \
-                      models, Google Search grounding), or nowhere.",
+                      models, Google Search grounding), the operator's local documents (local; \
+                      see corpus), or nowhere.",
         range: None,
         choices: &[
             "tavily",
@@ -216,6 +241,7 @@ pub const SETTINGS: [Setting; 22] = [
             "anthropic",
             "openai",
             "google",
+            "local",
             "none",
         ],
     },
@@ -315,6 +341,25 @@ pub const SETTINGS: [Setting; 22] = [
         range: None,
         choices: &["basic", "advanced"],
     },
+    setting(
+        "corpus",
+        "The operator's document collection searched when search_api is local (empty: the \
+         only one the server has).",
+    ),
+    number(
+        "verbatim_page_chars",
+        "Pages (or document sections) of at most this many characters are shown to the \
+         researchers as they are instead of being summarised; 0 summarises every page.",
+        0,
+        50_000,
+    ),
+    number(
+        "max_page_summaries",
+        "Page summaries one run may start; past it, pages are shown by their snippets \
+         (0: never summarise).",
+        0,
+        1000,
+    ),
 ];
 
 /// The bounds `SETTINGS` gives a number setting.
@@ -359,6 +404,18 @@ impl ResearchConfig {
             range(&format!("{field}_max_tokens"), tokens.into())?;
         }
         range("search_max_results", self.search_max_results.into())?;
+        range("verbatim_page_chars", self.verbatim_page_chars as u64)?;
+        range("max_page_summaries", self.max_page_summaries.into())?;
+        if !self.corpus.trim().is_empty() && self.search_api != SearchApi::Local {
+            return Err(format!(
+                "config.configurable.corpus: a corpus is searched only with search_api 'local' \
+                 (this run's search_api is '{}')",
+                serde_json::to_value(self.search_api)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            ));
+        }
         for (field, value) in [
             ("tavily_topic", &self.tavily_topic),
             ("tavily_search_depth", &self.tavily_search_depth),

@@ -19,6 +19,8 @@ pub const FALLBACKS: &str = "fallbacks";
 /// Set when the run stopped before finishing its research (its spend cap): why, and what it
 /// had spent. The report is then partial.
 pub const STOPPED_EARLY: &str = "stopped_early";
+/// What the citation check found in the report and changed (`support::SupportCounts`).
+pub const CITATIONS: &str = "citations";
 pub const RESEARCHER_MESSAGES: &str = "researcher_messages";
 pub const RESEARCH_TOPIC: &str = "research_topic";
 pub const COMPRESSED_RESEARCH: &str = "compressed_research";

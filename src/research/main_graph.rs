@@ -8,11 +8,13 @@ use super::keys;
 use super::messages::{self as msg, human, system};
 use super::model::{Caller, Deps, Role, run_config};
 use super::stream_fields::FieldStreamer;
+use super::support::{self, Sources};
 use super::{ResearchDeps, config::SearchApi, plan_review, supervisor};
 use crate::graph::messages::ai_message;
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
 use crate::llm::{FinishReason, ResponseSchema};
 use crate::store::JsonMap;
+use crate::tools::{PageSummary, SummaryLedger};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -40,6 +42,7 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .channel(keys::USAGE, Reducer::Override, Value::Null)
         .channel(keys::FALLBACKS, Reducer::Override, Value::Null)
         .channel(keys::STOPPED_EARLY, Reducer::Override, Value::Null)
+        .channel(keys::CITATIONS, Reducer::Override, Value::Null)
         .node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
         .node("write_research_brief", move |s, c| brief(d2.clone(), s, c))
         .node("plan_research", move |s, c| {
@@ -219,6 +222,14 @@ async fn research(
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state);
+    // Pages earlier runs on this thread summarised are not paid for again.
+    let ledger = ctx.scope.local::<SummaryLedger>();
+    for source in msg::slice(&state, keys::SOURCES) {
+        let summary = serde_json::from_value::<PageSummary>(source["summary"].clone());
+        if let (Some(url), Ok(summary)) = (source["url"].as_str(), summary) {
+            ledger.remember(url, summary);
+        }
+    }
     let input = json!({
         (keys::SUPERVISOR_MESSAGES): state.get(keys::SUPERVISOR_MESSAGES).cloned().unwrap_or(json!([])),
         (keys::RESEARCH_BRIEF): state.get(keys::RESEARCH_BRIEF).cloned().unwrap_or(Value::Null),
@@ -338,28 +349,17 @@ async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Com
             ),
         ));
     }
-    let findings = msg::list(&state, keys::NOTES)
-        .iter()
-        .filter_map(|n| n.as_str().map(str::to_owned))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let resp = write_report(&deps, &ctx, &cfg, &state, &findings).await?;
+    let numbered = Sources::from_state(sources);
+    let findings = findings(&state, &numbered);
+    let resp = write_report(&deps, &ctx, &cfg, &state, &findings, &numbered).await?;
     let (text, finish) = (msg::text(&resp.message), resp.finish_reason);
-    let retrieved: HashSet<String> = sources
-        .iter()
-        .filter_map(|s| s["url"].as_str())
-        .map(normalize)
-        .collect();
-    let mut checked = citations::check(&text, &retrieved);
+    let mut checked = check_citations(&ctx, &text, sources, &numbered);
     if finish == FinishReason::Length {
         checked.report.push_str(&format!(
             "\n\n> Note: the report was cut off at the output limit of {} tokens.\n",
             cfg.final_report_model_max_tokens
         ));
     }
-    ctx.emit_custom(json!({"type": "citations", "verified": checked.verified,
-                           "removed": checked.removed,
-                           "mcp_cited": mcp_cited(&checked.report, sources)}));
     // Keep the streamed message's id so clients merge the tokens they saw with the final text.
     let mut message = resp.message;
     message["content"] = json!(checked.report);
@@ -369,9 +369,55 @@ async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Com
             (keys::FINAL_REPORT, json!(checked.report)),
             (keys::MESSAGES, json!([message])),
             (keys::NOTES, json!({"type": "override", "value": []})),
+            (keys::CITATIONS, json!(checked.support)),
         ],
     );
     Ok(Command::update(upd))
+}
+
+/// The researchers' findings, their citations in the run's numbering.
+fn findings(state: &JsonMap, numbered: &Sources) -> String {
+    msg::list(state, keys::NOTES)
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|note| support::renumber_findings(note, numbered))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// A report after both checks.
+struct CheckedReport {
+    report: String,
+    support: support::SupportCounts,
+}
+
+/// Links no search returned are removed, then every claim is read against the sources it cites
+/// and the Sources section is written from what remains (`support.rs`). One `citations` event
+/// tells what was found and changed.
+fn check_citations(
+    ctx: &NodeContext,
+    text: &str,
+    sources: &[Value],
+    numbered: &Sources,
+) -> CheckedReport {
+    let retrieved: HashSet<String> = sources
+        .iter()
+        .filter_map(|s| s["url"].as_str())
+        .map(normalize)
+        .collect();
+    let checked = citations::check(text, &retrieved);
+    let mut repaired = support::repair(&checked.report, numbered);
+    if let Some(note) = checked.note() {
+        repaired.report.push_str(&note);
+    }
+    ctx.emit_custom(json!({"type": "citations", "verified": checked.verified,
+                           "removed": checked.removed,
+                           "mcp_cited": mcp_cited(&repaired.report, sources),
+                           "support": repaired.counts}));
+    CheckedReport {
+        report: repaired.report,
+        support: repaired.counts,
+    }
 }
 
 /// Distinct MCP sources (tool calls and the resources they returned) the report names. The
@@ -391,14 +437,11 @@ fn mcp_cited(report: &str, sources: &[Value]) -> usize {
 /// The report of a run stopped by its spend cap, without another model call: the brief and the
 /// findings as the researchers wrote them, under a heading and a note that say it is partial.
 fn partial_report(ctx: &NodeContext, state: &JsonMap, sources: &[Value], reason: &str) -> Command {
-    let findings: Vec<String> = msg::list(state, keys::NOTES)
-        .iter()
-        .filter_map(|n| n.as_str().map(str::to_owned))
-        .collect();
-    let body = if findings.is_empty() {
+    let body = findings(state, &Sources::from_state(sources));
+    let body = if body.trim().is_empty() {
         "No findings were gathered before the run stopped.".to_owned()
     } else {
-        findings.join("\n\n")
+        body
     };
     let text = format!(
         "# Partial report: the research stopped early\n\n> This run stopped before finishing its \
@@ -407,15 +450,7 @@ fn partial_report(ctx: &NodeContext, state: &JsonMap, sources: &[Value], reason:
          {}\n\n## Findings\n\n{body}\n",
         msg::string(state, keys::RESEARCH_BRIEF)
     );
-    let retrieved: HashSet<String> = sources
-        .iter()
-        .filter_map(|s| s["url"].as_str())
-        .map(normalize)
-        .collect();
-    let checked = citations::check(&text, &retrieved);
-    ctx.emit_custom(json!({"type": "citations", "verified": checked.verified,
-                           "removed": checked.removed,
-                           "mcp_cited": mcp_cited(&checked.report, sources)}));
+    let checked = check_citations(ctx, &text, sources, &Sources::from_state(sources));
     let message = ai_message(&format!("run-{}", Uuid::new_v4()), &checked.report);
     let stopped = json!({"reason": reason, "usage": usage(ctx)});
     Command::update(update(
@@ -425,6 +460,7 @@ fn partial_report(ctx: &NodeContext, state: &JsonMap, sources: &[Value], reason:
             (keys::MESSAGES, json!([message])),
             (keys::NOTES, json!({"type": "override", "value": []})),
             (keys::STOPPED_EARLY, stopped),
+            (keys::CITATIONS, json!(checked.support)),
         ],
     ))
 }
@@ -436,7 +472,9 @@ async fn write_report(
     cfg: &super::config::ResearchConfig,
     state: &JsonMap,
     findings: &str,
+    numbered: &Sources,
 ) -> Result<crate::llm::ChatResponse, NodeError> {
+    let source_list = numbered.numbered_list();
     let caller = Caller::new(deps, ctx, cfg);
     let brief = msg::string(state, keys::RESEARCH_BRIEF);
     let history = msg::buffer_string(&msg::list(state, keys::MESSAGES));
@@ -450,6 +488,7 @@ async fn write_report(
                 ("research_brief", &brief),
                 ("messages", &history),
                 ("findings", shown),
+                ("sources", &source_list),
                 ("date", &date),
             ],
         );

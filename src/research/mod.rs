@@ -16,6 +16,7 @@ pub mod prompts;
 mod researcher;
 mod stream_fields;
 mod supervisor;
+pub mod support;
 
 use crate::graph::{ConfigCheck, Registry, Schemas};
 use crate::llm::{Providers, RetryPolicy};
@@ -48,6 +49,8 @@ pub struct ResearchDeps {
     pub prices: BTreeMap<String, Price>,
     /// How to reach each search engine (one per `Engine`).
     pub search_configs: Vec<SearchConfig>,
+    /// The operator's document corpora (`search_api: "local"`).
+    pub corpora: crate::tools::corpus::Corpora,
     /// The MCP servers runs may use, and the connections to them.
     pub mcp_policy: crate::tools::mcp::McpPolicy,
     pub mcp: Arc<crate::tools::mcp::McpHub>,
@@ -107,6 +110,9 @@ fn config_check(deps: &Arc<ResearchDeps>) -> ConfigCheck {
             .cloned()
             .unwrap_or_default();
         let cfg = deps.defaults.with_overrides(&configurable, &deps.locked)?;
+        if cfg.search_api == SearchApi::Local {
+            deps.corpora.pick(&cfg.corpus)?;
+        }
         if let Some(why) = cfg
             .search_api
             .engine()
@@ -273,6 +279,12 @@ fn config_properties(deps: &ResearchDeps) -> serde_json::Map<String, Value> {
                 if !s.choices.is_empty() {
                     map.insert("enum".into(), json!(s.choices));
                 }
+                // The corpora are this server's: a form can offer them.
+                if s.name == "corpus" {
+                    let mut names = vec![""];
+                    names.extend(deps.corpora.names());
+                    map.insert("enum".into(), json!(names));
+                }
                 if deps.locked.iter().any(|l| l == s.name) {
                     map.insert("readOnly".into(), json!(true));
                 }
@@ -336,9 +348,19 @@ fn schemas(deps: &ResearchDeps) -> Schemas {
             "raw_notes": strings, "notes": strings,
             "final_report": {"type": "string"},
             "sources": {"type": "array", "items": {"type": "object",
-                        "properties": {"url": {"type": "string"}, "title": {"type": "string"}}}},
+                        "properties": {"url": {"type": "string"}, "title": {"type": "string"},
+                                       "text": {"type": "string"},
+                                       "summary": {"type": "object"},
+                                       "kind": {"type": "string"}}}},
             "usage": {"type": "object"},
-            "fallbacks": {"type": "object", "additionalProperties": {"type": "integer"}}
+            "fallbacks": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "stopped_early": {"type": ["object", "null"]},
+            "citations": {"type": ["object", "null"], "properties": {
+                "paragraphs": {"type": "integer"}, "cited_paragraphs": {"type": "integer"},
+                "citations": {"type": "integer"}, "supported": {"type": "integer"},
+                "unchecked": {"type": "integer"}, "moved": {"type": "integer"},
+                "removed": {"type": "integer"}, "attached": {"type": "integer"},
+                "sources_cited": {"type": "integer"}}}
         }
     });
     let mut config_props = config_properties(deps);

@@ -97,9 +97,11 @@ impl<'a> Caller<'a> {
         let emit = move |d: Delta| ctx.emit_chunk(chunk(&d));
         let on_delta: Option<&(dyn Fn(Delta) + Send + Sync)> =
             if stream { Some(&emit) } else { None };
+        let pending = Abandoned::new(self, &req);
         let resp = chat_with_retry(&*model, &req, on_delta, self.policy(), self.ctx.cancelled())
             .await
             .map_err(|e| self.fail(e));
+        pending.disarm();
         self.record(&req.model.to_string(), resp.as_ref().ok());
         resp
     }
@@ -165,6 +167,7 @@ impl<'a> Caller<'a> {
         };
         let on_delta: Option<&(dyn Fn(Delta) + Send + Sync)> = fields.map(|_| &push as _);
         let model_name = req.model.to_string();
+        let pending = Abandoned::new(self, &req);
         let out = structured::<T>(
             &*model,
             req,
@@ -174,6 +177,7 @@ impl<'a> Caller<'a> {
             on_delta,
         )
         .await;
+        pending.disarm();
         match out {
             Ok((value, resp)) => {
                 self.record(&model_name, Some(&resp));
@@ -185,11 +189,16 @@ impl<'a> Caller<'a> {
 
     fn record(&self, model: &str, resp: Option<&ChatResponse>) {
         let Some(resp) = resp else { return };
+        self.record_usage(model, resp.usage);
         for fallback in &resp.fallbacks {
             fallbacks::record(self.ctx, fallback.as_str(), &format!("model {model}"));
         }
+    }
+
+    /// Counts `usage` in the run's meter and tells clients.
+    fn record_usage(&self, model: &str, usage: crate::llm::Usage) {
         let meter = self.ctx.scope.local::<CostMeter>();
-        let totals = meter.record(model, resp.usage, self.deps.prices.get(model).copied());
+        let totals = meter.record(model, usage, self.deps.prices.get(model).copied());
         if meter.first_time_over()
             && let Some(reason) = meter.over_cap()
         {
@@ -202,8 +211,8 @@ impl<'a> Caller<'a> {
             "type": "usage",
             "node": self.ctx.node,
             "model": model,
-            "input_tokens": resp.usage.input_tokens,
-            "output_tokens": resp.usage.output_tokens,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
             "run": totals,
         }));
     }
@@ -219,6 +228,51 @@ impl<'a> Caller<'a> {
         req.native_tools = native;
         req.parallel_tool_calls = true;
         req
+    }
+}
+
+/// A model call whose future may be dropped before it answers (a summary cut by its timeout, a
+/// run cancelled): the provider has read the prompt by then, so the call is counted at an
+/// estimate of its input tokens (four characters a token) unless it is disarmed on completion.
+struct Abandoned<'a> {
+    caller: &'a Caller<'a>,
+    model: String,
+    prompt_chars: usize,
+    armed: bool,
+}
+
+impl<'a> Abandoned<'a> {
+    fn new(caller: &'a Caller<'a>, req: &ChatRequest) -> Self {
+        let prompt_chars = req
+            .messages
+            .iter()
+            .map(|m| msg::text(m).chars().count())
+            .sum();
+        Self {
+            caller,
+            model: req.model.to_string(),
+            prompt_chars,
+            armed: true,
+        }
+    }
+
+    /// The call completed (or failed on its own): it was counted, or cost nothing.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let usage = crate::llm::Usage {
+                input_tokens: (self.prompt_chars / 4) as u64,
+                output_tokens: 0,
+            };
+            tracing::debug!(model = %self.model, input_tokens = usage.input_tokens,
+                "model call abandoned; counting its prompt");
+            self.caller.record_usage(&self.model, usage);
+        }
     }
 }
 

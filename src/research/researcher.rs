@@ -12,7 +12,9 @@ use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
 use crate::llm::{NativeTool, ResponseSchema, ToolSpec};
 use crate::store::JsonMap;
 use crate::tools::mcp::{self, Toolbox};
-use crate::tools::{PageSummarizer, PageSummary, QueryOptions, SearchOptions, web_search};
+use crate::tools::{
+    PageSummarizer, PageSummary, QueryOptions, SearchOptions, Searcher, SummaryLedger, web_search,
+};
 use async_trait::async_trait;
 use futures::future::join_all;
 use serde::Deserialize;
@@ -63,6 +65,25 @@ fn search_tools(search: SearchApi) -> (Vec<ToolSpec>, Vec<NativeTool>, String) {
     }
 }
 
+/// The document search tool says which collection it searches; the prompt line too.
+fn describe_corpus(deps: &ResearchDeps, corpus: &str, tools: &mut [ToolSpec]) -> String {
+    let (name, about) = match deps.corpora.pick(corpus) {
+        Ok(c) if !c.description().is_empty() => (c.name().to_owned(), c.description().to_owned()),
+        Ok(c) => (c.name().to_owned(), format!("the '{}' documents", c.name())),
+        Err(_) => (corpus.to_owned(), "documents".to_owned()),
+    };
+    let description = format!(
+        "Full-text search over {about} (the '{name}' collection). Each query is a few keywords; \
+         results are the best-matching sections with their text and location."
+    );
+    for tool in tools.iter_mut() {
+        tool.description = description.clone();
+    }
+    format!(
+        "- document_search(queries): searches {about}; give several short keyword queries at once."
+    )
+}
+
 /// The name of the run's search tool, if the service searches for it.
 fn search_tool(caller: &Caller<'_>) -> Option<&'static str> {
     caller.cfg.search_api.tool_name()
@@ -79,7 +100,10 @@ async fn researcher(
         return Ok(Command::default());
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let (mut tools, native, note) = search_tools(cfg.search_api);
+    let (mut tools, native, mut note) = search_tools(cfg.search_api);
+    if cfg.search_api == SearchApi::Local {
+        note = describe_corpus(&deps, &cfg.corpus, &mut tools);
+    }
     tools.splice(0..0, [research_complete_tool(), think_tool()]);
     let history = msg::slice(&state, keys::RESEARCHER_MESSAGES);
     let toolbox = mcp_tools(&caller).await;
@@ -363,13 +387,19 @@ async fn call_mcp(
 }
 
 async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Value>), NodeError> {
-    let queries: Vec<String> = match call.args["queries"].as_array() {
-        Some(q) => q
+    // A small model often sends one query as a string, or names it `query`: take it.
+    let given = match &call.args["queries"] {
+        Value::Null => &call.args["query"],
+        q => q,
+    };
+    let queries: Vec<String> = match given {
+        Value::Array(q) => q
             .iter()
             .filter_map(|v| v.as_str().map(str::to_owned))
             .filter(|q| !q.trim().is_empty())
             .collect(),
-        None => {
+        Value::String(q) => vec![q.clone()],
+        _ => {
             return Ok((
                 "Error executing tool: `queries` must be a list of strings".into(),
                 vec![],
@@ -384,21 +414,12 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Val
     }
     let deps: &ResearchDeps = caller.deps;
     let cfg = caller.cfg;
-    let Some(engine) = cfg.search_api.engine() else {
-        return Ok((
-            "Error executing tool: no search engine for this run".into(),
-            vec![],
-        ));
+    let (searcher, engine_id, engine_name) = match searcher(caller) {
+        Ok(found) => found,
+        Err(why) => return Ok((format!("Error executing tool: {why}"), vec![])),
     };
-    let run_key = caller.ctx.config()["configurable"]["apiKeys"][engine.run_key()]
-        .as_str()
-        .map(str::to_owned);
-    let Some(client) = deps.web_search(engine, run_key) else {
-        return Ok((
-            "Error executing tool: this search engine is not configured".into(),
-            vec![],
-        ));
-    };
+    let ledger = caller.ctx.scope.local::<SummaryLedger>();
+    ledger.set_budget(cfg.max_page_summaries as usize);
     let opts = SearchOptions {
         query: QueryOptions {
             max_results: cfg.search_max_results,
@@ -410,10 +431,13 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Val
         },
         summary_timeout: deps.summary_timeout,
         summary_slots: deps.summary_slots.clone(),
+        verbatim_chars: cfg.verbatim_page_chars,
+        ledger,
     };
     let summarizer = ModelSummarizer { caller };
+    let local = matches!(searcher, Searcher::Corpus(_));
     match web_search(
-        &client,
+        &searcher,
         &queries,
         Some(&summarizer),
         &opts,
@@ -424,8 +448,8 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Val
         Ok(out) => {
             let sources = out
                 .sources
-                .iter()
-                .map(|s| json!({"url": s.url, "title": s.title}))
+                .into_iter()
+                .map(|s| source_entry(s, local.then_some(engine_id)))
                 .collect();
             Ok((out.text, sources))
         }
@@ -433,14 +457,45 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Val
         Err(e) => {
             caller
                 .ctx
-                .emit_run_custom(json!({"type": "search_error", "engine": engine.id(),
+                .emit_run_custom(json!({"type": "search_error", "engine": engine_id,
                 "queries": queries, "error": e.to_string()}));
-            Ok((
-                format!("Error executing tool: {}: {e}", engine.name()),
-                vec![],
-            ))
+            Ok((format!("Error executing tool: {engine_name}: {e}"), vec![]))
         }
     }
+}
+
+/// Where this run's queries go: (searcher, short name, display name); the error is the tool's
+/// result text.
+fn searcher(caller: &Caller<'_>) -> Result<(Searcher, &'static str, &'static str), String> {
+    let deps: &ResearchDeps = caller.deps;
+    if caller.cfg.search_api == SearchApi::Local {
+        // Checked at creation; the operator may have changed the corpora since.
+        let corpus = deps.corpora.pick(&caller.cfg.corpus)?;
+        return Ok((Searcher::Corpus(corpus.clone()), "local", "document search"));
+    }
+    let Some(engine) = caller.cfg.search_api.engine() else {
+        return Err("no search engine for this run".into());
+    };
+    let run_key = caller.ctx.config()["configurable"]["apiKeys"][engine.run_key()]
+        .as_str()
+        .map(str::to_owned);
+    let client = deps
+        .web_search(engine, run_key)
+        .ok_or("this search engine is not configured")?;
+    Ok((Searcher::Web(client), engine.id(), engine.name()))
+}
+
+/// A source as the state keeps it: where, its title, the text the citation check reads, and
+/// the summary shown (so a later run on the thread need not pay for it again).
+fn source_entry(source: crate::tools::Source, corpus: Option<&str>) -> Value {
+    let mut entry = json!({"url": source.url, "title": source.title, "text": source.text});
+    if let Some(summary) = source.summary {
+        entry["summary"] = json!(summary);
+    }
+    if corpus.is_some() {
+        entry["kind"] = json!("document");
+    }
+    entry
 }
 
 /// Page summaries by the run's summarisation model.

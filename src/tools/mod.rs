@@ -2,6 +2,7 @@
 //! dependencies (HTTP client, shared concurrency caps, cancellation) so the graph layer decides
 //! wiring and the tools stay testable against local fakes.
 
+pub mod corpus;
 pub mod engines;
 pub mod mcp;
 pub mod web_search;
@@ -9,5 +10,5 @@ pub mod web_search;
 pub use engines::{Engine, QueryOptions};
 pub use web_search::{
     PageSummarizer, PageSummary, SearchConfig, SearchError, SearchHit, SearchOptions, SearchOutput,
-    Source, WebSearch, web_search,
+    Searcher, Source, SummaryLedger, WebSearch, web_search,
 };

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use std::collections::HashSet;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +34,11 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// Upper bound for exponential backoff between attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Characters of a page kept with its source for the citation check. The state keeps every
+/// source of a run, so this bounds what a run stores per page (the summariser may have read
+/// more: `max_content_length`).
+pub const SOURCE_TEXT_CHARS: usize = 12_000;
 
 /// Error bodies can be whole HTML pages; keep messages readable.
 const MAX_ERROR_DETAIL: usize = 300;
@@ -317,7 +323,7 @@ pub fn truncate_chars(text: &str, max_chars: usize) -> &str {
 }
 
 /// A model's digest of one web page.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct PageSummary {
     pub summary: String,
     pub key_excerpts: String,
@@ -352,6 +358,11 @@ pub struct SearchOptions {
     pub summary_timeout: Duration,
     /// Process-wide cap on concurrent summaries.
     pub summary_slots: Arc<Semaphore>,
+    /// Pages of at most this many characters are shown as they are: a summary of a short page
+    /// costs a model call and says no more.
+    pub verbatim_chars: usize,
+    /// The run's summaries so far (reused per location) and its budget.
+    pub ledger: Arc<SummaryLedger>,
 }
 
 impl SearchOptions {
@@ -362,7 +373,70 @@ impl SearchOptions {
             query: QueryOptions::default(),
             summary_timeout: Duration::from_secs(60),
             summary_slots,
+            verbatim_chars: 0,
+            ledger: Arc::new(SummaryLedger::new(usize::MAX)),
         }
+    }
+}
+
+/// One run's page summaries: each location is summarised once (a page two researchers find,
+/// or a page a continued thread found before, is not paid for again), and at most `budget`
+/// summaries are started.
+#[derive(Debug)]
+pub struct SummaryLedger {
+    done: std::sync::Mutex<std::collections::HashMap<String, PageSummary>>,
+    started: AtomicUsize,
+    budget: AtomicUsize,
+    reused: AtomicUsize,
+}
+
+impl Default for SummaryLedger {
+    fn default() -> Self {
+        Self::new(usize::MAX)
+    }
+}
+
+impl SummaryLedger {
+    pub fn new(budget: usize) -> Self {
+        Self {
+            done: std::sync::Mutex::default(),
+            started: 0.into(),
+            budget: budget.into(),
+            reused: 0.into(),
+        }
+    }
+
+    /// The run's budget (its setting), set before its first search.
+    pub fn set_budget(&self, budget: usize) {
+        self.budget.store(budget, Relaxed);
+    }
+
+    /// A summary made earlier (in this run or a previous run on the thread).
+    pub fn remember(&self, url: &str, summary: PageSummary) {
+        if let Ok(mut done) = self.done.lock() {
+            done.insert(url.to_owned(), summary);
+        }
+    }
+
+    fn recall(&self, url: &str) -> Option<PageSummary> {
+        let found = self.done.lock().ok()?.get(url).cloned();
+        if found.is_some() {
+            self.reused.fetch_add(1, Relaxed);
+        }
+        found
+    }
+
+    /// Takes one summary from the budget; false once it is spent.
+    fn take(&self) -> bool {
+        let budget = self.budget.load(Relaxed);
+        self.started
+            .fetch_update(Relaxed, Relaxed, |n| (n < budget).then_some(n + 1))
+            .is_ok()
+    }
+
+    /// (summaries started, summaries reused).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.started.load(Relaxed), self.reused.load(Relaxed))
     }
 }
 
@@ -371,6 +445,11 @@ impl SearchOptions {
 pub struct Source {
     pub url: String,
     pub title: String,
+    /// The page's text as retrieved (cut at `max_content_length`), or the engine's snippet when
+    /// it returned no page: what the citation check reads a cited sentence against.
+    pub text: String,
+    /// The summary the researcher was shown, when the page was summarised.
+    pub summary: Option<PageSummary>,
 }
 
 /// The tool result text plus the sources it cites, in `SOURCE n` order.
@@ -378,6 +457,32 @@ pub struct Source {
 pub struct SearchOutput {
     pub text: String,
     pub sources: Vec<Source>,
+}
+
+/// Where a run's queries go: a web search engine, or one of the operator's corpora.
+#[derive(Clone, Debug)]
+pub enum Searcher {
+    Web(WebSearch),
+    Corpus(Arc<super::corpus::Corpus>),
+}
+
+impl From<WebSearch> for Searcher {
+    fn from(web: WebSearch) -> Self {
+        Self::Web(web)
+    }
+}
+
+impl Searcher {
+    async fn search(
+        &self,
+        query: &str,
+        opts: &QueryOptions,
+    ) -> Result<Vec<SearchHit>, SearchError> {
+        match self {
+            Self::Web(web) => web.search(query, opts).await,
+            Self::Corpus(corpus) => corpus.search(query, opts.max_results as usize).await,
+        }
+    }
 }
 
 /// The model-visible schema of the tool, under `name` (the run's search backend names it).
@@ -402,7 +507,7 @@ pub fn tool_spec(name: &str) -> Value {
 
 /// Runs the tool. A failing query fails the whole call; `cancel` aborts it promptly.
 pub async fn web_search(
-    search: &WebSearch,
+    search: &Searcher,
     queries: &[String],
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
@@ -416,7 +521,7 @@ pub async fn web_search(
 }
 
 async fn run_search(
-    search: &WebSearch,
+    search: &Searcher,
     queries: &[String],
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
@@ -430,14 +535,15 @@ async fn run_search(
         });
     }
     // The output shows summaries, not raw pages: each page goes to its summary and no further.
+    let started = std::time::Instant::now();
     let pages: Vec<Option<String>> = hits.iter_mut().map(|h| h.raw_content.take()).collect();
-    let contents = join_all(
+    let shown = join_all(
         hits.iter()
             .zip(pages)
-            .map(|(hit, page)| display_content(hit, page, summarizer, opts)),
+            .map(|(hit, page)| display_content(hit, page, summarizer, opts, started)),
     )
     .await;
-    Ok(format_output(&hits, &contents))
+    Ok(format_output(&hits, shown))
 }
 
 /// First occurrence wins, in query order then rank order.
@@ -450,58 +556,126 @@ fn dedupe(responses: Vec<Vec<SearchHit>>) -> Vec<SearchHit> {
         .collect()
 }
 
+/// What the researcher is shown of one hit, and the page text kept for the citation check.
+struct Shown {
+    content: String,
+    page: String,
+    summary: Option<PageSummary>,
+    /// The content is the page itself.
+    verbatim: bool,
+}
+
 async fn display_content(
     hit: &SearchHit,
     raw: Option<String>,
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
-) -> String {
-    let raw = raw.filter(|raw| !raw.is_empty());
-    let (Some(summarizer), Some(raw)) = (summarizer, raw) else {
-        return hit.content.clone();
+    started: std::time::Instant,
+) -> Shown {
+    let raw = raw.filter(|raw| !raw.trim().is_empty());
+    let Some(mut raw) = raw else {
+        return Shown {
+            content: hit.content.clone(),
+            page: hit.content.clone(),
+            summary: None,
+            verbatim: false,
+        };
     };
-    match summarize_page(summarizer, raw, opts).await {
-        Ok(summary) => summary.render(),
+    raw.truncate(truncate_chars(&raw, opts.query.max_content_length).len());
+    if raw.chars().count() <= opts.verbatim_chars {
+        return Shown {
+            content: raw.clone(),
+            page: raw,
+            summary: None,
+            verbatim: true,
+        };
+    }
+    let snippet = |page: String| Shown {
+        content: hit.content.clone(),
+        page,
+        summary: None,
+        verbatim: false,
+    };
+    if let Some(summary) = opts.ledger.recall(&hit.url) {
+        return Shown {
+            content: summary.render(),
+            page: raw,
+            summary: Some(summary),
+            verbatim: false,
+        };
+    }
+    let Some(summarizer) = summarizer else {
+        return snippet(raw);
+    };
+    match summarize_page(summarizer, raw.clone(), opts, started).await {
+        Ok(summary) => {
+            opts.ledger.remember(&hit.url, summary.clone());
+            Shown {
+                content: summary.render(),
+                page: raw,
+                summary: Some(summary),
+                verbatim: false,
+            }
+        }
         Err(err) => {
-            tracing::warn!(url = %hit.url, %err, "page summary failed; showing the engine's snippet");
-            hit.content.clone()
+            tracing::info!(url = %hit.url, %err, "page not summarised; showing the engine's snippet");
+            snippet(raw)
         }
     }
 }
 
+/// A summary is started only while it can still be of use: within the run's budget, and when
+/// its slot came before the call had already waited a whole `summary_timeout` (by then the
+/// researcher is better served by the snippets than by a later answer).
 async fn summarize_page(
     summarizer: &dyn PageSummarizer,
-    mut page: String,
+    page: String,
     opts: &SearchOptions,
+    started: std::time::Instant,
 ) -> Result<PageSummary, String> {
     let _slot = opts
         .summary_slots
         .acquire()
         .await
         .map_err(|_| "summary slots closed".to_owned())?;
-    let kept = truncate_chars(&page, opts.query.max_content_length).len();
-    page.truncate(kept);
+    if started.elapsed() >= opts.summary_timeout {
+        return Err("not started: the search already waited a whole summary timeout".into());
+    }
+    if !opts.ledger.take() {
+        return Err("not started: the run's summary budget is spent".into());
+    }
     tokio::time::timeout(opts.summary_timeout, summarizer.summarize(page))
         .await
         .unwrap_or_else(|_| Err(format!("timed out after {:?}", opts.summary_timeout)))
 }
 
-fn format_output(hits: &[SearchHit], contents: &[String]) -> SearchOutput {
+fn format_output(hits: &[SearchHit], shown: Vec<Shown>) -> SearchOutput {
     let mut text = String::from("Search results: \n\n");
-    for (i, (hit, content)) in hits.iter().zip(contents).enumerate() {
+    for (i, (hit, shown)) in hits.iter().zip(&shown).enumerate() {
+        // ODR's label; a page shown whole says so.
+        let label = if shown.verbatim { "CONTENT" } else { "SUMMARY" };
         text.push_str(&format!(
-            "\n\n--- SOURCE {n}: {title} ---\nURL: {url}\n\nSUMMARY:\n{content}\n\n\n\n{rule}\n",
+            "\n\n--- SOURCE {n}: {title} ---\nURL: {url}\n\n{label}:\n{content}\n\n\n\n{rule}\n",
             n = i + 1,
             title = hit.title,
             url = hit.url,
+            content = shown.content,
             rule = "-".repeat(80),
         ));
     }
     let sources = hits
         .iter()
-        .map(|hit| Source {
-            url: hit.url.clone(),
-            title: hit.title.clone(),
+        .zip(shown)
+        .map(|(hit, mut shown)| {
+            shown
+                .page
+                .truncate(truncate_chars(&shown.page, SOURCE_TEXT_CHARS).len());
+            Source {
+                url: hit.url.clone(),
+                title: hit.title.clone(),
+                text: shown.page,
+                summary: shown.summary,
+            }
         })
         .collect();
     SearchOutput { text, sources }

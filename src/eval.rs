@@ -1,0 +1,613 @@
+//! `deep-research eval`: runs a question set against a corpus and a model, through the same HTTP
+//! API clients use, and scores each run: did it research (succeed, search, write a report), how
+//! many of the question's key facts the report states, how much of its body cites a source, how
+//! many of its citations the cited text supports (checked afresh, `support::audit`), how many
+//! cited locations are not in the corpus, and what it cost (wall time, tokens, calls per role,
+//! fallbacks). `compare` shows what changed between two result files.
+
+use crate::research::support::{self, Sources};
+use crate::sse::SseStream;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// A question set (`eval/*.json`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct QuestionSet {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// The corpus the questions are about (a name the server knows).
+    pub corpus: String,
+    pub questions: Vec<Question>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Question {
+    pub id: String,
+    pub question: String,
+    pub facts: Vec<Fact>,
+    /// The documents that hold the answer (for whoever maintains the set).
+    #[serde(default)]
+    pub pages: Vec<String>,
+}
+
+/// A key fact and the wordings that count as stating it (any one, case-insensitive).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct Fact {
+    pub fact: String,
+    pub any: Vec<String>,
+}
+
+impl QuestionSet {
+    pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let set: Self =
+            serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        for q in &set.questions {
+            anyhow::ensure!(
+                !q.facts.is_empty() && q.facts.iter().all(|f| !f.any.is_empty()),
+                "{}: question {} needs facts, each with at least one wording",
+                path.display(),
+                q.id
+            );
+        }
+        Ok(set)
+    }
+
+    /// The questions named in `only` (all when empty), at most `limit`.
+    pub fn select(&self, only: &[String], limit: Option<usize>) -> Vec<Question> {
+        self.questions
+            .iter()
+            .filter(|q| only.is_empty() || only.contains(&q.id))
+            .take(limit.unwrap_or(usize::MAX))
+            .cloned()
+            .collect()
+    }
+}
+
+/// How to run the set.
+#[derive(Clone, Debug)]
+pub struct EvalOptions {
+    /// `configurable` for every run (the corpus and search_api are added).
+    pub configurable: Value,
+    /// Where the corpus's documents are located, to tell its locations from others: its
+    /// `base_url`, or `file://` and its directory.
+    pub corpus_prefix: String,
+    /// A run still going after this is given up on (and scored as not researched).
+    pub run_limit: Duration,
+    /// Sent as `x-api-key`.
+    pub api_key: Option<String>,
+}
+
+/// One question's run and its scores.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct QuestionResult {
+    pub id: String,
+    pub status: String,
+    pub error: Option<String>,
+    pub researched: bool,
+    pub searched: bool,
+    pub sources: usize,
+    pub report_chars: usize,
+    pub facts: usize,
+    pub facts_found: Vec<String>,
+    pub fact_recall: f64,
+    pub paragraphs: usize,
+    pub cited_paragraphs: usize,
+    pub cited_paragraph_share: f64,
+    pub citations: usize,
+    pub supported: usize,
+    pub supported_share: f64,
+    /// Cited locations (and references without a location) that are not in the corpus.
+    pub invented: usize,
+    /// The writer's own citations before the repair (`citations` in the final state).
+    pub draft: Value,
+    pub wall_secs: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub calls: u64,
+    pub calls_by_model: BTreeMap<String, u64>,
+    pub fallbacks: Value,
+    /// What the run retrieved, and the report itself, for reading the figures against.
+    pub source_urls: Vec<String>,
+    pub report: String,
+}
+
+/// A whole evaluation.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct EvalReport {
+    pub set: String,
+    pub corpus: String,
+    pub configurable: Value,
+    pub started_at: String,
+    pub results: Vec<QuestionResult>,
+    pub summary: Summary,
+}
+
+/// Figures over the whole set.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct Summary {
+    pub questions: usize,
+    pub researched: usize,
+    /// Researched, and no cited location outside the corpus.
+    pub researched_without_invention: usize,
+    pub fact_recall: f64,
+    pub cited_paragraph_share: f64,
+    pub supported_share: f64,
+    pub invented: usize,
+    pub median_wall_secs: f64,
+    pub total_wall_secs: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// Runs every question, one after another, on the server at `base_url`.
+pub async fn run(
+    base_url: &str,
+    set: &QuestionSet,
+    questions: &[Question],
+    opts: &EvalOptions,
+    progress: &mut (dyn FnMut(&QuestionResult) + Send),
+) -> anyhow::Result<EvalReport> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(key) = &opts.api_key {
+        headers.insert("x-api-key", reqwest::header::HeaderValue::from_str(key)?);
+    }
+    let http = crate::net::client_builder()
+        .default_headers(headers)
+        .build()?;
+    let mut configurable = opts.configurable.clone();
+    configurable["search_api"] = json!("local");
+    configurable["corpus"] = json!(set.corpus);
+    configurable["allow_clarification"] = json!(false);
+    let mut results = Vec::new();
+    for q in questions {
+        let result = run_one(&http, base_url, q, &configurable, opts).await?;
+        progress(&result);
+        results.push(result);
+    }
+    let summary = summarize(&results);
+    Ok(EvalReport {
+        set: set.name.clone(),
+        corpus: set.corpus.clone(),
+        configurable,
+        started_at: chrono::Utc::now().to_rfc3339(),
+        results,
+        summary,
+    })
+}
+
+async fn run_one(
+    http: &reqwest::Client,
+    base_url: &str,
+    q: &Question,
+    configurable: &Value,
+    opts: &EvalOptions,
+) -> anyhow::Result<QuestionResult> {
+    let thread: Value = http
+        .post(format!("{base_url}/threads"))
+        .json(&json!({"metadata": {"eval_question": q.id}}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let thread_id = thread["thread_id"].as_str().unwrap_or_default().to_owned();
+    let body = json!({
+        "assistant_id": "deep_research",
+        "input": {"messages": [{"role": "user", "content": q.question}]},
+        "stream_mode": ["values"],
+        "config": {"configurable": configurable},
+    });
+    let started = Instant::now();
+    let resp = http
+        .post(format!("{base_url}/threads/{thread_id}/runs/stream"))
+        .json(&body)
+        .send()
+        .await?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let detail: Value = resp.json().await.unwrap_or(Value::Null);
+        anyhow::bail!("the run was refused ({status}): {}", detail["detail"]);
+    }
+    let mut events = SseStream::new(resp.bytes_stream());
+    let mut values = Value::Null;
+    let mut error: Option<String> = None;
+    let streamed = tokio::time::timeout(opts.run_limit, async {
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else { break };
+            let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+            match event.event.as_str() {
+                "values" => values = data,
+                "error" => {
+                    error = Some(format!("{}: {}", data["error"], data["message"]));
+                }
+                _ => {}
+            }
+        }
+    })
+    .await;
+    let wall = started.elapsed();
+    let status = match (&streamed, &error) {
+        (Err(_), _) => {
+            // Given up on: stop it, so the next question has the model to itself.
+            let _ = http
+                .post(format!("{base_url}/threads/{thread_id}/runs/cancel_all"))
+                .send()
+                .await;
+            error = Some(format!("still running after {:?}", opts.run_limit));
+            "timeout"
+        }
+        (Ok(()), Some(_)) => "error",
+        (Ok(()), None) => "success",
+    };
+    Ok(score(q, &values, status, error, wall, &opts.corpus_prefix))
+}
+
+/// The scores of one finished run, from its final state.
+pub fn score(
+    q: &Question,
+    values: &Value,
+    status: &str,
+    error: Option<String>,
+    wall: Duration,
+    corpus_prefix: &str,
+) -> QuestionResult {
+    let report = values["final_report"].as_str().unwrap_or_default();
+    let state_sources = values["sources"].as_array().cloned().unwrap_or_default();
+    let sources = Sources::from_state(&state_sources);
+    let audit = support::audit(report, &sources);
+    let flat = normalize_text(report);
+    let facts_found: Vec<String> = q
+        .facts
+        .iter()
+        .filter(|f| f.any.iter().any(|w| flat.contains(&normalize_text(w))))
+        .map(|f| f.fact.clone())
+        .collect();
+    let usage = &values["usage"];
+    let calls_by_model = usage["models"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v["calls"].as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let searched = !sources.is_empty();
+    let written = !report.trim().is_empty();
+    let checked = audit.citations.saturating_sub(audit.unchecked);
+    QuestionResult {
+        id: q.id.clone(),
+        status: status.to_owned(),
+        error,
+        researched: status == "success" && searched && written,
+        searched,
+        sources: sources.len(),
+        report_chars: report.chars().count(),
+        facts: q.facts.len(),
+        fact_recall: ratio(facts_found.len(), q.facts.len()),
+        facts_found,
+        paragraphs: audit.paragraphs,
+        cited_paragraphs: audit.cited_paragraphs,
+        cited_paragraph_share: ratio(audit.cited_paragraphs, audit.paragraphs),
+        citations: audit.citations,
+        supported: audit.supported,
+        supported_share: ratio(audit.supported, checked),
+        invented: invented(report, corpus_prefix),
+        draft: values["citations"].clone(),
+        wall_secs: round2(wall.as_secs_f64()),
+        input_tokens: usage["input_tokens"].as_u64().unwrap_or(0),
+        output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
+        calls: usage["calls"].as_u64().unwrap_or(0),
+        calls_by_model,
+        fallbacks: values["fallbacks"].clone(),
+        source_urls: sources.list.iter().map(|s| s.url.clone()).collect(),
+        report: report.to_owned(),
+    }
+}
+
+/// Entries of the report's Sources section that are not in the corpus (a reference without a
+/// location counts: it is one nobody retrieved), and links in its body outside the corpus.
+fn invented(report: &str, corpus_prefix: &str) -> usize {
+    let mut count = 0;
+    let mut in_list = false;
+    for line in report.lines() {
+        let t = line.trim();
+        let lower = t.to_ascii_lowercase();
+        if t.starts_with('#') {
+            in_list = ["sources", "references", "bibliography"]
+                .iter()
+                .any(|h| lower.trim_start_matches('#').trim().starts_with(h));
+            continue;
+        }
+        let urls: Vec<&str> = t.split_whitespace().filter(|w| w.contains("://")).collect();
+        if in_list && t.starts_with('[') {
+            if urls.is_empty() || urls.iter().any(|u| !in_corpus(u, corpus_prefix)) {
+                count += 1;
+            }
+        } else if !in_list {
+            count += crate::research::citations::find_urls(t)
+                .iter()
+                .filter(|u| !in_corpus(u, corpus_prefix))
+                .count();
+        }
+    }
+    count
+}
+
+fn in_corpus(url: &str, prefix: &str) -> bool {
+    let url = url.trim_matches(|c: char| matches!(c, '<' | '>' | '(' | ')' | ',' | '.'));
+    !prefix.is_empty() && url.starts_with(prefix)
+}
+
+/// Lower case, one space between words, for matching a wording.
+fn normalize_text(text: &str) -> String {
+    text.to_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn ratio(part: usize, whole: usize) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        round2(part as f64 / whole as f64)
+    }
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// The set's figures: shares are means over the questions that researched (a run that did not
+/// research has no report to score), counts are totals.
+pub fn summarize(results: &[QuestionResult]) -> Summary {
+    let researched: Vec<&QuestionResult> = results.iter().filter(|r| r.researched).collect();
+    let mean = |f: fn(&QuestionResult) -> f64| {
+        if researched.is_empty() {
+            0.0
+        } else {
+            round2(researched.iter().map(|r| f(r)).sum::<f64>() / researched.len() as f64)
+        }
+    };
+    let mut walls: Vec<f64> = results.iter().map(|r| r.wall_secs).collect();
+    walls.sort_by(f64::total_cmp);
+    let median = match walls.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => walls[n / 2],
+        n => round2((walls[n / 2 - 1] + walls[n / 2]) / 2.0),
+    };
+    Summary {
+        questions: results.len(),
+        researched: researched.len(),
+        researched_without_invention: researched.iter().filter(|r| r.invented == 0).count(),
+        // Recall counts every question: a run that wrote nothing found no fact.
+        fact_recall: if results.is_empty() {
+            0.0
+        } else {
+            round2(results.iter().map(|r| r.fact_recall).sum::<f64>() / results.len() as f64)
+        },
+        cited_paragraph_share: mean(|r| r.cited_paragraph_share),
+        supported_share: mean(|r| r.supported_share),
+        invented: results.iter().map(|r| r.invented).sum(),
+        median_wall_secs: median,
+        total_wall_secs: round2(results.iter().map(|r| r.wall_secs).sum()),
+        input_tokens: results.iter().map(|r| r.input_tokens).sum(),
+        output_tokens: results.iter().map(|r| r.output_tokens).sum(),
+    }
+}
+
+/// The results as a Markdown table, the set's figures first.
+pub fn markdown(report: &EvalReport) -> String {
+    let s = &report.summary;
+    let mut out = format!(
+        "## {} on corpus '{}' ({})\n\n| figure | value |\n|---|---|\n\
+         | questions | {} |\n| researched | {} |\n| researched without inventing a source | {} |\n\
+         | key-fact recall | {:.0}% |\n| body paragraphs citing a source | {:.0}% |\n\
+         | citations supported by the cited text | {:.0}% |\n| cited locations not in the corpus | {} |\n\
+         | median wall time | {:.0} s |\n| tokens in / out | {} / {} |\n\n",
+        report.set,
+        report.corpus,
+        report.started_at,
+        s.questions,
+        s.researched,
+        s.researched_without_invention,
+        s.fact_recall * 100.0,
+        s.cited_paragraph_share * 100.0,
+        s.supported_share * 100.0,
+        s.invented,
+        s.median_wall_secs,
+        s.input_tokens,
+        s.output_tokens,
+    );
+    out.push_str(
+        "| question | status | sources | facts | cited ¶ | supported | invented | wall s | calls |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in &report.results {
+        out.push_str(&format!(
+            "| {} | {} | {} | {}/{} | {}/{} | {}/{} | {} | {:.0} | {} |\n",
+            r.id,
+            r.status,
+            r.sources,
+            r.facts_found.len(),
+            r.facts,
+            r.cited_paragraphs,
+            r.paragraphs,
+            r.supported,
+            r.citations,
+            r.invented,
+            r.wall_secs,
+            r.calls,
+        ));
+    }
+    out
+}
+
+/// What changed from `a` to `b`: the set's figures side by side, then each question both ran.
+pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
+    let (x, y) = (&a.summary, &b.summary);
+    let rows: [(&str, f64, f64); 9] = [
+        ("questions", x.questions as f64, y.questions as f64),
+        ("researched", x.researched as f64, y.researched as f64),
+        (
+            "researched without inventing",
+            x.researched_without_invention as f64,
+            y.researched_without_invention as f64,
+        ),
+        ("key-fact recall", x.fact_recall, y.fact_recall),
+        (
+            "cited paragraph share",
+            x.cited_paragraph_share,
+            y.cited_paragraph_share,
+        ),
+        ("supported share", x.supported_share, y.supported_share),
+        ("invented", x.invented as f64, y.invented as f64),
+        ("median wall s", x.median_wall_secs, y.median_wall_secs),
+        (
+            "tokens (in + out)",
+            (x.input_tokens + x.output_tokens) as f64,
+            (y.input_tokens + y.output_tokens) as f64,
+        ),
+    ];
+    let mut out = String::from("| figure | A | B | change |\n|---|---|---|---|\n");
+    for (name, va, vb) in rows {
+        out.push_str(&format!(
+            "| {name} | {} | {} | {:+} |\n",
+            fmt_num(va),
+            fmt_num(vb),
+            round2(vb - va)
+        ));
+    }
+    out.push_str(
+        "\n| question | recall A → B | supported A → B | wall s A → B |\n|---|---|---|---|\n",
+    );
+    for ra in &a.results {
+        if let Some(rb) = b.results.iter().find(|r| r.id == ra.id) {
+            out.push_str(&format!(
+                "| {} | {} → {} | {}/{} → {}/{} | {:.0} → {:.0} |\n",
+                ra.id,
+                ra.fact_recall,
+                rb.fact_recall,
+                ra.supported,
+                ra.citations,
+                rb.supported,
+                rb.citations,
+                ra.wall_secs,
+                rb.wall_secs
+            ));
+        }
+    }
+    out
+}
+
+fn fmt_num(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn question() -> Question {
+        Question {
+            id: "q1".into(),
+            question: "What does VACUUM do?".into(),
+            facts: vec![
+                Fact {
+                    fact: "reclaims storage".into(),
+                    any: vec!["reclaims storage".into(), "reclaim space".into()],
+                },
+                Fact {
+                    fact: "autovacuum".into(),
+                    any: vec!["autovacuum".into()],
+                },
+            ],
+            pages: vec![],
+        }
+    }
+
+    #[test]
+    fn a_run_is_scored_from_its_final_state() {
+        let values = json!({
+            "final_report": "# Vacuum\n\nVACUUM   Reclaims Storage held by dead tuples [1].\n\nIt matters a lot for everyone here.\n\n### Sources\n\n[1] Vacuum: file:///docs/v.html#a\n[2] Made up (2024)",
+            "sources": [{"url": "file:///docs/v.html#a", "title": "Vacuum",
+                         "text": "VACUUM reclaims storage occupied by dead tuples."}],
+            "usage": {"input_tokens": 10, "output_tokens": 5, "calls": 3,
+                      "models": {"llamacpp:research": {"calls": 2}, "llamacpp:final_report": {"calls": 1}}},
+            "citations": {"citations": 1}
+        });
+        let r = score(
+            &question(),
+            &values,
+            "success",
+            None,
+            Duration::from_secs(3),
+            "file:///docs/",
+        );
+        assert!(r.researched);
+        assert_eq!(r.facts_found, ["reclaims storage"]);
+        assert_eq!(r.fact_recall, 0.5);
+        assert_eq!((r.paragraphs, r.cited_paragraphs), (2, 1));
+        assert_eq!((r.citations, r.supported), (1, 1));
+        assert_eq!(
+            r.invented, 1,
+            "a reference without a location was never retrieved"
+        );
+        assert_eq!(r.calls_by_model["llamacpp:research"], 2);
+        let s = summarize(&[r.clone()]);
+        assert_eq!((s.researched, s.researched_without_invention), (1, 0));
+        let table = markdown(&EvalReport {
+            set: "t".into(),
+            results: vec![r],
+            summary: s,
+            ..EvalReport::default()
+        });
+        assert!(
+            table.contains("| q1 | success | 1 | 1/2 | 1/2 | 1/1 | 1 | 3 | 3 |"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn a_failed_run_did_not_research_and_counts_in_recall() {
+        let r = score(
+            &question(),
+            &json!({}),
+            "error",
+            Some("x".into()),
+            Duration::ZERO,
+            "file:///d/",
+        );
+        assert!(!r.researched);
+        let good = QuestionResult {
+            researched: true,
+            fact_recall: 1.0,
+            supported_share: 0.8,
+            ..QuestionResult::default()
+        };
+        let s = summarize(&[r, good]);
+        assert_eq!((s.fact_recall, s.supported_share), (0.5, 0.8));
+        let a = EvalReport {
+            summary: s.clone(),
+            ..EvalReport::default()
+        };
+        let b = EvalReport {
+            summary: Summary {
+                fact_recall: 0.75,
+                ..s
+            },
+            ..EvalReport::default()
+        };
+        assert!(compare(&a, &b).contains("| key-fact recall | 0.50 | 0.75 | +0.25 |"));
+    }
+}

@@ -1,0 +1,550 @@
+//! A document's text as sections: HTML, Markdown and plain text. A section is what a search hit
+//! points at (a page, or the part of it under one heading, with that heading's anchor), so a
+//! report can cite `page.html#anchor` rather than a whole manual.
+
+use scraper::{ElementRef, Html, Node};
+
+/// Sections shorter than this (characters of text) are merged into the next one: a heading
+/// with one line under it is not worth a search hit of its own.
+const MIN_SECTION_CHARS: usize = 200;
+
+/// Plain text is cut into sections of about this many characters, on paragraph boundaries.
+const TEXT_SECTION_CHARS: usize = 4000;
+
+/// The kinds of file a corpus indexes, by extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Html,
+    Markdown,
+    Text,
+}
+
+impl Format {
+    pub fn of(path: &std::path::Path) -> Option<Self> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "html" | "htm" | "xhtml" => Some(Self::Html),
+            "md" | "markdown" => Some(Self::Markdown),
+            "txt" | "text" | "rst" | "adoc" => Some(Self::Text),
+            _ => None,
+        }
+    }
+}
+
+/// One searchable part of a document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Section {
+    /// The fragment that locates it in its document (`#anchor`), when it has one.
+    pub anchor: Option<String>,
+    /// The document's title, then the section's heading when it has one.
+    pub title: String,
+    pub text: String,
+}
+
+/// The sections of a document; `fallback_title` names it when it names itself nowhere.
+pub fn sections(format: Format, content: &str, fallback_title: &str) -> Vec<Section> {
+    let (title, raw) = match format {
+        Format::Html => html(content),
+        Format::Markdown => markdown(content),
+        Format::Text => (String::new(), text(content)),
+    };
+    let title = if title.trim().is_empty() {
+        fallback_title.to_owned()
+    } else {
+        title
+    };
+    finish(&title, raw)
+}
+
+/// A section as read, before titles are joined and small ones merged.
+struct Raw {
+    anchor: Option<String>,
+    heading: String,
+    text: String,
+}
+
+fn finish(doc_title: &str, raw: Vec<Raw>) -> Vec<Section> {
+    let mut out: Vec<Section> = Vec::new();
+    let mut carry: Option<Raw> = None;
+    for mut part in raw {
+        if let Some(prev) = carry.take() {
+            // The earlier heading covers the later one: keep its anchor and heading.
+            let joined = join_text(&[&prev.heading, &prev.text, &part.heading, &part.text]);
+            part = Raw {
+                anchor: prev.anchor.or(part.anchor),
+                heading: prev.heading,
+                text: joined,
+            };
+        }
+        if part.text.chars().count() < MIN_SECTION_CHARS {
+            carry = Some(part);
+            continue;
+        }
+        out.push(section(doc_title, part));
+    }
+    if let Some(last) = carry {
+        match out.last_mut() {
+            Some(prev) if !last.text.trim().is_empty() || !last.heading.is_empty() => {
+                prev.text = join_text(&[&prev.text, &last.heading, &last.text]);
+            }
+            Some(_) => {}
+            None if !last.text.trim().is_empty() => out.push(section(doc_title, last)),
+            None => {}
+        }
+    }
+    out
+}
+
+fn section(doc_title: &str, raw: Raw) -> Section {
+    let heading = raw.heading.trim();
+    let title = if heading.is_empty() || doc_title.contains(heading) {
+        doc_title.to_owned()
+    } else {
+        format!("{doc_title} — {heading}")
+    };
+    Section {
+        anchor: raw.anchor.filter(|a| !a.is_empty()),
+        title,
+        text: raw.text,
+    }
+}
+
+fn join_text(parts: &[&str]) -> String {
+    parts
+        .iter()
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTML
+
+/// Elements whose text is never content.
+const SKIPPED: [&str; 10] = [
+    "script", "style", "noscript", "template", "nav", "header", "footer", "aside", "head", "svg",
+];
+
+/// Elements that end a line of text.
+const BLOCKS: [&str; 24] = [
+    "p",
+    "div",
+    "br",
+    "li",
+    "ul",
+    "ol",
+    "dl",
+    "dt",
+    "dd",
+    "tr",
+    "table",
+    "pre",
+    "blockquote",
+    "section",
+    "article",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "figure",
+    "caption",
+];
+
+/// Navigation, tables of contents and sidebars, whatever tag a generator puts them in.
+fn is_chrome(el: &scraper::node::Element) -> bool {
+    if el.attr("role") == Some("navigation") {
+        return true;
+    }
+    el.classes().any(|c| {
+        let c = c.to_ascii_lowercase();
+        c.starts_with("nav")
+            || c == "toc"
+            || c.contains("sidebar")
+            || c.contains("breadcrumb")
+            || c == "skip-link"
+    })
+}
+
+fn heading_level(name: &str) -> Option<u8> {
+    match name {
+        "h1" => Some(1),
+        "h2" => Some(2),
+        "h3" => Some(3),
+        "h4" => Some(4),
+        _ => None,
+    }
+}
+
+struct HtmlWalk {
+    parts: Vec<Raw>,
+    current: Raw,
+    /// Inside `<pre>`: keep line breaks and spacing.
+    pre: usize,
+}
+
+fn html(content: &str) -> (String, Vec<Raw>) {
+    let doc = Html::parse_document(content);
+    let root = doc.root_element();
+    let title = root
+        .descendants()
+        .filter_map(ElementRef::wrap)
+        .find(|e| e.value().name() == "title")
+        .map(|e| collapse(&e.text().collect::<String>()))
+        .unwrap_or_default();
+    let body = root
+        .descendants()
+        .filter_map(ElementRef::wrap)
+        .find(|e| e.value().name() == "body")
+        .unwrap_or(root);
+    let mut walk = HtmlWalk {
+        parts: Vec::new(),
+        current: Raw {
+            anchor: None,
+            heading: String::new(),
+            text: String::new(),
+        },
+        pre: 0,
+    };
+    walk.element(body);
+    let last = std::mem::replace(
+        &mut walk.current,
+        Raw {
+            anchor: None,
+            heading: String::new(),
+            text: String::new(),
+        },
+    );
+    walk.parts.push(last);
+    let parts = walk
+        .parts
+        .into_iter()
+        .map(|mut p| {
+            p.text = tidy(&p.text);
+            p
+        })
+        .filter(|p| !p.text.is_empty() || !p.heading.is_empty())
+        .collect();
+    let title = if title.is_empty() {
+        body.descendants()
+            .filter_map(ElementRef::wrap)
+            .find(|e| e.value().name() == "h1")
+            .map(|e| collapse(&e.text().collect::<String>()))
+            .unwrap_or_default()
+    } else {
+        title
+    };
+    (title, parts)
+}
+
+impl HtmlWalk {
+    fn element(&mut self, el: ElementRef<'_>) {
+        for child in el.children() {
+            match child.value() {
+                Node::Text(t) => {
+                    if self.pre > 0 {
+                        self.current.text.push_str(t);
+                    } else {
+                        let text = collapse_keep_edges(t);
+                        self.current.text.push_str(&text);
+                    }
+                }
+                Node::Element(e) => {
+                    let Some(child_el) = ElementRef::wrap(child) else {
+                        continue;
+                    };
+                    let name = e.name();
+                    if SKIPPED.contains(&name) || is_chrome(e) {
+                        continue;
+                    }
+                    if let Some(_level) = heading_level(name) {
+                        self.start_section(child_el);
+                        continue;
+                    }
+                    let block = BLOCKS.contains(&name);
+                    if block {
+                        self.current.text.push('\n');
+                    } else if matches!(name, "td" | "th") {
+                        self.current.text.push_str(" | ");
+                    }
+                    if name == "pre" {
+                        self.pre += 1;
+                    }
+                    self.element(child_el);
+                    if name == "pre" {
+                        self.pre -= 1;
+                    }
+                    if block {
+                        self.current.text.push('\n');
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn start_section(&mut self, heading: ElementRef<'_>) {
+        let text = collapse(&heading.text().collect::<String>());
+        let anchor = anchor_of(heading);
+        let next = Raw {
+            anchor,
+            heading: text,
+            text: String::new(),
+        };
+        let done = std::mem::replace(&mut self.current, next);
+        self.parts.push(done);
+    }
+}
+
+/// The fragment that lands on a heading: its own id, an anchor inside it, or the id of the
+/// element it heads (DocBook and many generators put the id on the enclosing section).
+fn anchor_of(heading: ElementRef<'_>) -> Option<String> {
+    if let Some(id) = heading.value().id() {
+        return Some(id.to_owned());
+    }
+    let inner = heading
+        .descendants()
+        .filter_map(ElementRef::wrap)
+        .find_map(|e| e.value().id().or_else(|| e.value().attr("name")));
+    if let Some(id) = inner {
+        return Some(id.to_owned());
+    }
+    heading
+        .ancestors()
+        .filter_map(ElementRef::wrap)
+        .take_while(|e| e.value().name() != "body")
+        .find_map(|e| e.value().id())
+        .map(str::to_owned)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Markdown and text
+
+fn markdown(content: &str) -> (String, Vec<Raw>) {
+    let mut title = String::new();
+    let mut parts = Vec::new();
+    let mut current = Raw {
+        anchor: None,
+        heading: String::new(),
+        text: String::new(),
+    };
+    let mut fenced = false;
+    for line in content.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
+            fenced = !fenced;
+        }
+        let hashes = trimmed.chars().take_while(|c| *c == '#').count();
+        let is_heading = !fenced
+            && (1..=6).contains(&hashes)
+            && trimmed[hashes..].starts_with(' ')
+            && !line.starts_with("    ");
+        if is_heading {
+            let heading = trimmed[hashes..].trim().trim_end_matches('#').trim();
+            if hashes == 1 && title.is_empty() {
+                title = heading.to_owned();
+            }
+            let next = Raw {
+                anchor: Some(slug(heading)),
+                heading: heading.to_owned(),
+                text: String::new(),
+            };
+            parts.push(std::mem::replace(&mut current, next));
+        } else {
+            current.text.push_str(line);
+            current.text.push('\n');
+        }
+    }
+    parts.push(current);
+    let parts = parts
+        .into_iter()
+        .map(|mut p| {
+            p.text = tidy(&p.text);
+            p
+        })
+        .filter(|p| !p.text.is_empty() || !p.heading.is_empty())
+        .collect();
+    (title, parts)
+}
+
+/// The anchor GitHub and most Markdown renderers give a heading.
+pub fn slug(heading: &str) -> String {
+    heading
+        .chars()
+        .filter_map(|c| {
+            if c.is_alphanumeric() || c == '-' || c == '_' {
+                Some(c.to_lowercase().next().unwrap_or(c))
+            } else if c == ' ' {
+                Some('-')
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn text(content: &str) -> Vec<Raw> {
+    let mut parts = Vec::new();
+    let mut current = String::new();
+    for para in content.split("\n\n") {
+        if current.chars().count() + para.chars().count() > TEXT_SECTION_CHARS
+            && !current.is_empty()
+        {
+            parts.push(std::mem::take(&mut current));
+        }
+        current.push_str(para);
+        current.push_str("\n\n");
+    }
+    parts.push(current);
+    parts
+        .into_iter()
+        .map(|t| Raw {
+            anchor: None,
+            heading: String::new(),
+            text: tidy(&t),
+        })
+        .filter(|p| !p.text.is_empty())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whitespace
+
+/// Runs of whitespace as one space.
+fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Like `collapse`, but a text node that starts or ends with whitespace keeps one space there
+/// (`a <b>bold</b> word` must not become `aboldword`).
+fn collapse_keep_edges(text: &str) -> String {
+    let inner = collapse(text);
+    if inner.is_empty() {
+        return if text.is_empty() {
+            String::new()
+        } else {
+            " ".into()
+        };
+    }
+    let lead = if text.starts_with(char::is_whitespace) {
+        " "
+    } else {
+        ""
+    };
+    let trail = if text.ends_with(char::is_whitespace) {
+        " "
+    } else {
+        ""
+    };
+    format!("{lead}{inner}{trail}")
+}
+
+/// Trims every line, drops blank runs to one blank line, and strips trailing spaces.
+fn tidy(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut blank = 0;
+    for line in text.lines() {
+        let line = line.trim();
+        let line = line.trim_start_matches("| ").trim_end_matches(" |").trim();
+        if line.is_empty() || line == "|" {
+            blank += 1;
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(if blank > 0 { "\n\n" } else { "\n" });
+        }
+        blank = 0;
+        out.push_str(line);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn long(word: &str) -> String {
+        vec![word; 60].join(" ")
+    }
+
+    #[test]
+    fn html_sections_follow_headings_and_skip_navigation() {
+        let page = format!(
+            r#"<html><head><title>25.1. Routine Vacuuming</title><script>var x;</script></head>
+            <body><div class="navheader"><a href="a.html">Prev</a> Up Home</div>
+            <div class="sect1" id="ROUTINE-VACUUMING"><div class="titlepage"><h2>25.1. Routine Vacuuming</h2></div>
+            <div class="toc"><dl><dt>25.1.1. Basics</dt></dl></div>
+            <p>Intro {intro} with <code>VACUUM</code> command.</p>
+            <div class="sect2" id="VACUUM-BASICS"><h3>25.1.1. Vacuuming Basics</h3>
+            <p>{basics}</p><pre>VACUUM
+  FULL;</pre></div></div>
+            <div class="navfooter">Next</div></body></html>"#,
+            intro = long("intro"),
+            basics = long("basics"),
+        );
+        let s = sections(Format::Html, &page, "x.html");
+        assert_eq!(s.len(), 2, "{s:#?}");
+        assert_eq!(s[0].anchor.as_deref(), Some("ROUTINE-VACUUMING"));
+        assert_eq!(s[0].title, "25.1. Routine Vacuuming");
+        assert!(s[0].text.contains("with VACUUM command."), "{}", s[0].text);
+        assert!(!s[0].text.contains("Prev") && !s[0].text.contains("Basics"));
+        assert_eq!(s[1].anchor.as_deref(), Some("VACUUM-BASICS"));
+        assert_eq!(
+            s[1].title,
+            "25.1. Routine Vacuuming — 25.1.1. Vacuuming Basics"
+        );
+        assert!(s[1].text.contains("VACUUM\n  FULL;") || s[1].text.contains("VACUUM\nFULL;"));
+        assert!(!s[1].text.contains("Next"));
+    }
+
+    #[test]
+    fn short_sections_merge_into_the_next_and_keep_the_first_anchor() {
+        let page = format!(
+            "<html><body><h1 id=\"top\">Guide</h1><p>short</p><h2 id=\"deep\">Deep</h2><p>{}</p></body></html>",
+            long("deep")
+        );
+        let s = sections(Format::Html, &page, "guide.html");
+        assert_eq!(s.len(), 1, "{s:#?}");
+        assert_eq!(s[0].anchor.as_deref(), Some("top"));
+        assert_eq!(s[0].title, "Guide");
+        assert!(
+            s[0].text.starts_with("Guide\nshort\nDeep\ndeep deep"),
+            "{}",
+            s[0].text
+        );
+    }
+
+    #[test]
+    fn markdown_headings_become_slugged_anchors() {
+        let md = format!(
+            "# Wiki\n\n{}\n\n## Deploy Steps\n\n{}\n\n```\n# not a heading\n```\n",
+            long("intro"),
+            long("deploy")
+        );
+        let s = sections(Format::Markdown, &md, "wiki.md");
+        assert_eq!(s.len(), 2, "{s:#?}");
+        assert_eq!(s[0].anchor.as_deref(), Some("wiki"));
+        assert_eq!(s[1].anchor.as_deref(), Some("deploy-steps"));
+        assert_eq!(s[1].title, "Wiki — Deploy Steps");
+        assert!(s[1].text.contains("# not a heading"));
+    }
+
+    #[test]
+    fn plain_text_is_cut_on_paragraphs() {
+        let para = long("word");
+        let doc = vec![para.as_str(); 30].join("\n\n");
+        let s = sections(Format::Text, &doc, "notes.txt");
+        assert!(s.len() > 1);
+        assert!(
+            s.iter()
+                .all(|x| x.title == "notes.txt" && x.anchor.is_none())
+        );
+        assert!(
+            s.iter()
+                .all(|x| x.text.chars().count() <= TEXT_SECTION_CHARS + 400)
+        );
+    }
+}

@@ -1,0 +1,771 @@
+//! Local documents as a search engine (`search_api: "local"`): each corpus the operator names is
+//! a directory of HTML, Markdown and text files, indexed with tantivy (BM25, English stemming,
+//! phrase queries, snippets) into a directory of its own that survives restarts. A start, and
+//! every `refresh_every` while searches come in, compares the files' sizes and times with the
+//! index's manifest and re-indexes only what changed.
+//!
+//! A hit is a section of a document (see `extract.rs`), located by `file://` path or the
+//! corpus's `base_url`, with `#anchor` when the section has one; it carries the section's text,
+//! so it reaches researchers, summaries and the citation check like a web page.
+
+pub mod extract;
+
+use crate::tools::web_search::{SearchError, SearchHit};
+use extract::{Format, Section};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+use tantivy::collector::TopDocs;
+use tantivy::query::QueryParser;
+use tantivy::schema::{
+    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
+};
+use tantivy::snippet::SnippetGenerator;
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
+
+/// Bumped whenever the schema or the extraction changes: an index of another version is built
+/// again from the files.
+const INDEX_VERSION: u32 = 1;
+
+/// Files larger than this are not indexed (a corpus of documents, not of data dumps).
+const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// At most this many files per corpus.
+const MAX_FILES: usize = 200_000;
+
+/// Memory the index writer may buffer before it flushes a segment.
+const WRITER_HEAP: usize = 50_000_000;
+
+/// Characters of a hit's snippet: the passage of the section that matches the query best. It
+/// is what a researcher sees of a long section that is not summarised, so it is a passage, not
+/// a line.
+const SNIPPET_CHARS: usize = 1000;
+
+/// Why a corpus could not be opened or searched.
+#[derive(Debug, thiserror::Error)]
+pub enum CorpusError {
+    #[error("corpus '{name}': {path} is not a readable directory: {source}")]
+    Root {
+        name: String,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("corpus '{name}': index at {path}: {message}")]
+    Index {
+        name: String,
+        path: String,
+        message: String,
+    },
+    #[error("corpus '{name}': {message}")]
+    Search { name: String, message: String },
+}
+
+/// How the operator describes a corpus.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorpusConfig {
+    /// The directory of documents.
+    pub path: String,
+    /// Where the same documents are published (a local mirror of a public site): hits are
+    /// located at `base_url/relative/path` instead of `file://`.
+    #[serde(default)]
+    pub base_url: String,
+    /// What the corpus holds, for the researchers' tool description.
+    #[serde(default)]
+    pub description: String,
+}
+
+/// What an index remembers of each file it holds: (modified, seconds since the epoch; size).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Manifest {
+    version: u32,
+    root: String,
+    files: BTreeMap<String, (u64, u64)>,
+}
+
+struct Fields {
+    path: Field,
+    anchor: Field,
+    title: Field,
+    body: Field,
+}
+
+/// One searchable corpus.
+pub struct Corpus {
+    name: String,
+    root: PathBuf,
+    base_url: String,
+    description: String,
+    index_dir: PathBuf,
+    index: Index,
+    reader: IndexReader,
+    writer: Mutex<IndexWriter>,
+    fields: Fields,
+    refresh_every: Duration,
+    last_scan: Mutex<Instant>,
+    refreshing: AtomicBool,
+}
+
+impl std::fmt::Debug for Corpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Corpus")
+            .field("name", &self.name)
+            .field("root", &self.root)
+            .field("index_dir", &self.index_dir)
+            .finish()
+    }
+}
+
+/// What one refresh did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refresh {
+    pub indexed: usize,
+    pub removed: usize,
+    pub unchanged: usize,
+    pub sections: usize,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let text = TextOptions::default()
+        .set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer("en_stem")
+                .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+        )
+        .set_stored();
+    let fields = Fields {
+        path: b.add_text_field("path", STRING | STORED),
+        anchor: b.add_text_field("anchor", STORED),
+        title: b.add_text_field("title", text.clone()),
+        body: b.add_text_field("body", text),
+    };
+    (b.build(), fields)
+}
+
+impl Corpus {
+    /// Opens (or builds) the index of `config.path` under `index_root/name`, and brings it up to
+    /// date with the files.
+    pub fn open(
+        name: &str,
+        config: &CorpusConfig,
+        index_root: &Path,
+        refresh_every: Duration,
+    ) -> Result<Arc<Self>, CorpusError> {
+        let root =
+            std::fs::canonicalize(config.path.trim()).map_err(|source| CorpusError::Root {
+                name: name.to_owned(),
+                path: config.path.clone(),
+                source,
+            })?;
+        if !root.is_dir() {
+            return Err(CorpusError::Root {
+                name: name.to_owned(),
+                path: config.path.clone(),
+                source: std::io::Error::other("not a directory"),
+            });
+        }
+        let index_dir = index_root.join(name);
+        let err = |message: String| CorpusError::Index {
+            name: name.to_owned(),
+            path: index_dir.display().to_string(),
+            message,
+        };
+        let manifest = read_manifest(&index_dir);
+        let reusable = manifest
+            .as_ref()
+            .is_some_and(|m| m.version == INDEX_VERSION && m.root == root.display().to_string());
+        if !reusable && index_dir.exists() {
+            // Another version, or another directory under the same name: start over.
+            std::fs::remove_dir_all(&index_dir).map_err(|e| err(e.to_string()))?;
+        }
+        std::fs::create_dir_all(&index_dir).map_err(|e| err(e.to_string()))?;
+        let (schema, fields) = schema();
+        let index = if reusable {
+            Index::open_in_dir(&index_dir)
+        } else {
+            Index::create_in_dir(&index_dir, schema)
+        }
+        .map_err(|e| err(e.to_string()))?;
+        let writer = index
+            .writer_with_num_threads(1, WRITER_HEAP)
+            .map_err(|e| err(e.to_string()))?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()
+            .map_err(|e: tantivy::TantivyError| err(e.to_string()))?;
+        let corpus = Arc::new(Self {
+            name: name.to_owned(),
+            root,
+            base_url: config.base_url.trim().trim_end_matches('/').to_owned(),
+            description: config.description.trim().to_owned(),
+            index_dir,
+            index,
+            reader,
+            writer: Mutex::new(writer),
+            fields,
+            refresh_every,
+            last_scan: Mutex::new(Instant::now()),
+            refreshing: AtomicBool::new(false),
+        });
+        let started = Instant::now();
+        let done = corpus.refresh()?;
+        tracing::info!(
+            corpus = name,
+            indexed = done.indexed,
+            removed = done.removed,
+            unchanged = done.unchanged,
+            sections = done.sections,
+            secs = started.elapsed().as_secs_f64(),
+            "corpus ready"
+        );
+        Ok(corpus)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    pub fn index_dir(&self) -> &Path {
+        &self.index_dir
+    }
+
+    /// Sections in the index.
+    pub fn sections(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// Compares the files with the manifest, re-indexes what changed and commits.
+    pub fn refresh(&self) -> Result<Refresh, CorpusError> {
+        let err = |message: String| CorpusError::Index {
+            name: self.name.clone(),
+            path: self.index_dir.display().to_string(),
+            message,
+        };
+        let mut writer = self
+            .writer
+            .lock()
+            .map_err(|_| err("the index writer was poisoned by a panic".into()))?;
+        let mut manifest = read_manifest(&self.index_dir).unwrap_or_default();
+        let files = list_files(&self.root);
+        let mut done = Refresh::default();
+        let seen: HashSet<&String> = files.iter().map(|(rel, _, _)| rel).collect();
+        let gone: Vec<String> = manifest
+            .files
+            .keys()
+            .filter(|k| !seen.contains(k))
+            .cloned()
+            .collect();
+        for rel in gone {
+            writer.delete_term(Term::from_field_text(self.fields.path, &rel));
+            manifest.files.remove(&rel);
+            done.removed += 1;
+        }
+        for (rel, abs, stamp) in &files {
+            if manifest.files.get(rel) == Some(stamp) {
+                done.unchanged += 1;
+                continue;
+            }
+            writer.delete_term(Term::from_field_text(self.fields.path, rel));
+            let Some(format) = Format::of(abs) else {
+                continue;
+            };
+            // An unreadable or non-UTF-8 file is skipped, and tried again when it changes.
+            let content = match std::fs::read(abs) {
+                Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                Err(e) => {
+                    tracing::warn!(corpus = %self.name, file = %rel, error = %e, "file not indexed");
+                    continue;
+                }
+            };
+            let fallback = abs
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_else(|| rel.clone());
+            for section in extract::sections(format, &content, &fallback) {
+                writer
+                    .add_document(self.document(rel, &section))
+                    .map_err(|e| err(e.to_string()))?;
+                done.sections += 1;
+            }
+            manifest.files.insert(rel.clone(), *stamp);
+            done.indexed += 1;
+        }
+        if done.indexed > 0 || done.removed > 0 || manifest.version != INDEX_VERSION {
+            writer.commit().map_err(|e| err(e.to_string()))?;
+            manifest.version = INDEX_VERSION;
+            manifest.root = self.root.display().to_string();
+            write_manifest(&self.index_dir, &manifest).map_err(|e| err(e.to_string()))?;
+            self.reader.reload().map_err(|e| err(e.to_string()))?;
+        }
+        if let Ok(mut last) = self.last_scan.lock() {
+            *last = Instant::now();
+        }
+        Ok(done)
+    }
+
+    fn document(&self, rel: &str, section: &Section) -> TantivyDocument {
+        doc!(
+            self.fields.path => rel,
+            self.fields.anchor => section.anchor.clone().unwrap_or_default(),
+            self.fields.title => section.title.as_str(),
+            self.fields.body => section.text.as_str(),
+        )
+    }
+
+    /// Starts a refresh in the background when the last one is older than `refresh_every`
+    /// (searches go on against the index as it is).
+    fn refresh_if_due(self: &Arc<Self>) {
+        let due = self
+            .last_scan
+            .lock()
+            .map(|t| t.elapsed() >= self.refresh_every)
+            .unwrap_or(false);
+        if !due || self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = me.refresh() {
+                tracing::warn!(corpus = %me.name, error = %e, "corpus refresh failed");
+            }
+            me.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    /// Where a hit in `rel` is found: under `base_url` when the corpus has one, else a
+    /// `file://` URL of the absolute path; with `#anchor` for a section.
+    pub fn location(&self, rel: &str, anchor: &str) -> String {
+        let base = if self.base_url.is_empty() {
+            let abs = self.root.join(rel);
+            format!("file://{}", percent_path(&abs.to_string_lossy()))
+        } else {
+            format!("{}/{}", self.base_url, percent_path(rel))
+        };
+        if anchor.is_empty() {
+            base
+        } else {
+            format!("{base}#{anchor}")
+        }
+    }
+
+    /// The `max` best sections for `query`, one per location.
+    pub fn search_blocking(&self, query: &str, max: usize) -> Result<Vec<SearchHit>, CorpusError> {
+        let err = |message: String| CorpusError::Search {
+            name: self.name.clone(),
+            message,
+        };
+        let query_text = plain_query(query);
+        if query_text.trim().is_empty() || max == 0 {
+            return Ok(vec![]);
+        }
+        let mut parser =
+            QueryParser::for_index(&self.index, vec![self.fields.title, self.fields.body]);
+        parser.set_field_boost(self.fields.title, 2.0);
+        // Lenient: a model's query with stray operators still searches its words.
+        let (parsed, _ignored) = parser.parse_query_lenient(&query_text);
+        let searcher = self.reader.searcher();
+        let top = searcher
+            .search(&parsed, &TopDocs::with_limit(max * 3).order_by_score())
+            .map_err(|e| err(e.to_string()))?;
+        let mut snippets = SnippetGenerator::create(&searcher, &*parsed, self.fields.body)
+            .map_err(|e| err(e.to_string()))?;
+        snippets.set_max_num_chars(SNIPPET_CHARS);
+        let mut seen = HashSet::new();
+        let mut hits = Vec::new();
+        for (score, address) in top {
+            let doc: TantivyDocument = searcher.doc(address).map_err(|e| err(e.to_string()))?;
+            let text_of = |f: Field| {
+                doc.get_first(f)
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            };
+            let url = self.location(&text_of(self.fields.path), &text_of(self.fields.anchor));
+            if !seen.insert(url.clone()) {
+                continue;
+            }
+            let body = text_of(self.fields.body);
+            let snippet = snippets.snippet_from_doc(&doc);
+            let content = if snippet.fragment().trim().is_empty() {
+                crate::tools::web_search::truncate_chars(&body, SNIPPET_CHARS).to_owned()
+            } else {
+                snippet.fragment().trim().to_owned()
+            };
+            hits.push(SearchHit {
+                title: text_of(self.fields.title),
+                url,
+                content,
+                raw_content: Some(body),
+                score: Some(f64::from(score)),
+            });
+            if hits.len() == max {
+                break;
+            }
+        }
+        Ok(hits)
+    }
+
+    /// `search_blocking` off the async threads, with a refresh started when one is due.
+    pub async fn search(
+        self: &Arc<Self>,
+        query: &str,
+        max: usize,
+    ) -> Result<Vec<SearchHit>, SearchError> {
+        self.refresh_if_due();
+        let me = self.clone();
+        let query = query.to_owned();
+        let started = Instant::now();
+        let result = tokio::task::spawn_blocking(move || me.search_blocking(&query, max))
+            .await
+            .map_err(|e| SearchError::Transient(format!("the corpus search stopped: {e}")))?
+            .map_err(|e| SearchError::InvalidResponse(e.to_string()));
+        let outcome = if result.is_ok() {
+            "ok"
+        } else {
+            "invalid_response"
+        };
+        crate::telemetry::metrics::search_call("local", outcome, started.elapsed());
+        result
+    }
+}
+
+/// The named corpora of a server.
+#[derive(Clone, Debug, Default)]
+pub struct Corpora {
+    by_name: BTreeMap<String, Arc<Corpus>>,
+}
+
+impl Corpora {
+    pub fn new(corpora: impl IntoIterator<Item = Arc<Corpus>>) -> Self {
+        Self {
+            by_name: corpora
+                .into_iter()
+                .map(|c| (c.name().to_owned(), c))
+                .collect(),
+        }
+    }
+
+    /// Opens every configured corpus.
+    pub fn open(
+        configs: &BTreeMap<String, CorpusConfig>,
+        index_root: &Path,
+        refresh_every: Duration,
+    ) -> Result<Self, CorpusError> {
+        let opened = configs
+            .iter()
+            .map(|(name, cfg)| Corpus::open(name, cfg, index_root, refresh_every))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::new(opened))
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.by_name.keys().map(String::as_str).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The corpus a run names, or the only one when it names none; the error says the choices.
+    pub fn pick(&self, name: &str) -> Result<&Arc<Corpus>, String> {
+        let name = name.trim();
+        if self.by_name.is_empty() {
+            return Err(
+                "config.configurable.search_api: 'local' needs a corpus, and this server has \
+                 none (serve --corpus NAME=DIR, or [corpora.NAME] path = \"DIR\")"
+                    .into(),
+            );
+        }
+        if name.is_empty() {
+            return match self.by_name.values().next() {
+                Some(only) if self.by_name.len() == 1 => Ok(only),
+                _ => Err(format!(
+                    "config.configurable.corpus: this server has several corpora; name one of {}",
+                    self.names().join(", ")
+                )),
+            };
+        }
+        self.by_name.get(name).ok_or_else(|| {
+            format!(
+                "config.configurable.corpus: no corpus named '{name}'; this server has {}",
+                self.names().join(", ")
+            )
+        })
+    }
+}
+
+/// A query the parser reads as words and phrases: field prefixes, boosts, ranges and stray
+/// quotes a model may write are taken as plain text.
+fn plain_query(query: &str) -> String {
+    let balanced = query.matches('"').count() % 2 == 0;
+    query
+        .chars()
+        .map(|c| match c {
+            '"' if balanced => '"',
+            ':' | '^' | '~' | '(' | ')' | '[' | ']' | '{' | '}' | '!' | '\\' | '*' | '"' | '\''
+            | '`' | '+' | '<' | '>' | '=' => ' ',
+            c => c,
+        })
+        .collect::<String>()
+        .split_whitespace()
+        // A leading '-' would exclude the word; an 'AND'/'OR'/'NOT' is an operator.
+        .map(|w| w.trim_start_matches('-'))
+        .filter(|w| !w.is_empty() && !matches!(*w, "AND" | "OR" | "NOT"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The files of a corpus: (path relative to the root with '/', absolute path, stamp), in a
+/// stable order. Hidden files and directories and symbolic links are passed over.
+fn list_files(root: &Path) -> Vec<(String, PathBuf, (u64, u64))> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let path = entry.path();
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file() && Format::of(&path).is_some() {
+                let Ok(meta) = entry.metadata() else {
+                    continue;
+                };
+                if meta.len() > MAX_FILE_BYTES {
+                    continue;
+                }
+                let modified = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_secs());
+                let Ok(rel) = path.strip_prefix(root) else {
+                    continue;
+                };
+                let rel = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join("/");
+                out.push((rel, path, (modified, meta.len())));
+                if out.len() >= MAX_FILES {
+                    out.sort();
+                    return out;
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn read_manifest(dir: &Path) -> Option<Manifest> {
+    let bytes = std::fs::read(dir.join("manifest.json")).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Written to a temporary file and renamed, so a crash leaves the old manifest or the new one.
+fn write_manifest(dir: &Path, manifest: &Manifest) -> std::io::Result<()> {
+    let tmp = dir.join("manifest.json.tmp");
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec(manifest).map_err(std::io::Error::other)?,
+    )?;
+    std::fs::rename(tmp, dir.join("manifest.json"))
+}
+
+/// A path with the characters a URL cannot hold as they are percent-encoded.
+fn percent_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filler(word: &str) -> String {
+        vec![word; 50].join(" ")
+    }
+
+    fn write(dir: &Path, rel: &str, text: &str) {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    fn config(dir: &Path) -> CorpusConfig {
+        CorpusConfig {
+            path: dir.display().to_string(),
+            base_url: String::new(),
+            description: String::new(),
+        }
+    }
+
+    #[test]
+    fn finds_sections_by_stemmed_words_and_phrases_and_locates_them() {
+        let docs = tempfile::tempdir().unwrap();
+        let index = tempfile::tempdir().unwrap();
+        write(
+            docs.path(),
+            "guide/vacuum.html",
+            &format!(
+                "<html><head><title>Vacuuming</title></head><body>\
+                 <h2 id=\"basics\">Basics</h2><p>Vacuuming reclaims storage held by dead tuples. {}</p>\
+                 <h2 id=\"wrap\">Wraparound</h2><p>Freezing old rows prevents transaction ID wraparound. {}</p>\
+                 </body></html>",
+                filler("alpha"),
+                filler("beta")
+            ),
+        );
+        write(
+            docs.path(),
+            "notes/wal.md",
+            &format!(
+                "# WAL\n\nThe write-ahead log records every change. {}",
+                filler("gamma")
+            ),
+        );
+        write(
+            docs.path(),
+            ".hidden/x.md",
+            "# Hidden\n\nreclaims reclaims reclaims",
+        );
+        let corpus = Corpus::open(
+            "docs",
+            &config(docs.path()),
+            index.path(),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        let hits = corpus.search_blocking("reclaim storage", 5).unwrap();
+        assert_eq!(hits.len(), 1, "{hits:#?}");
+        let root = std::fs::canonicalize(docs.path()).unwrap();
+        assert_eq!(
+            hits[0].url,
+            format!("file://{}/guide/vacuum.html#basics", root.display())
+        );
+        assert_eq!(hits[0].title, "Vacuuming — Basics");
+        assert!(hits[0].content.contains("reclaims"));
+        assert!(
+            hits[0]
+                .raw_content
+                .as_deref()
+                .unwrap()
+                .contains("dead tuples")
+        );
+        // A phrase matches only where its words stand together.
+        let hits = corpus
+            .search_blocking("\"transaction ID wraparound\"", 5)
+            .unwrap();
+        assert_eq!(hits.len(), 1);
+        assert!(hits[0].url.ends_with("#wrap"));
+        assert!(
+            corpus
+                .search_blocking("\"wraparound transaction\"", 5)
+                .unwrap()
+                .is_empty()
+        );
+        // Markdown files are searched too, and stray operators do not break a query.
+        let hits = corpus
+            .search_blocking("write-ahead log: (records)^2", 5)
+            .unwrap();
+        assert!(hits[0].url.ends_with("notes/wal.md#wal"), "{hits:#?}");
+    }
+
+    #[test]
+    fn reopening_reuses_the_index_and_picks_up_changed_files() {
+        let docs = tempfile::tempdir().unwrap();
+        let index = tempfile::tempdir().unwrap();
+        write(
+            docs.path(),
+            "a.md",
+            &format!("# A\n\nzebra {}", filler("one")),
+        );
+        write(
+            docs.path(),
+            "b.md",
+            &format!("# B\n\nyak {}", filler("two")),
+        );
+        let cfg = CorpusConfig {
+            base_url: "https://docs.example.org/v1/".into(),
+            ..config(docs.path())
+        };
+        let hour = Duration::from_secs(3600);
+        let corpus = Corpus::open("docs", &cfg, index.path(), hour).unwrap();
+        assert_eq!(corpus.sections(), 2);
+        drop(corpus);
+        // Reopened without changes: nothing is indexed again.
+        let corpus = Corpus::open("docs", &cfg, index.path(), hour).unwrap();
+        assert_eq!(
+            corpus.refresh().unwrap(),
+            Refresh {
+                unchanged: 2,
+                ..Refresh::default()
+            }
+        );
+        // One file changes, one goes: only those are touched.
+        write(
+            docs.path(),
+            "a.md",
+            &format!("# A\n\nokapi okapi {}", filler("three")),
+        );
+        std::fs::remove_file(docs.path().join("b.md")).unwrap();
+        let done = corpus.refresh().unwrap();
+        assert_eq!((done.indexed, done.removed, done.unchanged), (1, 1, 0));
+        assert!(corpus.search_blocking("zebra", 5).unwrap().is_empty());
+        assert!(corpus.search_blocking("yak", 5).unwrap().is_empty());
+        let hits = corpus.search_blocking("okapi", 5).unwrap();
+        assert_eq!(hits[0].url, "https://docs.example.org/v1/a.md#a");
+    }
+
+    #[test]
+    fn a_run_picks_a_corpus_by_name_or_the_only_one() {
+        let empty = Corpora::default();
+        assert!(empty.pick("").unwrap_err().contains("has none"));
+        let docs = tempfile::tempdir().unwrap();
+        let index = tempfile::tempdir().unwrap();
+        write(docs.path(), "a.txt", &filler("word"));
+        let hour = Duration::from_secs(3600);
+        let one = Corpus::open("wiki", &config(docs.path()), index.path(), hour).unwrap();
+        let corpora = Corpora::new([one]);
+        assert_eq!(corpora.pick("").unwrap().name(), "wiki");
+        let e = corpora.pick("manual").unwrap_err();
+        assert!(
+            e.contains("no corpus named 'manual'") && e.contains("wiki"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn model_queries_become_plain_words() {
+        assert_eq!(
+            plain_query("title:vacuum -freeze AND \"dead tuples\""),
+            "title vacuum freeze \"dead tuples\""
+        );
+        assert_eq!(plain_query("work_mem \"default"), "work_mem default");
+        assert_eq!(percent_path("/a b/c#d.html"), "/a%20b/c%23d.html");
+    }
+}
