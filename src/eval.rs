@@ -564,7 +564,7 @@ mod tests {
             "a reference without a location was never retrieved"
         );
         assert_eq!(r.calls_by_model["llamacpp:research"], 2);
-        let s = summarize(&[r.clone()]);
+        let s = summarize(std::slice::from_ref(&r));
         assert_eq!((s.researched, s.researched_without_invention), (1, 0));
         let table = markdown(&EvalReport {
             set: "t".into(),

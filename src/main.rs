@@ -304,22 +304,7 @@ async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
     };
     // One person's research on this machine: `--model` may name a local model server.
     cfg.operator.allow_private_model_urls = true;
-    let registry = research_registry(&cfg)?;
-    // A private server on an ephemeral loopback port, with a key made for this run only, so
-    // no other local process can use it meanwhile.
-    let key = format!("dr_{}", uuid::Uuid::new_v4().simple());
-    let settings = Settings {
-        host: "127.0.0.1".into(),
-        port: 0,
-        database_url: None,
-        sqlite_path: cmd.sqlite_path.clone(),
-        api_key: Some(SecretString::from(key.clone())),
-        ..Settings::from_file(&cfg)?
-    };
-    let app = Application::build(settings, registry).await?;
-    let base = format!("http://{}", app.local_addr()?);
-    let token = app.shutdown_token();
-    let server = tokio::spawn(app.run_until_stopped());
+    let (base, key, token, server) = private_server(&cfg, &cmd.sqlite_path).await?;
     let mut configurable = match &cmd.model {
         Some(m) => serde_json::json!({"research_model": m, "summarization_model": m,
                                       "compression_model": m, "final_report_model": m}),
@@ -342,6 +327,34 @@ async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
     token.cancel();
     let _ = server.await;
     result
+}
+
+/// The research service on an ephemeral loopback port over the SQLite file `sqlite_path`, with a
+/// key made for this process only, so no other local process can use it meanwhile: its
+/// address, the key, the token that stops it and its task.
+async fn private_server(
+    cfg: &FileConfig,
+    sqlite_path: &str,
+) -> anyhow::Result<(
+    String,
+    String,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+)> {
+    let registry = research_registry(cfg)?;
+    let key = format!("dr_{}", uuid::Uuid::new_v4().simple());
+    let settings = Settings {
+        host: "127.0.0.1".into(),
+        port: 0,
+        database_url: None,
+        sqlite_path: sqlite_path.to_owned(),
+        api_key: Some(SecretString::from(key.clone())),
+        ..Settings::from_file(cfg)?
+    };
+    let app = Application::build(settings, registry).await?;
+    let base = format!("http://{}", app.local_addr()?);
+    let token = app.shutdown_token();
+    Ok((base, key, token, tokio::spawn(app.run_until_stopped())))
 }
 
 async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
@@ -382,21 +395,8 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
         let value = serde_json::from_str(value).unwrap_or_else(|_| value.into());
         configurable[key.trim()] = value;
     }
-    let registry = research_registry(&cfg)?;
-    let key = format!("dr_{}", uuid::Uuid::new_v4().simple());
     let db = std::env::temp_dir().join(format!("dr-eval-{}.db", uuid::Uuid::new_v4().simple()));
-    let settings = Settings {
-        host: "127.0.0.1".into(),
-        port: 0,
-        database_url: None,
-        sqlite_path: db.display().to_string(),
-        api_key: Some(SecretString::from(key.clone())),
-        ..Settings::from_file(&cfg)?
-    };
-    let app = Application::build(settings, registry).await?;
-    let base = format!("http://{}", app.local_addr()?);
-    let token = app.shutdown_token();
-    let server = tokio::spawn(app.run_until_stopped());
+    let (base, key, token, server) = private_server(&cfg, &db.display().to_string()).await?;
     let opts = EvalOptions {
         configurable,
         corpus_prefix,
@@ -409,6 +409,10 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
         set.name,
         set.corpus
     );
+    // Each finished question is written at once, so a long evaluation stopped half-way keeps
+    // what it measured.
+    let mut done: Vec<eval::QuestionResult> = Vec::new();
+    let output = cmd.output.clone();
     let mut progress = |r: &eval::QuestionResult| {
         println!(
             "{}: {} in {:.0} s, {} sources, facts {}/{}, cited paragraphs {}/{}, supported {}/{}, invented {}",
@@ -424,6 +428,17 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
             r.citations,
             r.invented
         );
+        done.push(r.clone());
+        let partial = EvalReport {
+            set: set.name.clone(),
+            corpus: set.corpus.clone(),
+            summary: eval::summarize(&done),
+            results: done.clone(),
+            ..EvalReport::default()
+        };
+        if let Ok(text) = serde_json::to_string_pretty(&partial) {
+            let _ = std::fs::write(&output, text);
+        }
     };
     let result = eval::run(&base, &set, &questions, &opts, &mut progress).await;
     token.cancel();

@@ -1234,10 +1234,13 @@ async fn the_config_schema_describes_every_setting() {
             "anthropic",
             "openai",
             "google",
+            "local",
             "none"
         ])
     );
     assert_eq!(props["search_api"]["readOnly"], true);
+    // A server without corpora offers only the empty name.
+    assert_eq!(props["corpus"]["enum"], json!([""]));
     assert_eq!(props["review_plan"]["type"], "boolean");
     assert_eq!(
         props["tavily_search_depth"]["enum"],
@@ -1739,4 +1742,37 @@ async fn summaries_cut_by_their_timeout_are_counted_in_usage() {
             .all(|d| d["input_tokens"].as_u64().unwrap() > 100 && d["output_tokens"] == 0),
         "{abandoned:?}"
     );
+}
+
+/// ODR's supervisor calls the model once more after its last allowed round and throws the
+/// answer away (its tools step ends the research first). Here that call is not made: with one
+/// round allowed, the supervisor is asked once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_supervisor_is_not_asked_again_once_its_rounds_are_spent() {
+    let inner = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let ra = r::start(
+        move |req: &Value| match support::workload::role(req) {
+            Role::Supervisor => FakeReply::ToolCalls(vec![(
+                "ConductResearch".into(),
+                json!({"research_topic": "Tides and the moon"}),
+            )]),
+            _ => inner(req),
+        },
+        "[research]\nallow_clarification = false\nmax_researcher_iterations = 1\n",
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "Tell me about tides", json!({})).await;
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    assert!(last_values(&frames)["final_report"].is_string());
+    let asked = ra
+        .llm
+        .requests()
+        .iter()
+        .filter(|r| support::workload::role(r) == Role::Supervisor)
+        .count();
+    assert_eq!(asked, 1, "one round, one supervisor call");
 }

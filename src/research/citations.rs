@@ -30,19 +30,7 @@ impl Checked {
 
 /// A URL in a comparable form: no fragment, no trailing slash, lower-case scheme and host.
 pub fn normalize(url: &str) -> String {
-    let url = url.split('#').next().unwrap_or(url).trim_end_matches('/');
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let (host, path) = rest.split_once('/').map_or((rest, ""), |(h, p)| (h, p));
-            let sep = if path.is_empty() { "" } else { "/" };
-            format!(
-                "{}://{}{sep}{path}",
-                scheme.to_ascii_lowercase(),
-                host.to_ascii_lowercase()
-            )
-        }
-        None => url.to_owned(),
-    }
+    super::support::source_key(url.split('#').next().unwrap_or(url))
 }
 
 /// Every http(s) URL in `text`, in order, with trailing punctuation trimmed.

@@ -60,6 +60,12 @@ async fn supervisor(
         // No more model calls: the tools step finds no delegation and ends the research.
         return Ok(Command::default());
     }
+    let cfg = run_config(&deps, &ctx)?;
+    if iterations > u64::from(cfg.max_researcher_iterations) {
+        // The rounds are spent: ODR calls the model once more here and then discards its
+        // answer (its tools step ends the research first). That call is not made.
+        return Ok(Command::default());
+    }
     // A history that ends in calls nobody answered yet holds an approved plan's delegations:
     // they are this round, without a model call.
     if let Some(last) = msg::slice(&state, keys::SUPERVISOR_MESSAGES).last()
@@ -70,7 +76,6 @@ async fn supervisor(
         upd.insert(keys::RESEARCH_ITERATIONS.into(), json!(iterations));
         return Ok(Command::update(upd).goto("supervisor_tools"));
     }
-    let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let req = caller.request(Role::Research, msg::list(&state, keys::SUPERVISOR_MESSAGES))?;
     let req = caller.with_tools(

@@ -149,10 +149,11 @@ fn spaced(text: &str) -> String {
     let mut prev: Option<char> = None;
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
-        if c == ',' && prev.is_some_and(|p| p.is_ascii_digit()) {
-            if chars.peek().is_some_and(|n| n.is_ascii_digit()) {
-                continue;
-            }
+        if c == ','
+            && prev.is_some_and(|p| p.is_ascii_digit())
+            && chars.peek().is_some_and(|n| n.is_ascii_digit())
+        {
+            continue;
         }
         if let Some(p) = prev
             && ((p.is_ascii_digit() && c.is_alphabetic())
@@ -704,7 +705,7 @@ fn with_markers(sentence: &str, numbers: &[usize]) -> String {
     }
     let markers = render_markers(numbers);
     let (head, stop) = match core.char_indices().last() {
-        Some((i, c)) if matches!(c, '.' | '!' | '?' | ':' | ';') => core.split_at(i),
+        Some((i, '.' | '!' | '?' | ':' | ';')) => core.split_at(i),
         _ => (core.as_str(), ""),
     };
     format!("{lead}{} {markers}{stop}{trail}", head.trim_end())

@@ -367,21 +367,38 @@ impl Corpus {
         if query_text.trim().is_empty() || max == 0 {
             return Ok(vec![]);
         }
-        let mut parser =
-            QueryParser::for_index(&self.index, vec![self.fields.title, self.fields.body]);
-        parser.set_field_boost(self.fields.title, 2.0);
-        // Lenient: a model's query with stray operators still searches its words.
-        let (parsed, _ignored) = parser.parse_query_lenient(&query_text);
+        let mut snippet_query: Option<Box<dyn tantivy::query::Query>> = None;
+        // Sections with every word of the query rank first; sections with some of them fill
+        // the rest. A plain OR ranks a page that repeats two common words of a long query
+        // ("server", "value") above the one page that has its rare ones.
         let searcher = self.reader.searcher();
-        let top = searcher
-            .search(&parsed, &TopDocs::with_limit(max * 3).order_by_score())
-            .map_err(|e| err(e.to_string()))?;
-        let mut snippets = SnippetGenerator::create(&searcher, &*parsed, self.fields.body)
+        let mut ranked = Vec::new();
+        for all_words in [true, false] {
+            let mut parser =
+                QueryParser::for_index(&self.index, vec![self.fields.title, self.fields.body]);
+            parser.set_field_boost(self.fields.title, 1.5);
+            if all_words {
+                parser.set_conjunction_by_default();
+            }
+            // Lenient: a model's query with stray operators still searches its words.
+            let (parsed, _ignored) = parser.parse_query_lenient(&query_text);
+            let top = searcher
+                .search(&parsed, &TopDocs::with_limit(max * 3).order_by_score())
+                .map_err(|e| err(e.to_string()))?;
+            ranked.extend(top);
+            if !all_words {
+                snippet_query = Some(parsed);
+            }
+        }
+        let Some(snippet_query) = snippet_query else {
+            return Ok(vec![]);
+        };
+        let mut snippets = SnippetGenerator::create(&searcher, &*snippet_query, self.fields.body)
             .map_err(|e| err(e.to_string()))?;
         snippets.set_max_num_chars(SNIPPET_CHARS);
         let mut seen = HashSet::new();
         let mut hits = Vec::new();
-        for (score, address) in top {
+        for (score, address) in ranked {
             let doc: TantivyDocument = searcher.doc(address).map_err(|e| err(e.to_string()))?;
             let text_of = |f: Field| {
                 doc.get_first(f)
@@ -505,7 +522,7 @@ impl Corpora {
 /// A query the parser reads as words and phrases: field prefixes, boosts, ranges and stray
 /// quotes a model may write are taken as plain text.
 fn plain_query(query: &str) -> String {
-    let balanced = query.matches('"').count() % 2 == 0;
+    let balanced = query.matches('"').count().is_multiple_of(2);
     query
         .chars()
         .map(|c| match c {
@@ -757,6 +774,48 @@ mod tests {
             e.contains("no corpus named 'manual'") && e.contains("wiki"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn sections_with_every_word_rank_above_sections_with_common_ones() {
+        let docs = tempfile::tempdir().unwrap();
+        let index = tempfile::tempdir().unwrap();
+        // A long model query: two common words many pages repeat, and the rare pair only one
+        // page has.
+        for i in 0..5 {
+            write(
+                docs.path(),
+                &format!("server{i}.md"),
+                &format!(
+                    "# Server value
+
+The server value server value server value. {}",
+                    filler("other")
+                ),
+            );
+        }
+        write(
+            docs.path(),
+            "memory.md",
+            &format!(
+                "# Memory
+
+shared_buffers sets the shared memory buffers; the server value is 128MB. {}",
+                filler("memory")
+            ),
+        );
+        let corpus = Corpus::open(
+            "docs",
+            &config(docs.path()),
+            index.path(),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        let hits = corpus
+            .search_blocking("optimal server value for shared_buffers", 3)
+            .unwrap();
+        assert!(hits[0].url.ends_with("memory.md#memory"), "{hits:#?}");
+        assert_eq!(hits.len(), 3, "the rest filled with partial matches");
     }
 
     #[test]
