@@ -118,7 +118,11 @@ impl Application {
         let scheduler = tokio::spawn(api::run_scheduler(self.state.clone()));
         let limits = crate::serve::ConnectionLimits {
             max_connections: self.state.settings.max_connections,
+            max_connections_per_address: self.state.settings.max_connections_per_address,
             header_read_timeout: self.state.settings.header_read_timeout,
+            first_request_timeout: self.state.settings.first_request_timeout,
+            idle_timeout: self.state.settings.idle_timeout,
+            http2_max_concurrent_streams: self.state.settings.http2_max_concurrent_streams,
         };
         let app = api::router(self.state);
         crate::serve::serve(self.listener, app, limits, token).await;

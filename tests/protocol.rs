@@ -372,7 +372,13 @@ async fn bad_commands_and_subscriptions_say_what_is_wrong() {
     let app = spawn_app().await;
     let thread = Uuid::now_v7();
     let url = app.url(&format!("/threads/{thread}/commands"));
-    let raw = |body: &'static str| app.client.post(url.clone()).body(body).send();
+    let raw = |body: &'static str| {
+        app.client
+            .post(url.clone())
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
     let resp = raw("{not json").await.unwrap();
     assert_eq!(resp.status(), 400);
     assert_eq!(

@@ -367,9 +367,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Paths open without credentials: health, server info, metrics and API docs.
-fn is_public(path: &str) -> bool {
-    matches!(path, "/ok" | "/info" | "/metrics" | "/openapi.json") || path.starts_with("/docs")
+/// Paths open without credentials: health, server info, API docs, and metrics unless the
+/// operator closed them.
+fn is_public(path: &str, metrics_public: bool) -> bool {
+    matches!(path, "/ok" | "/info" | "/openapi.json")
+        || (path == "/metrics" && metrics_public)
+        || path.starts_with("/docs")
 }
 
 /// Puts the caller's `Principal` on the request, or answers 401 (429 for an address that failed
@@ -389,7 +392,8 @@ pub(super) async fn authenticate(
     {
         return limited.into_response();
     }
-    if req.method() == Method::OPTIONS || is_public(req.uri().path()) {
+    let metrics_public = state.settings.telemetry.metrics_public;
+    if req.method() == Method::OPTIONS || is_public(req.uri().path(), metrics_public) {
         return next.run(req).await;
     }
     match auth.owner_of(req.headers()).await {

@@ -152,24 +152,18 @@ where
 }
 
 /// Refuses a body declared as anything but JSON (`application/json`, `…+json`); no content
-/// type at all is accepted.
+/// type at all is accepted here (a bodiless POST), a non-empty body without one is refused
+/// earlier (`guard::read_body_in_time`).
 fn check_content_type(req: &Request) -> Result<(), AppError> {
     let Some(value) = req.headers().get(axum::http::header::CONTENT_TYPE) else {
         return Ok(());
     };
-    let essence = value
-        .to_str()
-        .unwrap_or_default()
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    if essence == "application/json" || essence.ends_with("+json") {
+    let value = value.to_str().unwrap_or_default();
+    if super::guard::is_json(value) {
         return Ok(());
     }
     Err(AppError::UnsupportedMedia(format!(
-        "Request bodies must be JSON: send Content-Type: application/json (got '{essence}')"
+        "Request bodies must be JSON: send Content-Type: application/json (got '{value}')"
     )))
 }
 

@@ -1,5 +1,6 @@
-//! Request hygiene before any handler runs: the `Host` header must name this server, and a
-//! body must arrive whole within `server.body_read_timeout_ms`.
+//! Request hygiene before any handler runs: the `Host` header must name this server, a web
+//! page of another origin may not write unless `cors_origins` lists it, and a body must be
+//! JSON and arrive whole within `server.body_read_timeout_ms`.
 
 use super::AppState;
 use super::error::AppError;
@@ -48,6 +49,75 @@ fn host_name(host: &str) -> String {
     name.to_ascii_lowercase()
 }
 
+/// Refuses a write (any method but GET, HEAD and OPTIONS) that a browser says comes from a
+/// page of another origin, unless `server.cors_origins` lists that origin (or is `["*"]`).
+/// CORS keeps such pages from reading answers, not from sending requests: a form or a
+/// `no-cors` fetch needs no preflight, so without this a page on any site could create
+/// threads and runs on a server on the visitor's machine. The check holds on keyed servers too
+/// (a browser may hold a cookie-less key in a page of its own origin, never in another's).
+/// Clients that are not browsers send neither `Origin` nor `Sec-Fetch-Site` and pass.
+pub(super) async fn refuse_cross_site_writes(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let safe = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    if safe || !is_cross_site(&req) {
+        return next.run(req).await;
+    }
+    let origin = header_text(&req, header::ORIGIN).unwrap_or_default();
+    let listed = state
+        .settings
+        .cors_origins
+        .iter()
+        .any(|o| o == "*" || o.trim_end_matches('/').eq_ignore_ascii_case(origin));
+    if listed {
+        return next.run(req).await;
+    }
+    let shown = if origin.is_empty() { "(none)" } else { origin };
+    AppError::Forbidden(format!(
+        "Cross-site request refused: origin {shown} is not in server.cors_origins"
+    ))
+    .into_response()
+}
+
+/// Whether the browser marks the request as sent by a page of another origin: `Sec-Fetch-Site`
+/// (`cross-site`, `same-site`) when present, else an `Origin` whose host is not the `Host`.
+fn is_cross_site(req: &Request) -> bool {
+    if let Some(site) = header_text(req, "sec-fetch-site") {
+        return matches!(site, "cross-site" | "same-site");
+    }
+    let Some(origin) = header_text(req, header::ORIGIN) else {
+        return false;
+    };
+    let host = header_text(req, header::HOST)
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()))
+        .unwrap_or_default();
+    // `Origin: null` (sandboxed frames, files) never matches.
+    let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
+    !origin_host.eq_ignore_ascii_case(&host)
+}
+
+fn header_text(req: &Request, name: impl header::AsHeaderName) -> Option<&str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Whether a `Content-Type` names JSON (`application/json`, `application/…+json`).
+pub(super) fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
 /// Reads a request's body within the time limit (408 otherwise), so a client that announces a
 /// large body and never sends it, or trickles it, cannot hold a connection and a task forever.
 /// Over-long bodies are a 413 here already.
@@ -73,6 +143,20 @@ pub(super) async fn read_body_in_time(
                 .into_response();
         }
     };
+    // A body that is not declared JSON is what a page of any origin can send without a
+    // preflight (text/plain, a form, or no type at all): refused on every route, whether it
+    // reads the body as `Body<T>` or as raw bytes.
+    let declared = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if !bytes.iter().all(u8::is_ascii_whitespace) && !declared.is_some_and(is_json) {
+        let got = declared.unwrap_or("none");
+        return AppError::UnsupportedMedia(format!(
+            "Request bodies must be JSON: send Content-Type: application/json (got {got})"
+        ))
+        .into_response();
+    }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
 }
@@ -90,7 +174,17 @@ fn too_large(error: &axum::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::host_name;
+    use super::{host_name, is_json};
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json("application/json"));
+        assert!(is_json("Application/JSON; charset=utf-8"));
+        assert!(is_json("application/merge-patch+json"));
+        assert!(!is_json("text/plain"));
+        assert!(!is_json("text/x+json"));
+        assert!(!is_json("multipart/form-data; boundary=x"));
+    }
 
     #[test]
     fn host_names_lose_their_port() {

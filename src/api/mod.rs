@@ -71,6 +71,12 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::authenticate,
         ))
+        // Inside CORS, so preflights are answered before it; outside authentication, so a
+        // refused page learns nothing about keys.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::refuse_cross_site_writes,
+        ))
         .layer(DefaultBodyLimit::max(limit))
         .layer(cors(&state.settings))
         .layer(middleware::from_fn_with_state(

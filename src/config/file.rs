@@ -48,7 +48,11 @@ pub struct Server {
     pub max_body_bytes: usize,
     pub header_read_timeout_ms: u64,
     pub body_read_timeout_ms: u64,
+    pub first_request_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
     pub max_connections: usize,
+    pub max_connections_per_address: usize,
+    pub http2_max_concurrent_streams: u32,
     pub allowed_hosts: Vec<String>,
     pub cors_origins: Vec<String>,
     pub cors_private_network: bool,
@@ -88,6 +92,7 @@ pub struct Telemetry {
     pub otlp_endpoint: String,
     pub service_name: String,
     pub metrics: bool,
+    pub metrics_public: bool,
 }
 
 /// The `[webhooks]` section: how run-completion webhooks are signed and sent.

@@ -53,8 +53,14 @@ pub struct Settings {
     /// How long a client may take to send a request's headers, and its body.
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
-    /// Connections served at once.
+    /// A new connection's deadline for its first request, and any connection's for its next.
+    pub first_request_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// Connections served at once, in total and from one address (0: no cap of its own).
     pub max_connections: usize,
+    pub max_connections_per_address: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    pub http2_max_concurrent_streams: u32,
     /// Accepted `Host` names (any port); `*` accepts any.
     pub allowed_hosts: Vec<String>,
     /// Origins allowed by CORS (`*`: any); empty sends no CORS headers.
@@ -158,7 +164,11 @@ impl Settings {
             max_body_bytes: s.max_body_bytes,
             header_read_timeout: ms(s.header_read_timeout_ms),
             body_read_timeout: ms(s.body_read_timeout_ms),
+            first_request_timeout: ms(s.first_request_timeout_ms),
+            idle_timeout: ms(s.idle_timeout_ms),
             max_connections: s.max_connections,
+            max_connections_per_address: s.max_connections_per_address,
+            http2_max_concurrent_streams: s.http2_max_concurrent_streams,
             allowed_hosts: s
                 .allowed_hosts
                 .iter()
@@ -184,6 +194,7 @@ impl Settings {
                     .map(|e| e.trim_end_matches('/').to_owned()),
                 service_name: t.service_name.clone(),
                 metrics: t.metrics,
+                metrics_public: t.metrics_public,
             },
             webhooks: WebhookSettings {
                 secret: non_empty(&cfg.webhooks.signing_secret),
@@ -235,6 +246,14 @@ impl Settings {
         }
         if self.max_connections == 0 {
             return bad("server.max_connections must be at least 1");
+        }
+        if self.first_request_timeout < Duration::from_millis(100)
+            || self.idle_timeout < Duration::from_millis(100)
+        {
+            return bad("server.first_request_timeout_ms and idle_timeout_ms must be at least 100");
+        }
+        if self.http2_max_concurrent_streams == 0 {
+            return bad("server.http2_max_concurrent_streams must be at least 1");
         }
         if self
             .cors_origins

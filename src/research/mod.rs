@@ -96,6 +96,20 @@ impl ResearchDeps {
 
 /// Registers the research graph under its id and ODR's.
 pub fn register(registry: &mut Registry, deps: Arc<ResearchDeps>) {
+    let d = &deps.defaults;
+    let defaults = [
+        &d.research_model,
+        &d.summarization_model,
+        &d.compression_model,
+        &d.final_report_model,
+    ];
+    crate::telemetry::metrics::name_models(
+        deps.providers.names(),
+        defaults
+            .into_iter()
+            .map(String::as_str)
+            .chain(deps.prices.keys().map(String::as_str)),
+    );
     for id in [GRAPH_ID, ODR_GRAPH_ID] {
         registry.register(main_graph::build(id, deps.clone()));
     }

@@ -19,12 +19,18 @@
 //! | `dr_store_operation_duration_seconds` | histogram | `operation` |
 //! | `dr_http_requests_total` | counter | `method`, `route`, `status` |
 //! | `dr_http_request_duration_seconds` | histogram | `method`, `route` |
+//!
+//! Every label takes values from a bounded set, since anyone may read `/metrics` and a run may
+//! name any model: `provider` and `model` are the operator's (configured providers; default,
+//! priced and listed models) or `other`; `method` is a standard method or `other`; `route` is a
+//! route template or `unmatched`; graphs, nodes, outcomes and search APIs are the code's own.
 
 use metrics::{Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::collections::HashSet;
+use std::sync::{OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Seconds, from a fast store write to an hour-long run.
@@ -111,8 +117,57 @@ pub fn node_finished(graph_id: &str, node: &str, took: Duration) {
     .record(secs(took));
 }
 
+/// The providers and `provider:model` names the operator configured: the only values the
+/// `provider` and `model` labels take (anything else is `other`).
+static NAMED: RwLock<Option<Named>> = RwLock::new(None);
+
+#[derive(Default)]
+struct Named {
+    providers: HashSet<String>,
+    models: HashSet<String>,
+}
+
+/// Adds the operator's providers and models (`provider:model`) to those labels may name.
+pub fn name_models<'a>(
+    providers: impl IntoIterator<Item = &'a str>,
+    models: impl IntoIterator<Item = &'a str>,
+) {
+    let mut named = NAMED
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let named = named.get_or_insert_with(Named::default);
+    named
+        .providers
+        .extend(providers.into_iter().map(str::to_owned));
+    named.models.extend(models.into_iter().map(str::to_owned));
+}
+
+/// The `provider` and `model` label values for a call: the names themselves when the operator
+/// named them, `other` otherwise.
+fn model_labels(provider: &str, model: &str) -> (String, String) {
+    let named = NAMED
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some(named) = named.as_ref() else {
+        return ("other".into(), "other".into());
+    };
+    let provider_label = if named.providers.contains(provider) {
+        provider.to_owned()
+    } else {
+        "other".to_owned()
+    };
+    let model_label = if named.models.contains(&format!("{provider}:{model}")) {
+        model.to_owned()
+    } else {
+        "other".to_owned()
+    };
+    (provider_label, model_label)
+}
+
 /// One model call: `outcome` is `ok` or the error class.
 pub fn model_call(provider: &str, model: &str, outcome: &str, took: Duration) {
+    let (provider, model) = model_labels(provider, model);
+    let (provider, model) = (provider.as_str(), model.as_str());
     let who = [
         ("provider", provider.to_owned()),
         ("model", model.to_owned()),
@@ -125,6 +180,7 @@ pub fn model_call(provider: &str, model: &str, outcome: &str, took: Duration) {
 
 /// Tokens one call used.
 pub fn model_tokens(provider: &str, model: &str, input: u64, output: u64) {
+    let (provider, model) = model_labels(provider, model);
     for (direction, n) in [("input", input), ("output", output)] {
         counter!("dr_model_tokens_total",
             "provider" => provider.to_owned(), "model" => model.to_owned(), "direction" => direction)
@@ -136,6 +192,7 @@ pub fn model_tokens(provider: &str, model: &str, input: u64, output: u64) {
 /// names it).
 pub fn model_cost(model: &str, usd: f64) {
     let (provider, name) = model.split_once(':').unwrap_or(("", model));
+    let (provider, name) = model_labels(provider, name);
     // Counters are integers in the facade; the USD total is a gauge that only grows.
     gauge!("dr_model_cost_usd_total",
         "provider" => provider.to_owned(), "model" => name.to_owned())
@@ -216,6 +273,15 @@ impl Drop for StoreTimer {
 /// One HTTP request, labelled by its route template (`/threads/{thread_id}/runs`), never by
 /// the raw path.
 pub fn http_request(method: &str, route: &str, status: u16, took: Duration) {
+    // hyper accepts any token as a method; only the standard ones become labels.
+    const STANDARD: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    let method = if STANDARD.contains(&method) {
+        method
+    } else {
+        "other"
+    };
     counter!("dr_http_requests_total",
         "method" => method.to_owned(), "route" => route.to_owned(), "status" => status.to_string())
     .increment(1);

@@ -36,8 +36,10 @@ pub struct TelemetryConfig {
     pub otlp_endpoint: Option<String>,
     /// `service.name` of the exported traces.
     pub service_name: String,
-    /// Serve Prometheus metrics at `/metrics`.
+    /// Serve Prometheus metrics at `/metrics`, to anyone (`metrics_public`) or to callers with
+    /// credentials.
     pub metrics: bool,
+    pub metrics_public: bool,
 }
 
 /// The filter when `RUST_LOG` is not set.

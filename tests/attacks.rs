@@ -1,0 +1,389 @@
+//! Attacks that need no account, done for real over TCP: silent and idle sockets, one address
+//! taking every connection, cross-site writes from a browser page, and label values that would
+//! grow `/metrics` without bound. Each test performs the attack and checks the guard holds.
+
+mod support;
+
+use deep_research::config::Settings;
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use support::research::{self as r, Script, scripted};
+use support::{Backend, TestApp, spawn_app_on, test_settings};
+
+fn connect(app: &TestApp) -> TcpStream {
+    let addr = app.address.trim_start_matches("http://");
+    let stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    stream
+}
+
+/// Reads until the server closes the connection (or the read timeout); how long that took.
+fn time_until_closed(mut stream: TcpStream) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return started.elapsed(),
+            Ok(_) => {}
+        }
+    }
+}
+
+/// `GET /ok` on a new connection; the status line and how long the answer took.
+fn ok_over_new_connection(app: &TestApp) -> (String, Duration) {
+    let started = Instant::now();
+    let mut stream = connect(app);
+    stream
+        .write_all(b"GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer.lines().next().unwrap_or_default().to_owned();
+    (status, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_sockets_at_the_cap_do_not_lock_clients_out() {
+    let settings = Settings {
+        max_connections: 64,
+        first_request_timeout: Duration::from_millis(1500),
+        ..test_settings()
+    };
+    let app = std::sync::Arc::new(spawn_app_on(Backend::Sqlite, settings).await.unwrap());
+    let a = app.clone();
+    tokio::task::spawn_blocking(move || {
+        // Three times the cap: sockets that send nothing, and half an HTTP/2 preface (which
+        // used to sit in the HTTP/1-or-2 detection for ever).
+        let mut held = Vec::new();
+        for i in 0..192 {
+            let mut s = connect(&a);
+            if i % 2 == 1 {
+                s.write_all(b"PRI * HTTP/2.0\r\n").unwrap();
+            }
+            held.push(s);
+        }
+        // A client with something to ask gets in at once: an idle socket makes room.
+        let (status, took) = ok_over_new_connection(&a);
+        assert_eq!(status, "HTTP/1.1 200 OK", "took {took:?}");
+        assert!(took < Duration::from_secs(1), "/ok took {took:?}");
+        // The ones still held are closed at their first-request deadline.
+        let last = held.pop().unwrap();
+        let closed_after = time_until_closed(last);
+        assert!(
+            closed_after < Duration::from_secs(4),
+            "a silent socket was held {closed_after:?}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_connections_are_closed() {
+    let settings = Settings {
+        idle_timeout: Duration::from_millis(800),
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let mut s = connect(&app);
+    tokio::task::spawn_blocking(move || {
+        s.write_all(b"GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        // Kept alive, then idle: closed after the idle deadline, not held.
+        let closed_after = time_until_closed(s);
+        assert!(
+            closed_after >= Duration::from_millis(500) && closed_after < Duration::from_secs(4),
+            "closed after {closed_after:?}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_cannot_take_every_connection() {
+    let settings = Settings {
+        max_connections_per_address: 4,
+        body_read_timeout: Duration::from_secs(10),
+        ..test_settings()
+    };
+    let app = std::sync::Arc::new(spawn_app_on(Backend::Sqlite, settings).await.unwrap());
+    let a = app.clone();
+    tokio::task::spawn_blocking(move || {
+        // Four busy connections: each is sending a body it has not finished.
+        let mut busy = Vec::new();
+        for _ in 0..4 {
+            let mut s = connect(&a);
+            s.write_all(
+                b"POST /threads HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+            )
+            .unwrap();
+            busy.push(s);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        // A fifth from the same address is closed without an answer, at once.
+        let (status, took) = ok_over_new_connection(&a);
+        assert_eq!(status, "", "a fifth connection was served");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        // Once one of the four is done, the address has room again.
+        drop(busy.pop());
+        std::thread::sleep(Duration::from_millis(300));
+        let (status, _) = ok_over_new_connection(&a);
+        assert_eq!(status, "HTTP/1.1 200 OK");
+    })
+    .await
+    .unwrap();
+}
+
+async fn thread_count(app: &TestApp) -> i64 {
+    app.client
+        .post(app.url("/threads/count"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_pages_of_other_sites_cannot_write() {
+    // The embedded default: no credentials, no CORS origins, on loopback.
+    let settings = Settings {
+        cors_origins: vec![],
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let thread = support::new_thread(&app).await;
+    let before = thread_count(&app).await;
+    let post = |path: &str| app.client.post(app.url(path));
+
+    // What `fetch(url, {method: "POST", mode: "no-cors", body})` sends: no preflight.
+    let cross_site = [
+        ("Origin", "https://evil.example"),
+        ("Sec-Fetch-Site", "cross-site"),
+    ];
+    for path in [
+        "/threads".to_owned(),
+        format!("/threads/{thread}/runs"),
+        format!("/threads/{thread}/commands"),
+    ] {
+        let mut req = post(&path).header("content-type", "application/json");
+        for (name, value) in cross_site {
+            req = req.header(name, value);
+        }
+        let resp = req
+            .body(r#"{"assistant_id": "agent", "id": 1, "method": "run.start", "params": {}}"#)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 403, "{path}");
+        let body: Value = resp.json().await.unwrap();
+        assert!(
+            body["detail"].as_str().unwrap().contains("cors_origins"),
+            "{body}"
+        );
+    }
+    // Older browsers send only Origin; a different host is cross-site too.
+    let resp = post("/threads")
+        .header("Origin", "http://evil.example")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+
+    // Bodies not declared JSON (a `no-cors` blob has no type) are refused on every route,
+    // including the ones that read raw bytes.
+    for path in [
+        "/threads".to_owned(),
+        format!("/threads/{thread}/commands"),
+        format!("/threads/{thread}/stream/events"),
+    ] {
+        for content_type in [None, Some("text/plain")] {
+            let mut req = post(&path);
+            if let Some(t) = content_type {
+                req = req.header("content-type", t);
+            }
+            let resp = req
+                .body(r#"{"id": 1, "method": "run.start", "params": {"assistant_id": "agent"}, "channels": ["values"]}"#)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 415, "{path} {content_type:?}");
+        }
+    }
+    assert_eq!(
+        thread_count(&app).await,
+        before,
+        "a refused write changed something"
+    );
+    let runs: Value = app
+        .client
+        .get(app.url(&format!("/threads/{thread}/runs")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(runs, json!([]));
+
+    // The page's own origin, and clients that are not browsers, still write.
+    let addr = app.address.trim_start_matches("http://").to_owned();
+    let resp = post("/threads")
+        .header("Origin", format!("http://{addr}"))
+        .header("Sec-Fetch-Site", "same-origin")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = post("/threads")
+        .header("Origin", format!("http://{addr}"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // Bodiless POSTs (the SDKs' cancel, for one) need no content type.
+    let resp = post("/threads").send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listed_origins_write_and_keyed_servers_refuse_the_rest() {
+    let settings = Settings {
+        cors_origins: vec!["https://app.example".into()],
+        api_key: Some("k-123".into()),
+        auth: Settings::default().auth,
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let write = |origin: &'static str| {
+        app.client
+            .post(app.url("/threads"))
+            .header("x-api-key", "k-123")
+            .header("Origin", origin)
+            .header("Sec-Fetch-Site", "cross-site")
+            .json(&json!({}))
+            .send()
+    };
+    assert_eq!(write("https://app.example").await.unwrap().status(), 200);
+    // A key does not make another site's page welcome.
+    assert_eq!(write("https://evil.example").await.unwrap().status(), 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_labels_stay_bounded_whatever_runs_name() {
+    // The fake provider is on loopback: runs may choose models of it here.
+    let operator = "[operator]\nallow_private_model_urls = true\n";
+    let ra = r::start(scripted(Script::default()), operator).await;
+    let app = &ra.app;
+    let metrics = || async {
+        reqwest::get(app.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let long_model = format!("openai:{}", "m".repeat(200_000));
+    let run = |model: String| async move {
+        let tid = support::new_thread(app).await;
+        let resp = app
+            .client
+            .post(app.url(&format!("/threads/{tid}/runs/wait")))
+            .json(&json!({
+                "assistant_id": "deep_research",
+                "input": {"messages": [{"role": "user", "content": "Compare solar and wind"}]},
+                "config": {"configurable": {"research_model": model, "allow_clarification": false}},
+            }))
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status();
+        if status.is_client_error() {
+            let text = resp.text().await.unwrap();
+            panic!("{}", &text[..text.len().min(300)]);
+        }
+        status
+    };
+    // One round of the attack: runs of a model nobody configured, with a 200 kB name, and
+    // requests with made-up methods.
+    let round = |i: usize| {
+        let long_model = long_model.clone();
+        async move {
+            let status = run(format!("{long_model}{i}")).await;
+            assert!(status.is_success(), "{status}");
+            for j in 0..10 {
+                let method = reqwest::Method::from_bytes(format!("ATTACK{i}x{j}").as_bytes());
+                let resp = app.client.request(method.unwrap(), app.url("/ok")).send();
+                resp.await.unwrap();
+            }
+            metrics().await
+        }
+    };
+    let mut sizes = Vec::new();
+    for i in 0..4 {
+        sizes.push(round(i).await.len());
+    }
+    let text = metrics().await;
+    assert!(
+        !text.contains("mmmmmmmmmm"),
+        "a run's model name became a label"
+    );
+    assert!(!text.contains("ATTACK"), "a request method became a label");
+    // Every label value is one of a known few, however many names the attack used.
+    for (label, allowed) in [
+        ("model", &["fake-model", "other"][..]),
+        ("provider", &["openai"][..]),
+        ("method", &["GET", "POST", "other"][..]),
+    ] {
+        let pattern = format!("{label}=\"");
+        for value in text.split(&pattern).skip(1) {
+            let value = value.split('"').next().unwrap_or_default();
+            assert!(allowed.contains(&value), "{label}={value:?} in /metrics");
+        }
+    }
+    // The page stays tens of kilobytes (it was megabytes with the names as labels).
+    assert!(
+        text.len() < 100_000,
+        "/metrics is {} bytes after {sizes:?}",
+        text.len()
+    );
+    assert!(
+        text.contains(r#"dr_model_calls_total{provider="openai",model="other""#),
+        "unnamed models are counted as other:\n{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_can_require_credentials() {
+    let mut settings = Settings {
+        api_key: Some("k-123".into()),
+        auth: Settings::default().auth,
+        ..test_settings()
+    };
+    settings.telemetry.metrics_public = false;
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let resp = reqwest::get(app.url("/metrics")).await.unwrap();
+    assert_eq!(resp.status(), 401);
+    let resp = app
+        .client
+        .get(app.url("/metrics"))
+        .header("x-api-key", "k-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(reqwest::get(app.url("/ok")).await.unwrap().status(), 200);
+}
