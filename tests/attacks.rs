@@ -1,6 +1,7 @@
-//! Attacks that need no account, done for real over TCP: silent and idle sockets, one address
-//! taking every connection, cross-site writes from a browser page, and label values that would
-//! grow `/metrics` without bound. Each test performs the attack and checks the guard holds.
+//! Attacks done for real over TCP: silent and idle sockets, one address taking every
+//! connection, cross-site writes from a browser page, label values that would grow `/metrics`
+//! without bound, and a long thread whose state reads would take the process's memory. Each
+//! test performs the attack and checks the guard holds.
 
 mod support;
 
@@ -11,6 +12,41 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use support::research::{self as r, Script, scripted};
 use support::{Backend, TestApp, spawn_app_on, test_settings};
+
+/// Counts the bytes the whole process (server included) has allocated, and the peak.
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static PEAK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Relaxed) + layout.size();
+            PEAK.fetch_max(live, Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// How far above the live bytes at its start the process's allocations peaked during `f`.
+async fn peak_during<F: std::future::Future>(f: F) -> (F::Output, usize) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let base = LIVE.load(Relaxed);
+    PEAK.store(base, Relaxed);
+    let out = f.await;
+    (out, PEAK.load(Relaxed).saturating_sub(base))
+}
 
 fn connect(app: &TestApp) -> TcpStream {
     let addr = app.address.trim_start_matches("http://");
@@ -386,4 +422,81 @@ async fn metrics_can_require_credentials() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(reqwest::get(app.url("/ok")).await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_long_thread_costs_its_state_not_its_length() {
+    let app = spawn_app_on(Backend::Sqlite, test_settings())
+        .await
+        .unwrap();
+    let tid = support::new_thread(&app).await;
+    let wait = app
+        .client
+        .post(app.url(&format!("/threads/{tid}/runs/wait")))
+        .json(&json!({"assistant_id": "agent", "input": support::hello()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wait.status(), 200);
+    let update = |content: String| {
+        app.client
+            .post(app.url(&format!("/threads/{tid}/state")))
+            .json(&json!({"values": {"messages": [{"type": "human", "content": content}]}}))
+            .send()
+    };
+    // A 2 MB message, then 150 small updates: 150 checkpoints that each hold the 2 MB.
+    let report = "r".repeat(2_000_000);
+    assert_eq!(update(report).await.unwrap().status(), 200);
+    let (_, updates_peak) = peak_during(async {
+        for i in 0..150 {
+            let status = update(format!("note {i}")).await.unwrap().status();
+            assert_eq!(status, 200);
+        }
+    })
+    .await;
+    let (state, state_peak) = peak_during(async {
+        app.client
+            .get(app.url(&format!("/threads/{tid}/state")))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(state["values"]["messages"].as_array().unwrap().len(), 153);
+    let (history, history_peak) = peak_during(async {
+        app.client
+            .post(app.url(&format!("/threads/{tid}/history")))
+            .json(&json!({"limit": 3}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(history.as_array().unwrap().len(), 3);
+    let mb = |b: usize| b as f64 / 1e6;
+    eprintln!(
+        "peak above live: 150 updates {:.1} MB, state {:.1} MB, history of 3 {:.1} MB",
+        mb(updates_peak),
+        mb(state_peak),
+        mb(history_peak)
+    );
+    // A copy of the state per checkpoint would be 150 × 2 MB; a few copies of one state is
+    // what reading it needs (the stored rows, the rebuilt values, the JSON answer).
+    for (what, peak) in [
+        ("an update", updates_peak),
+        ("the state", state_peak),
+        ("the history", history_peak),
+    ] {
+        assert!(
+            peak < 40_000_000,
+            "{what} peaked {:.1} MB above live",
+            mb(peak)
+        );
+    }
 }

@@ -33,7 +33,9 @@ impl<'a> StateBuilder<'a> {
         }
     }
 
-    /// The values at `cp`.
+    /// The values at `cp`. Only the states asked for are cached (each later one replays from
+    /// its newest cached ancestor): caching every step of the lineage kept a whole copy of the
+    /// state per checkpoint, hundreds of megabytes for a long thread with a large report.
     pub async fn values(&mut self, cp: &Checkpoint) -> StoreResult<JsonMap> {
         if let Some(v) = self.cache.get(&cp.checkpoint_id) {
             return Ok(v.clone());
@@ -42,7 +44,6 @@ impl<'a> StateBuilder<'a> {
             .store
             .checkpoint_lineage(self.thread_id, &cp.checkpoint_ns, cp.checkpoint_id)
             .await?;
-        // Start from the newest ancestor already rebuilt, then replay forward, caching each step.
         let start = lineage
             .iter()
             .rposition(|c| self.cache.contains_key(&c.checkpoint_id));
@@ -54,8 +55,9 @@ impl<'a> StateBuilder<'a> {
             self.graph
                 .channels
                 .apply(&mut state, &writes_from_json(&c.writes));
-            self.cache.insert(c.checkpoint_id, state.clone());
         }
+        drop(lineage);
+        self.cache.insert(cp.checkpoint_id, state.clone());
         Ok(state)
     }
 
