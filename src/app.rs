@@ -61,6 +61,12 @@ impl Application {
         let auth = Arc::new(api::auth::Authenticator::from_settings(&settings)?);
         let open = settings.api_key.is_none() && !settings.auth.has_identities();
         if open && !is_loopback(&settings.host) {
+            if !settings.auth.open_beyond_loopback {
+                return Err(api::auth::AuthSetupError::OpenBeyondLoopback {
+                    host: settings.host.clone(),
+                }
+                .into());
+            }
             tracing::warn!(host = %settings.host, "authentication is disabled on a non-loopback \
                 address: anyone who can reach it acts as the one local owner");
         }

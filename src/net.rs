@@ -10,7 +10,7 @@ pub fn is_internal(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_internal_v4(v4),
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
+            if let Some(v4) = v6.to_ipv4_mapped().or_else(|| embedded_v4(v6)) {
                 return is_internal_v4(v4);
             }
             let first = v6.segments()[0];
@@ -20,9 +20,29 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 || (first & 0xfe00) == 0xfc00 // unique local
                 || (first & 0xffc0) == 0xfe80 // link-local
                 || (first == 0x2001 && v6.segments()[1] == 0x0db8) // documentation
-                || v6 == Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0)
+                || (v6.segments()[0..3] == [0x64, 0xff9b, 1]) // NAT64 for local use
         }
     }
+}
+
+/// The IPv4 address an IPv6 one stands for on the way: NAT64's well-known prefix
+/// `64:ff9b::/96` (`64:ff9b::7f00:1` is 127.0.0.1 behind the gateway), 6to4 `2002::/16`, and
+/// the old IPv4-compatible `::a.b.c.d`. The address is as internal as the IPv4 one.
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let octets = v6.octets();
+    let last = Ipv4Addr::new(octets[12], octets[13], octets[14], octets[15]);
+    if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
+        return Some(last);
+    }
+    if s[0] == 0x2002 {
+        return Some(Ipv4Addr::new(octets[2], octets[3], octets[4], octets[5]));
+    }
+    // `::` and `::1` are the unspecified and loopback addresses, checked as such.
+    if s[0..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
+        return Some(last);
+    }
+    None
 }
 
 fn is_internal_v4(ip: Ipv4Addr) -> bool {
@@ -50,6 +70,13 @@ pub fn client_builder() -> reqwest::ClientBuilder {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
     reqwest::Client::builder()
+}
+
+/// A builder for clients whose destinations a request chose (webhooks, MCP servers a run
+/// names): no proxy, whatever `HTTP(S)_PROXY` says, since a proxy resolves and connects to the
+/// host itself and the checks on the addresses this process resolves would be bypassed.
+pub fn guarded_client_builder() -> reqwest::ClientBuilder {
+    client_builder().no_proxy()
 }
 
 /// A resolver that answers only with public addresses: a client built with it cannot be sent to
@@ -126,6 +153,26 @@ mod tests {
         }
         for url in ["https://api.openai.com/v1", "https://8.8.8.8/", "not a url"] {
             assert!(!names_internal_host(url), "{url}");
+        }
+    }
+
+    #[test]
+    fn ipv4_behind_ipv6_prefixes_is_as_internal_as_itself() {
+        use super::is_internal;
+        for internal in [
+            "64:ff9b::7f00:1",    // NAT64 of 127.0.0.1
+            "64:ff9b::a9fe:a9fe", // NAT64 of 169.254.169.254
+            "64:ff9b::",          // NAT64 of 0.0.0.0
+            "64:ff9b:1::8.8.8.8", // local-use NAT64: whatever it maps to
+            "2002:7f00:1::",      // 6to4 of 127.0.0.1
+            "2002:c0a8:101::1",   // 6to4 of 192.168.1.1
+            "::10.0.0.1",         // IPv4-compatible
+            "::ffff:127.0.0.1",   // IPv4-mapped
+        ] {
+            assert!(is_internal(internal.parse().unwrap()), "{internal}");
+        }
+        for public in ["64:ff9b::808:808", "2002:808:808::", "2606:4700::1111"] {
+            assert!(!is_internal(public.parse().unwrap()), "{public}");
         }
     }
 }

@@ -500,3 +500,333 @@ async fn reading_a_long_thread_costs_its_state_not_its_length() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_never_go_through_a_proxy() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use support::service::{Db, Fakes, Service, create_thread};
+    // An egress proxy that counts who connects to it (and answers nothing).
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let proxied = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = proxied.clone();
+    std::thread::spawn(move || {
+        for conn in proxy.incoming() {
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    // The webhook receiver, named `localhost` so NO_PROXY (which lets the provider fakes on
+    // 127.0.0.1 be reached) does not cover it.
+    let received = std::sync::Arc::new(AtomicUsize::new(0));
+    let hits = received.clone();
+    let receiver = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            hits.fetch_add(1, Ordering::SeqCst);
+            async { "ok" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!(
+        "http://localhost:{}/hook",
+        listener.local_addr().unwrap().port()
+    );
+    tokio::spawn(async move { axum::serve(listener, receiver).await });
+
+    let fakes = Fakes::start(Duration::ZERO).await;
+    let mut config = std::fs::read_to_string(&fakes.config).unwrap();
+    config.push_str("\n[webhooks]\nsigning_secret = \"s\"\nallow_private_targets = true\n");
+    std::fs::write(&fakes.config, config).unwrap();
+    let db = Db::fresh(Backend::Sqlite, fakes.dir.path()).await.unwrap();
+    let env = [
+        ("HTTP_PROXY", proxy_url.as_str()),
+        ("http_proxy", proxy_url.as_str()),
+        ("HTTPS_PROXY", proxy_url.as_str()),
+        ("ALL_PROXY", proxy_url.as_str()),
+        ("NO_PROXY", "127.0.0.1"),
+        ("no_proxy", "127.0.0.1"),
+    ];
+    let svc = Service::start(&fakes.config, &db, &env).await;
+    let client = deep_research::net::client_builder()
+        .no_proxy()
+        .build()
+        .unwrap();
+    let thread = create_thread(&client, &svc).await;
+    let resp = client
+        .post(svc.url(&format!("/threads/{thread}/runs/wait")))
+        .json(&json!({"assistant_id": "deep_research", "webhook": hook,
+                      "input": {"messages": [{"role": "user", "content": "solar vs wind"}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while received.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        received.load(Ordering::SeqCst),
+        1,
+        "the webhook did not arrive"
+    );
+    assert_eq!(
+        proxied.load(Ordering::SeqCst),
+        0,
+        "the webhook went to the proxy"
+    );
+}
+
+// ---- one account, or a misconfigured server ----------------------------------------------------
+
+const JWT_SECRET: &str = "a-shared-jwt-secret-for-attacks";
+
+fn hs256(claims: Value) -> String {
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()),
+    )
+    .unwrap()
+}
+
+fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_server_does_not_listen_beyond_loopback_unless_told() {
+    let open = |beyond: bool| Settings {
+        host: "0.0.0.0".into(),
+        port: 0,
+        auth: deep_research::config::AuthSettings {
+            disabled: true,
+            open_beyond_loopback: beyond,
+            ..Settings::default().auth
+        },
+        ..test_settings()
+    };
+    let error = deep_research::app::Application::build(open(false), support::graphs::registry())
+        .await
+        .err()
+        .expect("an open server on 0.0.0.0 must not start");
+    assert!(
+        error.to_string().contains("open_beyond_loopback"),
+        "{error}"
+    );
+    let app = deep_research::app::Application::build(open(true), support::graphs::registry()).await;
+    assert!(app.is_ok(), "told explicitly, it starts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_not_yet_valid_are_refused() {
+    let settings = Settings {
+        auth: deep_research::config::AuthSettings {
+            jwt_secret: Some(JWT_SECRET.into()),
+            owner_claim: "sub".into(),
+            ..Default::default()
+        },
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let call = |token: String| {
+        app.client
+            .post(app.url("/threads"))
+            .bearer_auth(token)
+            .json(&json!({}))
+            .send()
+    };
+    let later = hs256(json!({"sub": "ann", "nbf": unix_now() + 3600, "exp": unix_now() + 7200}));
+    assert_eq!(call(later).await.unwrap().status(), 401);
+    let now = hs256(json!({"sub": "ann", "nbf": unix_now() - 5, "exp": unix_now() + 600}));
+    assert_eq!(call(now).await.unwrap().status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_key_ids_do_not_hammer_a_failing_key_server() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // An identity provider whose JWKS endpoint fails, slowly.
+    let fetches = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = fetches.clone();
+    let router = axum::Router::new().route(
+        "/jwks",
+        axum::routing::get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "down")
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let jwks_url = format!("http://{}/jwks", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let settings = Settings {
+        auth: deep_research::config::AuthSettings {
+            jwks_url: Some(jwks_url),
+            jwt_issuer: Some("https://idp.example".into()),
+            owner_claim: "sub".into(),
+            failed_auth_per_minute: 0,
+            ..Default::default()
+        },
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    // Forty tokens, each naming a key id nobody published (the signature is never reached).
+    let header = |kid: usize| {
+        let json = format!(r#"{{"alg":"RS256","typ":"JWT","kid":"made-up-{kid}"}}"#);
+        base64_url(json.as_bytes())
+    };
+    let payload = base64_url(br#"{"sub":"x","exp":9999999999}"#);
+    let started = Instant::now();
+    let mut calls = Vec::new();
+    for kid in 0..40 {
+        let token = format!("{}.{payload}.c2ln", header(kid));
+        calls.push(
+            app.client
+                .get(app.url("/threads/00000000-0000-0000-0000-000000000000"))
+                .bearer_auth(token)
+                .send(),
+        );
+    }
+    for call in calls {
+        assert_eq!(call.await.unwrap().status(), 401);
+    }
+    let took = started.elapsed();
+    assert_eq!(
+        fetches.load(Ordering::SeqCst),
+        1,
+        "the key server was asked per token"
+    );
+    // Before, each token waited in line for its own fetch (40 × 300 ms).
+    assert!(took < Duration::from_secs(3), "40 refusals took {took:?}");
+}
+
+fn base64_url(bytes: &[u8]) -> String {
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n =
+            chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+        for i in 0..=chunk.len() {
+            out.push(ABC[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+fn keys_file_text(entries: &[(&str, &str)]) -> String {
+    entries
+        .iter()
+        .map(|(owner, key)| {
+            format!(
+                "[[keys]]\nowner = \"{owner}\"\nsha256 = \"{}\"\n\n",
+                deep_research::api::auth::key_digest(key)
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_key_stops_working_without_a_restart_and_its_crons_stop() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("keys.toml");
+    std::fs::write(
+        &path,
+        keys_file_text(&[
+            ("alice", "alice-key-0123456789"),
+            ("bob", "bob-key-0123456789"),
+        ]),
+    )
+    .unwrap();
+    let settings = Settings {
+        auth: deep_research::config::AuthSettings {
+            keys_file: Some(path.clone()),
+            owner_claim: "sub".into(),
+            ..Default::default()
+        },
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let as_bob = |method: reqwest::Method, path: &str| {
+        app.client
+            .request(method, app.url(path))
+            .header("x-api-key", "bob-key-0123456789")
+    };
+    let thread: Value = as_bob(reqwest::Method::POST, "/threads")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    // A cron every minute on bob's thread.
+    let cron = as_bob(reqwest::Method::POST, &format!("/threads/{tid}/runs/crons"))
+        .json(&json!({"assistant_id": "agent", "schedule": "* * * * *", "input": support::hello()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cron.status(), 200, "{}", cron.text().await.unwrap());
+
+    // The operator removes bob's key. Within seconds, without a restart, it is refused.
+    std::fs::write(&path, keys_file_text(&[("alice", "alice-key-0123456789")])).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = as_bob(reqwest::Method::GET, &format!("/threads/{tid}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        if status == 401 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "bob's revoked key still works");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Bob's cron comes due (within a minute) and starts nothing; it moves on to its next tick.
+    let bob = deep_research::store::Owner::named("bob").unwrap();
+    let cron_of_bob = || async {
+        let page = app
+            .store
+            .search_crons(&deep_research::store::CronQuery {
+                owner: bob.clone(),
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), 1);
+        page.items[0].next_run_date.unwrap()
+    };
+    let first_tick = cron_of_bob().await;
+    let deadline = Instant::now() + Duration::from_secs(75);
+    while cron_of_bob().await == first_tick {
+        assert!(Instant::now() < deadline, "the cron never came due");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let runs = app
+        .store
+        .list_runs(tid.parse().unwrap(), None, 10, 0)
+        .await
+        .unwrap();
+    assert!(
+        runs.is_empty(),
+        "a revoked owner's cron started {} run(s)",
+        runs.len()
+    );
+    // A malformed keys file keeps the keys in force.
+    std::fs::write(&path, "not toml [[").unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let alice = app
+        .client
+        .post(app.url("/threads"))
+        .header("x-api-key", "alice-key-0123456789")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(alice.status(), 200);
+}

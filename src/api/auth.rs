@@ -47,6 +47,13 @@ pub enum AuthSetupError {
          server.api_key for one shared key), or run `serve --no-auth` for local use"
     )]
     Unconfigured,
+    #[error(
+        "authentication is disabled and the server would listen on {host}, which is not \
+         loopback: anyone who reaches it would act as the one local owner. Listen on \
+         127.0.0.1, configure credentials, or set [auth] open_beyond_loopback = true \
+         (DR__AUTH__OPEN_BEYOND_LOOPBACK=true) if that is what you mean"
+    )]
+    OpenBeyondLoopback { host: String },
     #[error("could not read the keys file {path}: {detail}")]
     KeysFile { path: String, detail: String },
 }
@@ -97,6 +104,93 @@ fn read_keys(path: &Path) -> Result<HashMap<String, Owner>, AuthSetupError> {
     Ok(keys)
 }
 
+/// The keys file, read again when it changes (checked at most every `KEYS_RECHECK`): adding or
+/// revoking a key needs no restart. A file that cannot be read or parsed keeps the keys last
+/// read, with an error in the log.
+struct KeysFileWatch {
+    path: Option<std::path::PathBuf>,
+    state: std::sync::RwLock<KeysState>,
+}
+
+struct KeysState {
+    keys: HashMap<String, Owner>,
+    modified: Option<std::time::SystemTime>,
+    checked: Instant,
+}
+
+const KEYS_RECHECK: Duration = Duration::from_secs(2);
+
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+impl KeysFileWatch {
+    fn open(path: Option<std::path::PathBuf>) -> Result<Self, AuthSetupError> {
+        let (keys, modified) = match &path {
+            Some(p) => (read_keys(p)?, modified(p)),
+            None => (HashMap::new(), None),
+        };
+        Ok(Self {
+            path,
+            state: std::sync::RwLock::new(KeysState {
+                keys,
+                modified,
+                checked: Instant::now(),
+            }),
+        })
+    }
+
+    fn configured(&self) -> bool {
+        self.path.is_some()
+    }
+
+    fn owner_of(&self, digest: &str) -> Option<Owner> {
+        self.refresh();
+        self.read().keys.get(digest).cloned()
+    }
+
+    fn names(&self, owner: &Owner) -> bool {
+        self.refresh();
+        self.read().keys.values().any(|o| o == owner)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, KeysState> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Re-reads the file when its modification time changed since the last read.
+    fn refresh(&self) {
+        let Some(path) = &self.path else { return };
+        if self.read().checked.elapsed() < KEYS_RECHECK {
+            return;
+        }
+        let mut state = self
+            .state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.checked.elapsed() < KEYS_RECHECK {
+            return;
+        }
+        state.checked = Instant::now();
+        let now_modified = modified(path);
+        if now_modified == state.modified {
+            return;
+        }
+        match read_keys(path) {
+            Ok(keys) => {
+                tracing::info!(path = %path.display(), keys = keys.len(), "keys file re-read");
+                state.keys = keys;
+                state.modified = now_modified;
+            }
+            Err(error) => {
+                tracing::error!(%error, "the keys file changed and cannot be used; the keys read before stay in force");
+            }
+        }
+    }
+}
+
 /// Verifies bearer JWTs: HMAC with the shared secret, or a public key from the JWKS URL.
 struct JwtVerifier {
     secret: Option<DecodingKey>,
@@ -106,35 +200,67 @@ struct JwtVerifier {
     owner_claim: String,
 }
 
-/// The JWKS document, fetched on first use and again (at most once a minute) when a token
-/// names a key id it does not list.
+/// The JWKS document, fetched on first use and again when a token names a key id it does not
+/// list: at most once a minute after a fetch that worked, once every five seconds after one
+/// that failed. The fetch happens outside the lock, so tokens naming made-up key ids (or a
+/// key server that hangs) cannot make every other request wait on it.
 struct Jwks {
     url: String,
     client: reqwest::Client,
-    cached: tokio::sync::Mutex<Option<(JwkSet, Instant)>>,
+    state: std::sync::Mutex<JwksState>,
+}
+
+#[derive(Default)]
+struct JwksState {
+    keys: Option<JwkSet>,
+    last_attempt: Option<Instant>,
+    last_failed: bool,
 }
 
 const JWKS_REFRESH: Duration = Duration::from_secs(60);
+const JWKS_RETRY: Duration = Duration::from_secs(5);
 
 impl Jwks {
+    fn state(&self) -> std::sync::MutexGuard<'_, JwksState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     async fn key(&self, kid: Option<&str>) -> Result<DecodingKey, String> {
-        let mut cached = self.cached.lock().await;
-        let stale = cached
-            .as_ref()
-            .is_none_or(|(_, at)| at.elapsed() >= JWKS_REFRESH);
         let known = |set: &JwkSet| match kid {
             Some(kid) => set.find(kid).cloned(),
             None if set.keys.len() == 1 => set.keys.first().cloned(),
             None => None,
         };
-        let mut found = cached.as_ref().and_then(|(set, _)| known(set));
-        if found.is_none() && stale {
-            let set = self.fetch().await?;
-            found = known(&set);
-            *cached = Some((set, Instant::now()));
+        let fetch_now = {
+            let mut state = self.state();
+            if let Some(jwk) = state.keys.as_ref().and_then(known) {
+                return decoding_key(&jwk);
+            }
+            let gap = if state.last_failed {
+                JWKS_RETRY
+            } else {
+                JWKS_REFRESH
+            };
+            let due = state.last_attempt.is_none_or(|at| at.elapsed() >= gap);
+            if due {
+                // Claimed before the fetch: requests meanwhile do not start their own.
+                state.last_attempt = Some(Instant::now());
+            }
+            due
+        };
+        if !fetch_now {
+            return Err("the token's key id is not among the JWKS keys".into());
         }
-        let jwk = found.ok_or("the token's key id is not among the JWKS keys")?;
-        DecodingKey::from_jwk(&jwk).map_err(|e| format!("unusable JWKS key: {e}"))
+        let fetched = self.fetch().await;
+        let mut state = self.state();
+        state.last_failed = fetched.is_err();
+        let set = fetched?;
+        let found = known(&set);
+        state.keys = Some(set);
+        drop(state);
+        decoding_key(&found.ok_or("the token's key id is not among the JWKS keys")?)
     }
 
     async fn fetch(&self) -> Result<JwkSet, String> {
@@ -155,6 +281,10 @@ impl Jwks {
     }
 }
 
+fn decoding_key(jwk: &jsonwebtoken::jwk::Jwk) -> Result<DecodingKey, String> {
+    DecodingKey::from_jwk(jwk).map_err(|e| format!("unusable JWKS key: {e}"))
+}
+
 const HMAC_ALGS: [Algorithm; 3] = [Algorithm::HS256, Algorithm::HS384, Algorithm::HS512];
 
 impl JwtVerifier {
@@ -168,8 +298,14 @@ impl JwtVerifier {
                 .timeout(Duration::from_secs(10))
                 .build()
                 .unwrap_or_default(),
-            cached: tokio::sync::Mutex::new(None),
+            state: std::sync::Mutex::new(JwksState::default()),
         });
+        if a.jwks_url.is_some() && a.jwt_issuer.is_none() && a.jwt_audience.is_none() {
+            tracing::warn!(
+                "[auth] jwks_url is set without jwt_issuer or jwt_audience: any token the \
+                 identity provider signs, for any application, is accepted here"
+            );
+        }
         Some(Self {
             secret: a
                 .jwt_secret
@@ -200,6 +336,8 @@ impl JwtVerifier {
         let mut rules = Validation::new(head.alg);
         rules.leeway = 30;
         rules.set_required_spec_claims(&["exp"]);
+        // A token is not valid before its `nbf`, when it has one.
+        rules.validate_nbf = true;
         match &self.audience {
             Some(aud) => rules.set_audience(&[aud]),
             None => rules.validate_aud = false,
@@ -227,7 +365,7 @@ pub struct Authenticator {
     /// owner.
     separate: bool,
     shared_key: Option<SecretString>,
-    keys: HashMap<String, Owner>,
+    keys: KeysFileWatch,
     jwt: Option<JwtVerifier>,
     per_owner: Option<DefaultKeyedRateLimiter<Owner>>,
     failures: Option<DefaultKeyedRateLimiter<IpAddr>>,
@@ -245,10 +383,7 @@ impl Authenticator {
         if !a.disabled && settings.api_key.is_none() && !a.has_identities() {
             return Err(AuthSetupError::Unconfigured);
         }
-        let keys = match &a.keys_file {
-            Some(path) => read_keys(path)?,
-            None => HashMap::new(),
-        };
+        let keys = KeysFileWatch::open(a.keys_file.clone())?;
         let separate = a.has_identities();
         // Credentials configured win over `disabled`, which only allows running without any.
         let configured = settings.api_key.is_some() || a.has_identities();
@@ -302,9 +437,19 @@ impl Authenticator {
         }
         // Looked up by digest: the lookup's timing says nothing about the key itself.
         self.keys
-            .get(&key_digest(key))
-            .cloned()
+            .owner_of(&key_digest(key))
             .ok_or_else(|| "Invalid API key".into())
+    }
+
+    /// Whether `owner` has lost its access: on a server whose only identities are the keys
+    /// file, an owner none of its keys names any more. (With JWTs, an owner not in the file
+    /// may still hold tokens, so nobody is taken for revoked.) Crons of a revoked owner do not
+    /// fire.
+    pub fn is_revoked(&self, owner: &Owner) -> bool {
+        if self.disabled || self.jwt.is_some() || !self.keys.configured() {
+            return false;
+        }
+        *owner != Owner::local() && !self.keys.names(owner)
     }
 
     /// Counts a failed attempt from `ip`; past the per-address budget, the answer is a 429

@@ -15,7 +15,7 @@ use crate::store::{
     CancelAction, Checkpoint, CheckpointQuery, EventId, IfExists, JsonMap, Thread, ThreadQuery,
     ThreadStatus, ThreadSummary,
 };
-use crate::stream::{ThreadFollow, ThreadModes, thread_sse_body};
+use crate::stream::{ThreadFollow, ThreadIdentity, ThreadModes, thread_sse_body};
 use crate::time::Timestamp;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -723,6 +723,10 @@ pub(super) async fn stream(
         store: state.store.clone(),
         bus: state.bus.clone(),
         thread_id: thread.thread_id,
+        opened: ThreadIdentity {
+            owner: thread.owner.clone(),
+            created_at: thread.created_at,
+        },
         modes,
         after,
         heartbeat: state.settings.heartbeat,

@@ -111,6 +111,7 @@ pub struct Webhooks {
 #[serde(deny_unknown_fields)]
 pub struct Auth {
     pub disabled: bool,
+    pub open_beyond_loopback: bool,
     pub keys_file: String,
     pub jwt_secret: SecretString,
     pub jwks_url: String,

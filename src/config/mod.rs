@@ -83,6 +83,8 @@ pub struct Settings {
 pub struct AuthSettings {
     /// Local use: every caller is the one local owner.
     pub disabled: bool,
+    /// With `disabled`, also listen on an address that is not loopback.
+    pub open_beyond_loopback: bool,
     pub keys_file: Option<std::path::PathBuf>,
     pub jwt_secret: Option<SecretString>,
     pub jwks_url: Option<String>,
@@ -291,6 +293,7 @@ fn auth_settings(a: &file::Auth) -> AuthSettings {
     let text = |s: &str| Some(s.trim().to_owned()).filter(|s| !s.is_empty());
     AuthSettings {
         disabled: a.disabled,
+        open_beyond_loopback: a.open_beyond_loopback,
         keys_file: text(&a.keys_file).map(std::path::PathBuf::from),
         jwt_secret: non_empty(&a.jwt_secret),
         jwks_url: text(&a.jwks_url),

@@ -32,9 +32,11 @@ pub enum WebhookError {
     Credentials,
     #[error("host '{0}' could not be resolved")]
     Unresolvable(String),
+    /// The address stays out of the message (it is logged): a caller may not map the
+    /// server's internal network by naming hosts.
     #[error(
-        "host '{host}' resolves to {addr}, an internal address; webhooks go to public addresses \
-         only (the operator can allow internal ones: webhooks.allow_private_targets)"
+        "host '{host}' resolves to an internal address; webhooks go to public addresses only \
+         (the operator can allow internal ones: webhooks.allow_private_targets)"
     )]
     Internal { host: String, addr: IpAddr },
 }
@@ -81,6 +83,7 @@ pub async fn vet(raw: &str, settings: &WebhookSettings) -> Result<Target, Webhoo
     if !settings.allow_private_targets
         && let Some(addr) = addrs.iter().map(SocketAddr::ip).find(|ip| is_internal(*ip))
     {
+        tracing::info!(%host, %addr, "webhook refused: its host resolves to an internal address");
         return Err(WebhookError::Internal { host, addr });
     }
     Ok(Target { url, host, addrs })
@@ -149,7 +152,7 @@ async fn send(
     run_id: uuid::Uuid,
     body: &[u8],
 ) -> Attempt {
-    let client = crate::net::client_builder()
+    let client = crate::net::guarded_client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(settings.timeout)
         .resolve_to_addrs(&target.host, &target.addrs)

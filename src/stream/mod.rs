@@ -10,7 +10,7 @@ mod thread;
 pub use bus::{Bus, Frame, RunChannel};
 pub use encode::Encoder;
 pub use modes::{StreamMode, StreamModes};
-pub use thread::{ThreadFollow, ThreadModes, thread_sse_body};
+pub use thread::{ThreadFollow, ThreadIdentity, ThreadModes, thread_sse_body};
 
 use crate::store::{EventId, Store};
 use crate::telemetry::metrics::SseSubscriber;

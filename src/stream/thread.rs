@@ -82,12 +82,22 @@ pub struct ThreadFollow {
     pub store: Arc<dyn Store>,
     pub bus: Bus,
     pub thread_id: Uuid,
+    /// The thread as it was when the stream opened (its owner checked): runs are followed only
+    /// while the thread under this id is still that one.
+    pub opened: ThreadIdentity,
     pub modes: ThreadModes,
     /// Frames after this one are sent: the client's `Last-Event-ID`, or now for a new
     /// connection (it follows runs from now on).
     pub after: EventId,
     pub heartbeat: Duration,
     pub shutdown: CancellationToken,
+}
+
+/// What tells one thread from another created later under the same id.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadIdentity {
+    pub owner: crate::store::Owner,
+    pub created_at: crate::time::Timestamp,
 }
 
 /// The SSE body of a thread stream, until the client goes away or the server stops.
@@ -152,10 +162,17 @@ impl ThreadFollow {
                     Vec::new()
                 }
             };
-            for run in runs.into_iter().rev() {
-                if !done.insert(run.run_id) {
-                    continue;
-                }
+            let fresh: Vec<Run> = runs
+                .into_iter()
+                .rev()
+                .filter(|run| done.insert(run.run_id))
+                .collect();
+            // The owner was checked when the stream opened; a thread deleted and created again
+            // under this id (by anyone) is another thread, whose runs this stream must not show.
+            if !fresh.is_empty() && !self.still_the_same_thread().await {
+                return;
+            }
+            for run in fresh {
                 // A run that ended before the cursor has nothing left to send.
                 if !run.status.is_inflight() && run.updated_at.millis() < cursor.ms {
                     continue;
@@ -179,6 +196,25 @@ impl ThreadFollow {
                 () = tokio::time::sleep(DISCOVERY_POLL) => {}
                 () = tx.closed() => return,
                 () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// Whether the thread under this id is the one the stream was opened on (a store error
+    /// counts as no: the client reconnects and is checked again).
+    async fn still_the_same_thread(&self) -> bool {
+        match self.store.get_thread(self.thread_id).await {
+            Ok(Some(thread)) => {
+                self.opened
+                    == ThreadIdentity {
+                        owner: thread.owner,
+                        created_at: thread.created_at,
+                    }
+            }
+            Ok(None) => false,
+            Err(error) => {
+                tracing::warn!(%error, thread_id = %self.thread_id, "could not re-check the thread");
+                false
             }
         }
     }

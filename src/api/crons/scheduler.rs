@@ -54,6 +54,14 @@ async fn fire(state: &AppState, cron: Cron, now: Timestamp) {
         due,
         next,
     };
+    // A revoked owner's crons stay, but start nothing until the owner has a key again.
+    if state.auth.is_revoked(&cron.owner) {
+        tracing::warn!(cron_id = %cron.cron_id, "cron tick skipped: its owner's keys were revoked");
+        if let Err(error) = state.store.skip_cron_tick(&tick).await {
+            tracing::warn!(cron_id = %cron.cron_id, %error, "moving a cron past a skipped tick failed");
+        }
+        return;
+    }
     let (target, payload) = run_request(&cron);
     match start_for_cron(state, &cron.owner, target, payload, tick.clone()).await {
         Ok(run) => {

@@ -266,7 +266,12 @@ pub(super) async fn start_ticked(
 ) -> ApiResult<Started> {
     validate(&body, target)?;
     check_target(state, owner, target).await?;
-    check_webhook(state, &body).await?;
+    // A cron's webhook was checked when the cron was saved, and delivery checks it again
+    // before every attempt: no DNS lookup in the scheduler's loop, where one slow resolver
+    // would hold back every owner's crons.
+    if cron_tick.is_none() {
+        check_webhook(state, &body).await?;
+    }
     let options = Options::parse(&body)?;
     let assistant = resolve(state, &body.assistant_id, owner)
         .await

@@ -88,10 +88,13 @@ impl McpHub {
                 .connect_timeout(limits.connect_timeout)
                 .redirect(reqwest::redirect::Policy::none())
         };
+        // Servers a run names are checked where this process resolves them: no proxy, which
+        // would resolve and connect on its own.
         let run_http = if allow_private {
             base().build()?
         } else {
             base()
+                .no_proxy()
                 .dns_resolver(Arc::new(crate::net::PublicOnly))
                 .build()?
         };
