@@ -830,3 +830,220 @@ async fn a_revoked_key_stops_working_without_a_restart_and_its_crons_stop() {
         .unwrap();
     assert_eq!(alice.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_stream_does_not_follow_another_owners_thread_under_the_same_id() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("keys.toml");
+    std::fs::write(
+        &path,
+        keys_file_text(&[
+            ("alice", "alice-key-0123456789"),
+            ("bob", "bob-key-0123456789"),
+        ]),
+    )
+    .unwrap();
+    let settings = Settings {
+        auth: deep_research::config::AuthSettings {
+            keys_file: Some(path),
+            owner_claim: "sub".into(),
+            ..Default::default()
+        },
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let call = |key: &'static str, method: reqwest::Method, path: String| {
+        app.client
+            .request(method, app.url(&path))
+            .header("x-api-key", key)
+    };
+    let (alice, bob) = ("alice-key-0123456789", "bob-key-0123456789");
+    let tid = uuid::Uuid::new_v4().to_string();
+    let created = call(alice, reqwest::Method::POST, "/threads".into())
+        .json(&json!({"thread_id": tid}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    // Alice follows her thread...
+    let stream = call(
+        alice,
+        reqwest::Method::GET,
+        format!("/threads/{tid}/stream"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(stream.status(), 200);
+    let body = tokio::spawn(async move { stream.text().await.unwrap_or_default() });
+    // ...deletes it, and bob creates a thread under the same id and runs on it.
+    let deleted = call(alice, reqwest::Method::DELETE, format!("/threads/{tid}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    let created = call(bob, reqwest::Method::POST, "/threads".into())
+        .json(&json!({"thread_id": tid}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let run = call(
+        bob,
+        reqwest::Method::POST,
+        format!("/threads/{tid}/runs/wait"),
+    )
+    .json(&json!({"assistant_id": "agent", "input": {"messages": [
+            {"type": "human", "content": "bob's secret plan", "id": "b1"}]}}))
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(run.status(), 200);
+    // Alice's stream ends without showing any of it.
+    let seen = tokio::time::timeout(Duration::from_secs(10), body)
+        .await
+        .expect("alice's stream kept following the id")
+        .unwrap();
+    assert!(!seen.contains("secret plan"), "alice saw bob's run: {seen}");
+    assert!(
+        !seen.contains("run_done"),
+        "alice saw bob's run end: {seen}"
+    );
+}
+
+/// The cases of LangGraph server advisories, tried on this server: conditional thread creation
+/// that returned another owner's thread, run creation that found another owner's assistant,
+/// and webhooks to loopback allowed by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_published_langgraph_advisories_do_not_apply_here() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("keys.toml");
+    std::fs::write(
+        &path,
+        keys_file_text(&[
+            ("alice", "alice-key-0123456789"),
+            ("bob", "bob-key-0123456789"),
+        ]),
+    )
+    .unwrap();
+    let settings = Settings {
+        auth: deep_research::config::AuthSettings {
+            keys_file: Some(path),
+            owner_claim: "sub".into(),
+            ..Default::default()
+        },
+        // The shipped default: no private webhook targets.
+        webhooks: deep_research::config::WebhookSettings {
+            allow_private_targets: false,
+            ..test_settings().webhooks
+        },
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let call = |key: &'static str, method: reqwest::Method, path: &str, body: Value| {
+        let req = app
+            .client
+            .request(method, app.url(path))
+            .header("x-api-key", key);
+        async move {
+            let resp = req.json(&body).send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (alice, bob) = ("alice-key-0123456789", "bob-key-0123456789");
+    let post = reqwest::Method::POST;
+    let (_, thread) = call(
+        alice,
+        post.clone(),
+        "/threads",
+        json!({"metadata": {"secret": "a1"}}),
+    )
+    .await;
+    let tid = thread["thread_id"].as_str().unwrap();
+    let (_, assistant) = call(
+        alice,
+        post.clone(),
+        "/assistants",
+        json!({"graph_id": "agent"}),
+    )
+    .await;
+    let aid = assistant["assistant_id"].as_str().unwrap();
+
+    // 1. Conditional creation on alice's thread id: no thread comes back, nothing changes.
+    for if_exists in ["do_nothing", "raise"] {
+        let (status, v) = call(
+            bob,
+            post.clone(),
+            "/threads",
+            json!({"thread_id": tid, "if_exists": if_exists, "metadata": {"secret": "b"}}),
+        )
+        .await;
+        assert_eq!(status, 409, "{if_exists}: {v}");
+        assert!(!v.to_string().contains("a1"), "{v}");
+    }
+    let (status, _) = call(
+        bob,
+        post.clone(),
+        &format!("/threads/{tid}/runs/wait"),
+        json!({"assistant_id": "agent", "input": support::hello(), "if_not_exists": "create"}),
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (_, seen) = call(
+        alice,
+        reqwest::Method::GET,
+        &format!("/threads/{tid}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(seen["metadata"]["secret"], "a1");
+
+    // 2. Runs naming alice's assistant, on a thread of bob's and stateless: not found.
+    let (_, own) = call(bob, post.clone(), "/threads", json!({})).await;
+    let own = own["thread_id"].as_str().unwrap();
+    for path in [format!("/threads/{own}/runs"), "/runs/wait".to_owned()] {
+        let (status, v) = call(
+            bob,
+            post.clone(),
+            &path,
+            json!({"assistant_id": aid, "input": support::hello()}),
+        )
+        .await;
+        assert_eq!(status, 404, "{path}: {v}");
+    }
+
+    // 3. A webhook to loopback is refused by default, and the refusal names no address.
+    for hook in [
+        "http://127.0.0.1:9/hook",
+        "http://localhost:9/hook",
+        "http://[::1]:9/hook",
+        "http://[64:ff9b::7f00:1]:9/hook",
+    ] {
+        let (status, v) = call(
+            bob,
+            post.clone(),
+            &format!("/threads/{own}/runs"),
+            json!({"assistant_id": "agent", "input": support::hello(), "webhook": hook}),
+        )
+        .await;
+        assert_eq!(status, 422, "{hook}: {v}");
+        let detail = v["detail"].as_str().unwrap();
+        assert!(detail.contains("internal address"), "{detail}");
+        if hook.contains("localhost") {
+            // What the name resolves to stays on the server.
+            assert!(
+                !detail.contains("127.0.0.1") && !detail.contains("::1"),
+                "{detail}"
+            );
+        }
+    }
+    let (_, runs) = call(
+        bob,
+        reqwest::Method::GET,
+        &format!("/threads/{own}/runs"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(runs, json!([]));
+}
