@@ -1047,3 +1047,185 @@ async fn the_published_langgraph_advisories_do_not_apply_here() {
     .await;
     assert_eq!(runs, json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spend_is_recorded_while_a_run_goes_and_survives_deleting_its_thread() {
+    use support::fake_llm::FakeReply;
+    let script = scripted(Script::default());
+    let slow = move |req: &Value| FakeReply::delayed(Duration::from_millis(400), script(req));
+    let ra = r::start(slow, "").await;
+    let app = &ra.app;
+    let owner = deep_research::store::Owner::local();
+    let since = deep_research::time::Timestamp::now();
+    let spent = || async { app.store.owner_spend_since(&owner, since).await.unwrap().0 };
+    let tid = support::new_thread(app).await;
+    let run: Value = app
+        .client
+        .post(app.url(&format!("/threads/{tid}/runs")))
+        .json(&json!({"assistant_id": "deep_research",
+            "input": {"messages": [{"role": "user", "content": "Compare solar and wind"}]},
+            "config": {"configurable": {"allow_clarification": false}}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "pending", "{run}");
+    // Counted while the run is still going.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while spent().await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "nothing recorded while the run went on"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = app
+        .client
+        .get(app.url(&format!(
+            "/threads/{tid}/runs/{}",
+            run["run_id"].as_str().unwrap()
+        )))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()["status"]
+        .clone();
+    assert_eq!(status, "running", "recorded only at the end");
+    // Deleting the thread mid-run does not take the spend with it.
+    let before = spent().await;
+    let deleted = app
+        .client
+        .delete(app.url(&format!("/threads/{tid}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(spent().await >= before, "the spend went with the thread");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_owner_cannot_hold_unbounded_streams_or_crons() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("keys.toml");
+    std::fs::write(
+        &path,
+        keys_file_text(&[
+            ("alice", "alice-key-0123456789"),
+            ("bob", "bob-key-0123456789"),
+        ]),
+    )
+    .unwrap();
+    let mut settings = Settings {
+        auth: deep_research::config::AuthSettings {
+            keys_file: Some(path),
+            owner_claim: "sub".into(),
+            ..Default::default()
+        },
+        ..test_settings()
+    };
+    settings.run_limits.owner_max_streams = 3;
+    settings.run_limits.owner_max_crons = 2;
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let (alice, bob) = ("alice-key-0123456789", "bob-key-0123456789");
+    let call = |key: &'static str, method: reqwest::Method, path: String| {
+        app.client
+            .request(method, app.url(&path))
+            .header("x-api-key", key)
+    };
+    let thread = |key: &'static str| async move {
+        let v: Value = call(key, reqwest::Method::POST, "/threads".into())
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["thread_id"].as_str().unwrap().to_owned()
+    };
+    let tid = thread(alice).await;
+    let open = || {
+        call(
+            alice,
+            reqwest::Method::GET,
+            format!("/threads/{tid}/stream"),
+        )
+        .send()
+    };
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let resp = open().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        held.push(resp);
+    }
+    let refused = open().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("streams or waits open")
+    );
+    // A refused stream that would start a run starts none.
+    let runs_before = app
+        .store
+        .list_runs(tid.parse().unwrap(), None, 10, 0)
+        .await
+        .unwrap()
+        .len();
+    let refused = call(
+        alice,
+        reqwest::Method::POST,
+        format!("/threads/{tid}/runs/stream"),
+    )
+    .json(&json!({"assistant_id": "agent", "input": support::hello()}))
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), 429);
+    let runs_after = app
+        .store
+        .list_runs(tid.parse().unwrap(), None, 10, 0)
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(runs_after, runs_before);
+    // Bob is not held back by alice, and alice gets a slot back when she closes a stream.
+    let bobs = thread(bob).await;
+    let resp = call(bob, reqwest::Method::GET, format!("/threads/{bobs}/stream"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let resp = open().await.unwrap();
+        if resp.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the closed stream's slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Crons: two, then a clear refusal.
+    let cron = || {
+        call(alice, reqwest::Method::POST, "/runs/crons".into())
+            .json(&json!({"assistant_id": "agent", "schedule": "0 0 1 1 *", "input": support::hello()}))
+            .send()
+    };
+    assert_eq!(cron().await.unwrap().status(), 200);
+    assert_eq!(cron().await.unwrap().status(), 200);
+    let refused = cron().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.text().await.unwrap().contains("crons"));
+}

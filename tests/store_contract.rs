@@ -2429,11 +2429,11 @@ mod contract {
         };
         assert!(s.list_namespaces(&listing, now).await.unwrap().is_empty());
 
-        // Spend: recorded under the thread's owner, kept after the thread goes.
-        s.record_spend(r.run_id, t.thread_id, 1_000, 0.5, now)
+        // Spend: recorded under the owner given, whatever happens to the thread.
+        s.record_spend(r.run_id, &alice, 1_000, 0.5, now)
             .await
             .unwrap();
-        s.record_spend(r.run_id, t.thread_id, 1_500, 0.75, now)
+        s.record_spend(r.run_id, &alice, 1_500, 0.75, now)
             .await
             .unwrap();
         assert_eq!(

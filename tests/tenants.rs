@@ -974,13 +974,12 @@ async fn an_owner_past_its_daily_spend_cannot_start_runs() {
     let (status, v) = start_slow(&alice, 0.01).await;
     assert_eq!(status, StatusCode::OK, "{v}");
     // What alice's research runs spent today, as the executor records it.
-    let (run_id, thread_id) = (
-        v["run_id"].as_str().unwrap().parse().unwrap(),
-        v["thread_id"].as_str().unwrap().parse().unwrap(),
-    );
+    let run_id = v["run_id"].as_str().unwrap().parse().unwrap();
+    let thread_id = v["thread_id"].as_str().unwrap();
     let now = deep_research::time::Timestamp::now();
+    let owner = deep_research::store::Owner::named("alice").unwrap();
     app.store
-        .record_spend(run_id, thread_id, 50_000, 1.25, now)
+        .record_spend(run_id, &owner, 50_000, 1.25, now)
         .await
         .unwrap();
     let (status, v) = start_slow(&alice, 0.01).await;

@@ -64,6 +64,10 @@ pub fn router(state: AppState) -> Router {
         .merge(docs)
         .layer(middleware::from_fn_with_state(
             state.clone(),
+            runs::admission::limit_open_responses,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
             guard::read_body_in_time,
         ))
         // Outside the body reader: nobody unauthenticated gets a body buffered.

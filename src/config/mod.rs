@@ -112,6 +112,9 @@ pub struct RunLimits {
     pub max_pending_runs: u64,
     pub owner_max_inflight_runs: u64,
     pub owner_runs_per_minute: u64,
+    /// Per owner (zero: unlimited): responses held open at once, and crons.
+    pub owner_max_streams: u64,
+    pub owner_max_crons: u64,
     /// A run still going after this long is stopped with an error.
     pub run_deadline: Option<Duration>,
     /// Per owner over a rolling day (zero: unlimited).
@@ -184,6 +187,8 @@ impl Settings {
                 max_pending_runs: cfg.limits.max_pending_runs,
                 owner_max_inflight_runs: cfg.limits.owner_max_inflight_runs,
                 owner_runs_per_minute: cfg.limits.owner_runs_per_minute,
+                owner_max_streams: cfg.limits.owner_max_streams,
+                owner_max_crons: cfg.limits.owner_max_crons,
                 run_deadline: Some(Duration::from_secs(cfg.limits.run_deadline_secs))
                     .filter(|d| !d.is_zero()),
                 owner_daily_tokens: cfg.limits.owner_daily_tokens,

@@ -10,8 +10,8 @@ use crate::graph::{
 };
 use crate::store::retry::patiently;
 use crate::store::{
-    CancelAction, EventId, Fence, JsonMap, Lease, LeaseState, Run, RunEnd, RunStatus, StoreError,
-    ThreadStatus, ThreadSummary,
+    CancelAction, EventId, Fence, JsonMap, Lease, LeaseState, Owner, Run, RunEnd, RunStatus, Store,
+    StoreError, ThreadStatus, ThreadSummary,
 };
 use crate::stream::{Bus, Encoder, RunChannel, StreamModes};
 use crate::telemetry::metrics;
@@ -401,6 +401,18 @@ impl Runner {
             breakpoints,
         };
         let flusher = self.flush_periodically(channel.clone());
+        // Whose spend it is, read once: the record stays the owner's if the thread goes.
+        let owner = match self.store.get_thread(run.thread_id).await {
+            Ok(Some(thread)) => Some(thread.owner),
+            Ok(None) => None,
+            Err(error) => {
+                tracing::warn!(%error, "could not read the run's owner; its spend goes unrecorded");
+                None
+            }
+        };
+        let spend = owner
+            .clone()
+            .map(|owner| self.record_spend_periodically(run.run_id, owner, scope.clone()));
         // On shutdown every graph of the run stops at its next step boundary (`drain`); a step
         // that outlasts the drain timeout is cut off and redone by the next worker.
         let deadline = async {
@@ -426,7 +438,10 @@ impl Runner {
             }
         };
         flusher.stop().await;
-        self.record_spend(run, &scope).await;
+        drop(spend);
+        if let Some(owner) = &owner {
+            record_spend(&*self.store, run.run_id, owner, &scope).await;
+        }
         if let Ok(Outcome { values, .. }) = &result
             && let Some(stopped) = values.get("stopped_early").filter(|v| !v.is_null())
         {
@@ -462,21 +477,35 @@ impl Runner {
         }
     }
 
-    /// Records what the run spent (all its attempts, as its cost meter counts them) under its
-    /// owner, for per-owner spend limits.
-    async fn record_spend(&self, run: &Run, scope: &RunScope) {
-        let (tokens, usd) = scope.local::<crate::research::cost::CostMeter>().spent();
-        if tokens == 0 {
-            return;
-        }
-        let now = Timestamp::now();
-        let recorded = self
-            .store
-            .record_spend(run.run_id, run.thread_id, tokens, usd, now)
-            .await;
-        if let Err(error) = recorded {
-            tracing::warn!(%error, "could not record what the run spent");
-        }
+    /// Records what the run has spent every `SPEND_EVERY` while it goes on, so the owner's
+    /// daily spend counts a long run before it ends (and a crash loses at most one period).
+    /// Stops when the returned token is cancelled.
+    fn record_spend_periodically(
+        &self,
+        run_id: uuid::Uuid,
+        owner: Owner,
+        scope: Arc<RunScope>,
+    ) -> tokio_util::sync::DropGuard {
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SPEND_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut recorded = 0;
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = stopped.cancelled() => return,
+                }
+                let (tokens, _) = scope.local::<crate::research::cost::CostMeter>().spent();
+                if tokens != recorded {
+                    record_spend(&*store, run_id, &owner, &scope).await;
+                    recorded = tokens;
+                }
+            }
+        });
+        stop.drop_guard()
     }
 
     /// Writes resumable runs' frames to the store in batches while the run goes on.
@@ -805,5 +834,23 @@ async fn flush(store: &dyn crate::store::Store, channel: &RunChannel) -> Result<
 async fn flush_or_log(store: &dyn crate::store::Store, channel: &RunChannel) {
     if let Err(error) = flush(store, channel).await {
         tracing::warn!(%error, "could not store run events; will retry");
+    }
+}
+
+/// How often a running run's spend is written down.
+const SPEND_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Records (replaces) what the run spent in all its attempts, as its cost meter counts them,
+/// under its owner, for per-owner spend limits.
+async fn record_spend(store: &dyn Store, run_id: uuid::Uuid, owner: &Owner, scope: &RunScope) {
+    let (tokens, usd) = scope.local::<crate::research::cost::CostMeter>().spent();
+    if tokens == 0 {
+        return;
+    }
+    if let Err(error) = store
+        .record_spend(run_id, owner, tokens, usd, Timestamp::now())
+        .await
+    {
+        tracing::warn!(%error, "could not record what the run spent");
     }
 }

@@ -271,12 +271,12 @@ pub trait RunStore: Send + Sync {
     async fn count_runs(&self, status: RunStatus) -> StoreResult<u64>;
     /// Pending and running runs on the owner's threads (per-owner admission limits).
     async fn count_inflight_runs_of(&self, owner: &Owner) -> StoreResult<u64>;
-    /// Records (replaces) what a run spent so far, under its thread's owner; the record stays
-    /// when the thread is deleted.
+    /// Records (replaces) what a run spent so far, under its owner; the record is the owner's,
+    /// not the thread's, and stays when the thread is deleted.
     async fn record_spend(
         &self,
         run_id: Uuid,
-        thread_id: Uuid,
+        owner: &Owner,
         tokens: u64,
         usd: f64,
         now: Timestamp,

@@ -243,6 +243,7 @@ async fn create(
     body: JsonMap,
 ) -> ApiResult<Json<Cron>> {
     let body = CronBody::parse(body, thread_id.is_none())?;
+    state.admission.check_cron_count(state, &who.owner).await?;
     let Some(schedule) = body.schedule else {
         return Err(AppError::Invalid("schedule is required".into()));
     };

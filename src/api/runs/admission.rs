@@ -1,19 +1,27 @@
 //! Whether a new run may be queued: the service's bound on waiting runs, and, when callers are
-//! told apart, each owner's runs in flight and runs per minute.
+//! told apart, each owner's runs in flight and runs per minute. Also each owner's responses
+//! held open (streams, waits) and crons.
 
 use super::super::AppState;
 use super::super::error::{ApiResult, AppError};
 use crate::config::RunLimits;
 use crate::store::{Owner, RunStatus};
 use crate::time::Timestamp;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use std::collections::HashMap;
 use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
 
 /// The limits, with the per-owner rate kept in this process (each replica counts its own).
 pub struct Admission {
     limits: RunLimits,
     per_owner: bool,
     per_minute: Option<DefaultKeyedRateLimiter<Owner>>,
+    /// Responses each owner holds open in this process.
+    open: Arc<Mutex<HashMap<Owner, u64>>>,
 }
 
 impl Admission {
@@ -27,7 +35,145 @@ impl Admission {
             per_minute: NonZeroU32::new(rate)
                 .filter(|_| per_owner)
                 .map(|n| RateLimiter::keyed(Quota::per_minute(n))),
+            open: Arc::default(),
         }
+    }
+
+    /// Takes one of the owner's open-response slots; `None` at the limit.
+    fn hold(&self, owner: &Owner) -> Option<HeldOpen> {
+        let most = self.limits.owner_max_streams;
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = open.entry(owner.clone()).or_default();
+        if most > 0 && *count >= most {
+            return None;
+        }
+        *count += 1;
+        Some(HeldOpen {
+            open: self.open.clone(),
+            owner: owner.clone(),
+        })
+    }
+
+    /// Refuses a new cron past the owner's limit.
+    pub(in crate::api) async fn check_cron_count(
+        &self,
+        state: &AppState,
+        owner: &Owner,
+    ) -> ApiResult<()> {
+        let most = self.limits.owner_max_crons;
+        if !self.per_owner || most == 0 {
+            return Ok(());
+        }
+        let query = crate::store::CronQuery {
+            owner: owner.clone(),
+            limit: 1,
+            ..Default::default()
+        };
+        let have = state.store.search_crons(&query).await?.total;
+        if u64::try_from(have).unwrap_or(0) >= most {
+            return Err(AppError::TooMany {
+                detail: format!("You have {have} crons, the most allowed; delete one first"),
+                retry_after: 60,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// One response an owner holds open; the slot is given back when it is dropped (with the
+/// response body, when the client goes or the stream ends).
+struct HeldOpen {
+    open: Arc<Mutex<HashMap<Owner, u64>>>,
+    owner: Owner,
+}
+
+impl Drop for HeldOpen {
+    fn drop(&mut self) {
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.owner) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.owner);
+            }
+        }
+    }
+}
+
+/// Whether a route answers with a response held open until a run ends or the client goes:
+/// SSE streams, `/wait` and `/join`.
+fn holds_open(route: &str) -> bool {
+    route.ends_with("/stream")
+        || route.ends_with("/stream/events")
+        || route.ends_with("/wait")
+        || route.ends_with("/join")
+}
+
+/// Middleware: an owner past `owner_max_streams` responses held open gets a 429 before the
+/// handler runs (so no run is created for a stream that is refused). Each one polls the store
+/// and holds a task, so one owner's many tabs or scripts cannot take the service's share.
+pub(in crate::api) async fn limit_open_responses(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned());
+    let owner = req
+        .extensions()
+        .get::<crate::api::auth::Principal>()
+        .map(|p| p.owner.clone());
+    let admission = &state.admission;
+    let (Some(route), Some(owner)) = (route, owner) else {
+        return next.run(req).await;
+    };
+    if !admission.per_owner || !holds_open(&route) {
+        return next.run(req).await;
+    }
+    let Some(held) = admission.hold(&owner) else {
+        return AppError::TooMany {
+            detail: format!(
+                "You have {} streams or waits open, the most allowed at once; close one first",
+                admission.limits.owner_max_streams
+            ),
+            retry_after: 5,
+        }
+        .into_response();
+    };
+    let response = next.run(req).await;
+    response.map(|body| axum::body::Body::new(HeldBody { body, _held: held }))
+}
+
+/// A response body that holds its owner's slot until it is done.
+struct HeldBody {
+    body: axum::body::Body,
+    _held: HeldOpen,
+}
+
+impl http_body::Body for HeldBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

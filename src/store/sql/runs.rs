@@ -320,7 +320,7 @@ impl crate::store::RunStore for SqlStore {
     async fn record_spend(
         &self,
         run_id: Uuid,
-        thread_id: Uuid,
+        owner: &Owner,
         tokens: u64,
         usd: f64,
         now: Timestamp,
@@ -328,13 +328,12 @@ impl crate::store::RunStore for SqlStore {
         let _timer = StoreTimer::start("record_spend");
         sqlx::query(
             "INSERT INTO spend (run_id, owner, tokens, usd, updated_at) \
-             SELECT $1, owner, $3, CAST($4 AS DOUBLE PRECISION), $5 FROM threads \
-             WHERE thread_id = $2 \
+             VALUES ($1, $2, $3, CAST($4 AS DOUBLE PRECISION), $5) \
              ON CONFLICT (run_id) DO UPDATE SET tokens = excluded.tokens, usd = excluded.usd, \
              updated_at = excluded.updated_at",
         )
         .bind(run_id.to_string())
-        .bind(thread_id.to_string())
+        .bind(owner.as_str().to_owned())
         .bind(i64::try_from(tokens).unwrap_or(i64::MAX))
         .bind(usd.to_string())
         .bind(now.to_string())
