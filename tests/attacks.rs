@@ -1229,3 +1229,119 @@ async fn one_owner_cannot_hold_unbounded_streams_or_crons() {
     assert_eq!(refused.status(), 429);
     assert!(refused.text().await.unwrap().contains("crons"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_owner_cannot_fill_the_disk() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("keys.toml");
+    std::fs::write(
+        &path,
+        keys_file_text(&[
+            ("alice", "alice-key-0123456789"),
+            ("bob", "bob-key-0123456789"),
+        ]),
+    )
+    .unwrap();
+    let mut settings = Settings {
+        auth: deep_research::config::AuthSettings {
+            keys_file: Some(path),
+            owner_claim: "sub".into(),
+            ..Default::default()
+        },
+        ..test_settings()
+    };
+    settings.run_limits.owner_storage_bytes = 3_000_000;
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let (alice, bob) = ("alice-key-0123456789", "bob-key-0123456789");
+    let call = |key: &'static str, method: reqwest::Method, path: String, body: Value| {
+        let req = app
+            .client
+            .request(method, app.url(&path))
+            .header("x-api-key", key)
+            .json(&body);
+        async move {
+            let resp = req.send().await.unwrap();
+            (
+                resp.status().as_u16(),
+                resp.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let post = reqwest::Method::POST;
+    let big = "x".repeat(1_000_000);
+    // A megabyte of metadata per thread: the third fits, the fourth does not.
+    let mut made = Vec::new();
+    let mut refused = None;
+    for _ in 0..6 {
+        let (status, v) = call(
+            alice,
+            post.clone(),
+            "/threads".into(),
+            json!({"metadata": {"blob": big}}),
+        )
+        .await;
+        if status == 200 {
+            made.push(v["thread_id"].as_str().unwrap().to_owned());
+        } else {
+            refused = Some((status, v));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+    }
+    let (status, v) = refused.expect("the quota never refused a write");
+    assert_eq!(status, 413, "{v}");
+    assert!(
+        v["detail"].as_str().unwrap().contains("Storage quota"),
+        "{v}"
+    );
+    assert_eq!(
+        made.len(),
+        3,
+        "{} threads of 1 MB under a 3 MB quota",
+        made.len()
+    );
+    // Every way to store more is refused: copies, store items, assistants, runs.
+    let first = &made[0];
+    for (path, body) in [
+        (format!("/threads/{first}/copy"), json!({})),
+        ("/assistants".into(), json!({"graph_id": "agent"})),
+        (
+            format!("/threads/{first}/runs"),
+            json!({"assistant_id": "agent", "input": support::hello()}),
+        ),
+    ] {
+        let (status, v) = call(alice, post.clone(), path.clone(), body).await;
+        assert_eq!(status, 413, "{path}: {v}");
+    }
+    let (status, _) = call(
+        alice,
+        reqwest::Method::PUT,
+        "/store/items".into(),
+        json!({"namespace": ["n"], "key": "k", "value": {"v": 1}}),
+    )
+    .await;
+    assert_eq!(status, 413);
+    // Reads and deletes still work, and deleting makes room again.
+    let (status, _) = call(alice, post.clone(), "/threads/search".into(), json!({})).await;
+    assert_eq!(status, 200);
+    let (status, _) = call(
+        alice,
+        reqwest::Method::DELETE,
+        format!("/threads/{first}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 204);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (status, v) = call(alice, post.clone(), "/threads".into(), json!({})).await;
+    assert_eq!(status, 200, "{v}");
+    // Bob has his own quota.
+    let (status, _) = call(
+        bob,
+        post.clone(),
+        "/threads".into(),
+        json!({"metadata": {"blob": big}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+}

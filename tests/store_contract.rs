@@ -2429,6 +2429,11 @@ mod contract {
         };
         assert!(s.list_namespaces(&listing, now).await.unwrap().is_empty());
 
+        // Storage: what an owner keeps, counted over every table it has rows in.
+        assert!(s.owner_storage_bytes(&alice).await.unwrap() > 0);
+        let nobody = Owner::named("nobody-at-all").unwrap();
+        assert_eq!(s.owner_storage_bytes(&nobody).await.unwrap(), 0);
+
         // Spend: recorded under the owner given, whatever happens to the thread.
         s.record_spend(r.run_id, &alice, 1_000, 0.5, now)
             .await

@@ -68,6 +68,10 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
+            runs::admission::limit_storage,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
             guard::read_body_in_time,
         ))
         // Outside the body reader: nobody unauthenticated gets a body buffered.

@@ -138,6 +138,7 @@ pub struct Limits {
     pub owner_runs_per_minute: u64,
     pub owner_max_streams: u64,
     pub owner_max_crons: u64,
+    pub owner_storage_bytes: u64,
     pub run_deadline_secs: u64,
     pub run_max_tokens: u64,
     pub run_max_usd: f64,

@@ -115,6 +115,8 @@ pub struct RunLimits {
     /// Per owner (zero: unlimited): responses held open at once, and crons.
     pub owner_max_streams: u64,
     pub owner_max_crons: u64,
+    /// Bytes each owner may keep stored (zero: unlimited).
+    pub owner_storage_bytes: u64,
     /// A run still going after this long is stopped with an error.
     pub run_deadline: Option<Duration>,
     /// Per owner over a rolling day (zero: unlimited).
@@ -189,6 +191,7 @@ impl Settings {
                 owner_runs_per_minute: cfg.limits.owner_runs_per_minute,
                 owner_max_streams: cfg.limits.owner_max_streams,
                 owner_max_crons: cfg.limits.owner_max_crons,
+                owner_storage_bytes: cfg.limits.owner_storage_bytes,
                 run_deadline: Some(Duration::from_secs(cfg.limits.run_deadline_secs))
                     .filter(|d| !d.is_zero()),
                 owner_daily_tokens: cfg.limits.owner_daily_tokens,

@@ -281,6 +281,10 @@ pub trait RunStore: Send + Sync {
         usd: f64,
         now: Timestamp,
     ) -> StoreResult<()>;
+    /// Bytes the owner keeps stored: its assistants (and their versions), threads, their
+    /// checkpoints, chunks and stored events, and its store items (text lengths; indexes and
+    /// row overhead not counted). For per-owner storage quotas.
+    async fn owner_storage_bytes(&self, owner: &Owner) -> StoreResult<u64>;
     /// Tokens and estimated USD the owner's runs recorded since `since`.
     async fn owner_spend_since(&self, owner: &Owner, since: Timestamp) -> StoreResult<(u64, f64)>;
     /// Deletes spend records older than `cutoff`; returns how many.

@@ -22,7 +22,12 @@ pub struct Admission {
     per_minute: Option<DefaultKeyedRateLimiter<Owner>>,
     /// Responses each owner holds open in this process.
     open: Arc<Mutex<HashMap<Owner, u64>>>,
+    /// Each owner's stored bytes, as last counted, and when.
+    usage: Mutex<HashMap<Owner, (u64, std::time::Instant)>>,
 }
+
+/// How long a count of an owner's stored bytes is used before it is counted again.
+const USAGE_FRESH: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Admission {
     /// `per_owner`: the service tells callers apart (one local or shared owner is not limited
@@ -36,7 +41,45 @@ impl Admission {
                 .filter(|_| per_owner)
                 .map(|n| RateLimiter::keyed(Quota::per_minute(n))),
             open: Arc::default(),
+            usage: Mutex::default(),
         }
+    }
+
+    /// Refuses (413) a request that would store more for an owner at its storage quota.
+    async fn within_storage(&self, state: &AppState, owner: &Owner) -> ApiResult<()> {
+        let quota = self.limits.owner_storage_bytes;
+        if !self.per_owner || quota == 0 {
+            return Ok(());
+        }
+        let cached = self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(owner)
+            .filter(|(_, at)| at.elapsed() < USAGE_FRESH)
+            .map(|(bytes, _)| *bytes);
+        let used = match cached {
+            Some(bytes) => bytes,
+            None => {
+                let bytes = state.store.owner_storage_bytes(owner).await?;
+                let mut usage = self
+                    .usage
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if usage.len() > 10_000 {
+                    usage.retain(|_, (_, at)| at.elapsed() < USAGE_FRESH);
+                }
+                usage.insert(owner.clone(), (bytes, std::time::Instant::now()));
+                bytes
+            }
+        };
+        if used >= quota {
+            return Err(AppError::TooLarge(format!(
+                "Storage quota reached: you keep {used} bytes stored, the most allowed is \
+                 {quota}; delete threads, assistants or store items to store more"
+            )));
+        }
+        Ok(())
     }
 
     /// Takes one of the owner's open-response slots; `None` at the limit.
@@ -112,6 +155,38 @@ fn holds_open(route: &str) -> bool {
         || route.ends_with("/stream/events")
         || route.ends_with("/wait")
         || route.ends_with("/join")
+}
+
+/// Whether a request may store more for its owner: a `POST`, `PUT` or `PATCH` other than the
+/// ones that only read (searches, counts, history, cancellations, event subscriptions).
+fn may_store(method: &axum::http::Method, route: &str) -> bool {
+    use axum::http::Method;
+    let writes = *method == Method::POST || *method == Method::PUT || *method == Method::PATCH;
+    let reads_only = ["/search", "/count", "/history", "/cancel", "/stream/events"]
+        .iter()
+        .any(|end| route.ends_with(end));
+    writes && !reads_only
+}
+
+/// Middleware: a request that may store more is refused (413) for an owner at its storage
+/// quota, before its handler runs. Deletes and reads always pass.
+pub(in crate::api) async fn limit_storage(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    let owner = req.extensions().get::<crate::api::auth::Principal>();
+    if let (Some(route), Some(who)) = (route, owner)
+        && may_store(req.method(), route)
+        && let Err(refused) = state.admission.within_storage(&state, &who.owner).await
+    {
+        return refused.into_response();
+    }
+    next.run(req).await
 }
 
 /// Middleware: an owner past `owner_max_streams` responses held open gets a 429 before the

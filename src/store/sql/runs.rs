@@ -342,6 +342,53 @@ impl crate::store::RunStore for SqlStore {
         Ok(())
     }
 
+    async fn owner_storage_bytes(&self, owner: &Owner) -> StoreResult<u64> {
+        let _timer = StoreTimer::start("owner_storage_bytes");
+        let mut sql = Sql::new("SELECT CAST(");
+        let of_thread = "JOIN threads t ON t.thread_id = x.thread_id WHERE t.owner = ";
+        let parts: [(&str, String); 7] = [
+            (
+                "LENGTH(config) + LENGTH(context) + LENGTH(metadata)",
+                "FROM assistants WHERE owner = ".into(),
+            ),
+            (
+                "LENGTH(v.config) + LENGTH(v.context) + LENGTH(v.metadata)",
+                "FROM assistant_versions v JOIN assistants a ON a.assistant_id = v.assistant_id \
+                 WHERE a.owner = "
+                    .into(),
+            ),
+            (
+                "LENGTH(metadata) + LENGTH(config) + COALESCE(LENGTH(state_values), 0) \
+                 + LENGTH(interrupts)",
+                "FROM threads WHERE owner = ".into(),
+            ),
+            (
+                "LENGTH(x.writes) + LENGTH(x.metadata) + LENGTH(x.tasks)",
+                format!("FROM checkpoints x {of_thread}"),
+            ),
+            (
+                "LENGTH(x.data)",
+                format!("FROM checkpoint_blobs x {of_thread}"),
+            ),
+            (
+                "LENGTH(x.frames)",
+                format!("FROM run_event_pages x {of_thread}"),
+            ),
+            ("LENGTH(value)", "FROM store_items WHERE owner = ".into()),
+        ];
+        for (i, (sum, from)) in parts.iter().enumerate() {
+            if i > 0 {
+                sql.push(" + ");
+            }
+            sql.push(&format!("(SELECT COALESCE(SUM({sum}), 0) {from}"));
+            let p = sql.arg(owner.as_str());
+            sql.push(&p);
+            sql.push(")");
+        }
+        sql.push(" AS BIGINT)");
+        Ok(count(&self.pool, sql.query()).await?.max(0) as u64)
+    }
+
     async fn owner_spend_since(&self, owner: &Owner, since: Timestamp) -> StoreResult<(u64, f64)> {
         let _timer = StoreTimer::start("owner_spend_since");
         let row = sqlx::query(
