@@ -373,6 +373,10 @@ async fn metrics_labels_stay_bounded_whatever_runs_name() {
         sizes.push(round(i).await.len());
     }
     let text = metrics().await;
+    eprintln!(
+        "/metrics bytes after each round: {sizes:?}, then {}",
+        text.len()
+    );
     assert!(
         !text.contains("mmmmmmmmmm"),
         "a run's model name became a label"
@@ -1344,4 +1348,65 @@ async fn one_owner_cannot_fill_the_disk() {
     )
     .await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_subscription_on_a_guessed_id_sees_nothing_of_who_creates_it() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let path = dir.path().join("keys.toml");
+    std::fs::write(
+        &path,
+        keys_file_text(&[
+            ("alice", "alice-key-0123456789"),
+            ("bob", "bob-key-0123456789"),
+        ]),
+    )
+    .unwrap();
+    let settings = Settings {
+        auth: deep_research::config::AuthSettings {
+            keys_file: Some(path),
+            owner_claim: "sub".into(),
+            ..Default::default()
+        },
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let tid = uuid::Uuid::new_v4().to_string();
+    // Alice subscribes to an id nobody uses yet (allowed: the protocol creates threads on use).
+    let stream = app
+        .client
+        .post(app.url(&format!("/threads/{tid}/stream/events")))
+        .header("x-api-key", "alice-key-0123456789")
+        .json(&json!({"channels": ["values", "messages", "lifecycle"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let body = tokio::spawn(async move { stream.text().await.unwrap_or_default() });
+    // Bob creates a thread under that id and runs on it.
+    let bob = |req: reqwest::RequestBuilder| req.header("x-api-key", "bob-key-0123456789");
+    let created = bob(app.client.post(app.url("/threads")))
+        .json(&json!({"thread_id": tid}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let run = bob(app
+        .client
+        .post(app.url(&format!("/threads/{tid}/runs/wait"))))
+    .json(&json!({"assistant_id": "agent", "input": {"messages": [
+            {"type": "human", "content": "bob's secret plan", "id": "b1"}]}}))
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(run.status(), 200);
+    let seen = tokio::time::timeout(Duration::from_secs(10), body)
+        .await
+        .expect("alice's subscription kept following bob's thread")
+        .unwrap();
+    assert!(!seen.contains("secret plan"), "alice saw bob's run: {seen}");
+    assert!(
+        !seen.contains("lifecycle"),
+        "alice saw bob's run start: {seen}"
+    );
 }

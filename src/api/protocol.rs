@@ -533,6 +533,7 @@ pub(super) async fn events(
         describe: describe_run,
         bus: state.bus.clone(),
         thread_id,
+        owner: who.owner.clone(),
         shutdown: state.shutdown.clone(),
         heartbeat: state.settings.heartbeat,
     };

@@ -155,6 +155,8 @@ pub struct ThreadTape {
     pub describe: Describe,
     pub bus: Bus,
     pub thread_id: Uuid,
+    /// Who subscribed: runs are played only while the thread under this id is theirs.
+    pub owner: crate::store::Owner,
     pub shutdown: CancellationToken,
     pub heartbeat: Duration,
 }
@@ -230,6 +232,7 @@ impl Writer {
 impl ThreadTape {
     async fn play(&self, out: &mut Writer) {
         let mut played: HashSet<Uuid> = HashSet::new();
+        let mut pinned: Option<crate::time::Timestamp> = None;
         // A run created here announces itself on the thread's channel at once; runs created
         // on other replicas are found by reading the store now and then.
         let mut nudges = self.bus.subscribe_thread(self.thread_id);
@@ -250,6 +253,12 @@ impl ThreadTape {
                 .into_iter()
                 .filter(|r| !played.contains(&r.run_id))
                 .collect();
+            // The subscription may come before the thread exists (the protocol creates threads
+            // on first use): the thread is pinned when it appears, and must be the
+            // subscriber's; one deleted and created again under this id ends the stream.
+            if !new.is_empty() && !self.still_theirs(&mut pinned).await {
+                return;
+            }
             for run in new {
                 if !self.play_run(&run, out).await {
                     return;
@@ -263,6 +272,23 @@ impl ThreadTape {
                 () = self.shutdown.cancelled() => return,
             }
         }
+    }
+
+    /// Whether the thread under this id is the subscriber's, and the one first seen (its
+    /// creation time pinned in `pinned`).
+    async fn still_theirs(&self, pinned: &mut Option<crate::time::Timestamp>) -> bool {
+        let thread = match self.store.get_thread(self.thread_id).await {
+            Ok(Some(thread)) => thread,
+            Ok(None) => return false,
+            Err(error) => {
+                tracing::warn!(%error, thread_id = %self.thread_id, "could not re-check the thread");
+                return false;
+            }
+        };
+        if thread.owner != self.owner {
+            return false;
+        }
+        *pinned.get_or_insert(thread.created_at) == thread.created_at
     }
 
     /// The thread's newest runs, oldest first: `window` of them, or more while every one
