@@ -202,6 +202,15 @@ impl ServeArgs {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let keys = deep_research::store::crypt::Keys::from_env()
+        .context("encryption at rest is misconfigured")?;
+    if let Some(keys) = &keys {
+        eprintln!(
+            "encryption at rest: on (new writes sealed with key {})",
+            keys.current_id()
+        );
+    }
+    deep_research::store::crypt::install(keys);
     match Cli::parse().command {
         Command::Serve(args) => {
             let mut cfg = FileConfig::load_from(args.config.as_deref())?;

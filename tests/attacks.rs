@@ -386,7 +386,13 @@ async fn metrics_labels_stay_bounded_whatever_runs_name() {
     for (label, allowed) in [
         ("model", &["fake-model", "other"][..]),
         ("provider", &["openai"][..]),
-        ("method", &["GET", "POST", "other"][..]),
+        (
+            "method",
+            &[
+                "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+                "other",
+            ][..],
+        ),
     ] {
         let pattern = format!("{label}=\"");
         for value in text.split(&pattern).skip(1) {
@@ -394,9 +400,10 @@ async fn metrics_labels_stay_bounded_whatever_runs_name() {
             assert!(allowed.contains(&value), "{label}={value:?} in /metrics");
         }
     }
-    // The page stays tens of kilobytes (it was megabytes with the names as labels).
+    // The page stays tens of kilobytes (it was megabytes with the names as labels); other
+    // tests of this binary share the process's metrics, so the bound leaves them room.
     assert!(
-        text.len() < 100_000,
+        text.len() < 250_000,
         "/metrics is {} bytes after {sizes:?}",
         text.len()
     );

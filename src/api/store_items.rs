@@ -213,6 +213,13 @@ pub(super) async fn search(
         .map_err(|e| AppError::Invalid(format!("namespace_prefix: {e}")))?;
     let filter = body.filter.unwrap_or_default();
     super::check_filter("filter", &filter)?;
+    if !filter.is_empty() && crate::store::crypt::enabled() {
+        return Err(AppError::Invalid(
+            "filter: item values are encrypted at rest on this server, so they cannot be \
+             searched; find items by namespace_prefix instead"
+                .into(),
+        ));
+    }
     if filter.len() > MAX_FILTERS {
         return Err(AppError::Invalid(format!(
             "filter has {} fields; at most {MAX_FILTERS} are allowed",

@@ -158,6 +158,13 @@ fn thread_query(body: ThreadSearch, who: &Principal) -> ApiResult<(ThreadQuery, 
     let values = body.values.unwrap_or_default();
     super::check_filter("metadata", &metadata)?;
     super::check_filter("values", &values)?;
+    if !values.is_empty() && crate::store::crypt::enabled() {
+        return Err(AppError::Invalid(
+            "values: thread values are encrypted at rest on this server, so they cannot be \
+             searched; filter by metadata instead"
+                .into(),
+        ));
+    }
     super::check_ids("ids", body.ids.as_ref().map_or(0, Vec::len))?;
     let ids = body
         .ids

@@ -3,6 +3,7 @@
 //! Postgres and SQLite (`sql/`, one file per trait). Knows nothing about HTTP or graphs.
 
 mod blobs;
+pub mod crypt;
 mod model;
 mod pages;
 mod sql;

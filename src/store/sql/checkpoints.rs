@@ -4,6 +4,7 @@ use super::codec::*;
 use super::query::*;
 use super::*;
 use crate::store::blobs;
+use crate::store::crypt::Column;
 use crate::store::{Checkpoint, CheckpointQuery, Fence, StoreError, StoreResult};
 use crate::telemetry::metrics::StoreTimer;
 use async_trait::async_trait;
@@ -66,6 +67,7 @@ impl crate::store::CheckpointStore for SqlStore {
         if let Some(stored) = stored {
             chunks = stored.unsent(cp.thread_id, chunks);
         }
+        let chunks = seal_chunks(chunks)?;
         let sent: Vec<String> = match stored {
             Some(_) => chunks.iter().map(|c| c.hash.clone()).collect(),
             None => Vec::new(),
@@ -117,6 +119,7 @@ impl crate::store::CheckpointStore for SqlStore {
         let _timer = StoreTimer::start("keep_only_checkpoint");
         let (writes, chunks) =
             blobs::externalize(&cp.writes).map_err(|e| corrupt("checkpoint writes", e))?;
+        let chunks = seal_chunks(chunks)?;
         let mut tx = self.write_tx().await?;
         for table in ["checkpoints", "checkpoint_blobs"] {
             q(format!("DELETE FROM {table} WHERE thread_id = $1"))
@@ -306,7 +309,8 @@ impl SqlStore {
             let params: Vec<String> = batch.iter().map(|h| sql.arg(h.as_str())).collect();
             sql.push(&format!(" AND hash IN ({})", params.join(", ")));
             for row in sql.query().fetch_all(&self.pool).await? {
-                chunks.insert(text(&row, "hash")?, text(&row, "data")?);
+                let data = opened(&row, "data", Column::CheckpointChunk)?;
+                chunks.insert(text(&row, "hash")?, data);
             }
         }
         for cp in &mut cps {
@@ -314,4 +318,21 @@ impl SqlStore {
         }
         Ok(cps)
     }
+}
+
+/// Chunks with their text sealed (encryption at rest); their hashes, of the plain text, stay
+/// as they are so equal chunks are still stored once per thread.
+fn seal_chunks(chunks: Vec<blobs::Blob>) -> StoreResult<Vec<blobs::Blob>> {
+    if !crate::store::crypt::enabled() {
+        return Ok(chunks);
+    }
+    chunks
+        .into_iter()
+        .map(|b| {
+            Ok(blobs::Blob {
+                hash: b.hash,
+                data: sealed(Column::CheckpointChunk, b.data)?,
+            })
+        })
+        .collect()
 }

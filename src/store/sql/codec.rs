@@ -2,6 +2,7 @@
 
 use super::query::*;
 use super::*;
+use crate::store::crypt::{self, Column};
 use crate::store::pages;
 use crate::store::{
     Assistant, CancelAction, Checkpoint, JsonMap, Owner, Run, StoreError, StoreResult, StoredEvent,
@@ -34,6 +35,30 @@ pub(super) fn opt_json(value: &Option<Value>) -> StoreResult<Option<String>> {
         None | Some(Value::Null) => Ok(None),
         Some(v) => to_json(v).map(Some),
     }
+}
+
+/// `opt_json`, sealed for `column` (SQL NULL stays NULL).
+pub(super) fn opt_sealed_json(
+    column: Column,
+    value: &Option<Value>,
+) -> StoreResult<Option<String>> {
+    opt_json(value)?
+        .map(|text| sealed(column, text))
+        .transpose()
+}
+
+/// `opt_json_col`, of a column that may be sealed.
+pub(super) fn opt_sealed_json_col(
+    row: &AnyRow,
+    col: &'static str,
+    column: Column,
+) -> StoreResult<Option<Value>> {
+    let Some(stored) = opt_text(row, col)? else {
+        return Ok(None);
+    };
+    let plain = crypt::open(column, &stored).map_err(|e| corrupt(col, e))?;
+    let v: Value = serde_json::from_str(&plain).map_err(|e| corrupt(col, e))?;
+    Ok((!v.is_null()).then_some(v))
 }
 
 pub(super) fn text(row: &AnyRow, col: &'static str) -> StoreResult<String> {
@@ -70,6 +95,34 @@ pub(super) fn json<T: serde::de::DeserializeOwned>(
     col: &'static str,
 ) -> StoreResult<T> {
     serde_json::from_str(&text(row, col)?).map_err(|e| corrupt(col, e))
+}
+
+/// A JSON value sealed for `column` when encryption at rest is on (`store::crypt`).
+pub(super) fn sealed(column: Column, text: String) -> StoreResult<String> {
+    crypt::seal(column, text).map_err(|e| corrupt("sealed value", e))
+}
+
+/// `to_json`, sealed for `column`.
+pub(super) fn sealed_json<T: Serialize + ?Sized>(column: Column, value: &T) -> StoreResult<String> {
+    sealed(column, to_json(value)?)
+}
+
+/// A column's text, opened if it was sealed.
+pub(super) fn opened(row: &AnyRow, col: &'static str, column: Column) -> StoreResult<String> {
+    let stored = text(row, col)?;
+    match crypt::open(column, &stored).map_err(|e| corrupt(col, e))? {
+        std::borrow::Cow::Borrowed(_) => Ok(stored),
+        std::borrow::Cow::Owned(plain) => Ok(plain),
+    }
+}
+
+/// `json`, of a column that may be sealed.
+pub(super) fn opened_json<T: serde::de::DeserializeOwned>(
+    row: &AnyRow,
+    col: &'static str,
+    column: Column,
+) -> StoreResult<T> {
+    serde_json::from_str(&opened(row, col, column)?).map_err(|e| corrupt(col, e))
 }
 
 pub(super) fn opt_json_col(row: &AnyRow, col: &'static str) -> StoreResult<Option<Value>> {
@@ -116,9 +169,9 @@ pub(super) fn thread_row(row: &AnyRow) -> StoreResult<Thread> {
         metadata: json(row, "metadata")?,
         status: enum_col(row, "status")?,
         config: json(row, "config")?,
-        values: opt_json_col(row, "state_values")?,
+        values: opt_sealed_json_col(row, "state_values", Column::ThreadValues)?,
         error: opt_json_col(row, "error")?,
-        interrupts: json(row, "interrupts")?,
+        interrupts: opened_json(row, "interrupts", Column::ThreadInterrupts)?,
         ttl_minutes: row.try_get::<Option<f64>, _>("ttl_minutes")?,
         owner: Owner::from_stored(text(row, "owner")?),
     })
@@ -134,7 +187,7 @@ pub(super) fn run_row(row: &AnyRow) -> StoreResult<Run> {
         status: enum_col(row, "status")?,
         metadata: json(row, "metadata")?,
         multitask_strategy: enum_col(row, "multitask_strategy")?,
-        kwargs: json(row, "kwargs")?,
+        kwargs: opened_json(row, "kwargs", Column::RunKwargs)?,
     })
 }
 
@@ -148,9 +201,9 @@ pub(super) fn checkpoint_row(row: &AnyRow) -> StoreResult<Checkpoint> {
         step: int(row, "step")?,
         source: text(row, "source")?,
         metadata: json(row, "metadata")?,
-        writes: json(row, "writes")?,
+        writes: opened_json(row, "writes", Column::CheckpointWrites)?,
         next: json(row, "next_nodes")?,
-        tasks: json(row, "tasks")?,
+        tasks: opened_json(row, "tasks", Column::CheckpointTasks)?,
         created_at: ts(row, "created_at")?,
     })
 }
@@ -159,7 +212,7 @@ pub(super) fn event_page_row(row: &AnyRow) -> StoreResult<Vec<StoredEvent>> {
     pages::unpack(
         uuid(row, "run_id")?,
         uuid(row, "thread_id")?,
-        &text(row, "frames")?,
+        &opened(row, "frames", Column::RunEvents)?,
     )
 }
 
@@ -222,9 +275,9 @@ pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
         .bind(to_json(&t.metadata)?)
         .bind(t.status.as_str())
         .bind(to_json(&t.config)?)
-        .bind(opt_json(&t.values)?)
+        .bind(opt_sealed_json(Column::ThreadValues, &t.values)?)
         .bind(opt_json(&t.error)?)
-        .bind(to_json(&t.interrupts)?)
+        .bind(sealed_json(Column::ThreadInterrupts, &t.interrupts)?)
         .bind(opt_float(t.ttl_minutes))
         .bind(t.owner.as_str().to_owned()))
 }
@@ -253,7 +306,7 @@ pub(super) fn bind_run(query: AnyQuery, r: &Run) -> StoreResult<AnyQuery> {
         .bind(r.status.as_str())
         .bind(to_json(&r.metadata)?)
         .bind(r.multitask_strategy.as_str())
-        .bind(to_json(&r.kwargs)?))
+        .bind(sealed_json(Column::RunKwargs, &r.kwargs)?))
 }
 
 /// Writes a checkpoint row, replacing one with the same key ($1–$12, see `bind_checkpoint`).
@@ -282,8 +335,8 @@ pub(super) fn bind_checkpoint(
         .bind(c.step)
         .bind(c.source.clone())
         .bind(to_json(&c.metadata)?)
-        .bind(writes)
+        .bind(sealed(Column::CheckpointWrites, writes)?)
         .bind(to_json(&c.next)?)
-        .bind(to_json(&c.tasks)?)
+        .bind(sealed_json(Column::CheckpointTasks, &c.tasks)?)
         .bind(c.created_at.to_string()))
 }

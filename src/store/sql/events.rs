@@ -37,7 +37,7 @@ impl crate::store::EventLog for SqlStore {
             .bind(page.thread_id.to_string())
             .bind(page.last.ms)
             .bind(page.last.seq)
-            .bind(page.frames)
+            .bind(sealed(crate::store::crypt::Column::RunEvents, page.frames)?)
             .execute(&self.pool)
             .await?;
         }

@@ -29,7 +29,7 @@ fn item_row(row: &AnyRow) -> StoreResult<Stored> {
     let item = Item {
         namespace,
         key: text(row, "item_key")?,
-        value: json(row, "value")?,
+        value: opened_json(row, "value", crate::store::crypt::Column::ItemValue)?,
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
     };
@@ -161,7 +161,7 @@ impl crate::store::ItemStore for SqlStore {
         )
         .bind(ns.dotted())
         .bind(key.to_owned())
-        .bind(to_json(value)?)
+        .bind(sealed_json(crate::store::crypt::Column::ItemValue, value)?)
         .bind(now.to_string())
         .bind(opt_float(ttl_minutes))
         .bind(expiry(now, ttl_minutes))

@@ -345,9 +345,15 @@ impl SqlStore {
         )
         .bind(thread.to_string())
         .bind(status.as_str())
-        .bind(opt_json(&s.values)?)
+        .bind(opt_sealed_json(
+            crate::store::crypt::Column::ThreadValues,
+            &s.values,
+        )?)
         .bind(opt_json(&s.error)?)
-        .bind(to_json(&s.interrupts)?)
+        .bind(sealed_json(
+            crate::store::crypt::Column::ThreadInterrupts,
+            &s.interrupts,
+        )?)
         .bind(now.to_string())
         .execute(conn)
         .await?;

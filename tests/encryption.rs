@@ -1,0 +1,280 @@
+//! Encryption at rest: with a key installed, what users put in (messages, state, run inputs,
+//! stored stream events, store items) never reaches the database file in the clear, reads
+//! round-trip through the API, searches that would need the plain values are refused, and keys
+//! rotate (old ones still read, new writes use the new one). One test: the keys are the
+//! process's, so the steps run in order.
+
+mod support;
+
+use deep_research::store::crypt::{self, Keys};
+use serde_json::{Value, json};
+use support::{Backend, TestApp, spawn_app_on, test_settings};
+
+const KEY_A: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+const KEY_B: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+const MARKER: &str = "zebra-marker-5d1e";
+
+/// Every byte of the app's SQLite files (database and write-ahead log).
+fn file_bytes(app: &TestApp) -> Vec<u8> {
+    app.sqlite_files()
+        .iter()
+        .filter_map(|path| std::fs::read(path).ok())
+        .flatten()
+        .collect()
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+async fn call(app: &TestApp, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+    let mut req = app.client.request(method, app.url(path));
+    if !body.is_null() {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_are_sealed_at_rest_and_keys_rotate() {
+    let key_a = Keys::parse(KEY_A, "").unwrap();
+    let id_a = key_a.current_id().to_owned();
+    crypt::install(Some(key_a));
+    let app = spawn_app_on(Backend::Sqlite, test_settings())
+        .await
+        .unwrap();
+    let post = reqwest::Method::POST;
+    let get = reqwest::Method::GET;
+
+    // A run whose input (long enough to be stored in chunks) carries the marker, streamed
+    // resumably so its events are stored too; a store item with the marker.
+    let (_, thread) = call(&app, post.clone(), "/threads", json!({})).await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let long = format!("{MARKER} ").repeat(200);
+    let input = json!({"messages": [{"type": "human", "content": long, "id": "h1"}]});
+    let (status, run) = call(
+        &app,
+        post.clone(),
+        &format!("/threads/{tid}/runs"),
+        json!({"assistant_id": "agent", "input": input, "stream_resumable": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{run}");
+    let rid = run["run_id"].as_str().unwrap().to_owned();
+    let (status, _) = call(
+        &app,
+        get.clone(),
+        &format!("/threads/{tid}/runs/{rid}/join"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = call(
+        &app,
+        reqwest::Method::PUT,
+        "/store/items",
+        json!({"namespace": ["notes"], "key": "k1", "value": {"note": MARKER}}),
+    )
+    .await;
+    assert_eq!(status, 204);
+
+    // Everything reads back through the API.
+    let (_, state) = call(
+        &app,
+        get.clone(),
+        &format!("/threads/{tid}/state"),
+        Value::Null,
+    )
+    .await;
+    assert!(state.to_string().contains(MARKER), "{state}");
+    let (_, history) = call(
+        &app,
+        post.clone(),
+        &format!("/threads/{tid}/history"),
+        json!({"limit": 5}),
+    )
+    .await;
+    assert!(history.to_string().contains(MARKER));
+    let (_, t) = call(&app, get.clone(), &format!("/threads/{tid}"), Value::Null).await;
+    assert!(t["values"].to_string().contains(MARKER), "{t}");
+    let (_, r) = call(
+        &app,
+        get.clone(),
+        &format!("/threads/{tid}/runs/{rid}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(r["status"], "success");
+    let replay = app
+        .client
+        .get(app.url(&format!("/threads/{tid}/runs/{rid}/stream")))
+        .header("Last-Event-ID", "-1")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        replay.contains(MARKER),
+        "stored events replay: {replay:.300}"
+    );
+    let (_, item) = call(
+        &app,
+        get.clone(),
+        "/store/items?namespace=notes&key=k1",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(item["value"]["note"], MARKER);
+
+    // Nothing of it is in the database files in the clear.
+    let bytes = file_bytes(&app);
+    assert!(!bytes.is_empty());
+    assert!(
+        !contains(&bytes, MARKER),
+        "the marker is stored in the clear"
+    );
+    assert!(contains(&bytes, &format!("enc1:{id_a}:")));
+
+    // Searching by what is sealed is refused, not silently empty.
+    let (status, v) = call(
+        &app,
+        post.clone(),
+        "/threads/search",
+        json!({"values": {"messages": []}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{v}");
+    let (status, v) = call(
+        &app,
+        post.clone(),
+        "/store/items/search",
+        json!({"namespace_prefix": ["notes"], "filter": {"note": MARKER}}),
+    )
+    .await;
+    assert_eq!(status, 422, "{v}");
+    let (status, _) = call(
+        &app,
+        post.clone(),
+        "/store/items/search",
+        json!({"namespace_prefix": ["notes"]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    // The same on Postgres (chunks go in through a JSON array there): values round-trip.
+    if let Some(pg) = spawn_app_on(Backend::Postgres, test_settings()).await {
+        let (_, thread) = call(&pg, post.clone(), "/threads", json!({})).await;
+        let ptid = thread["thread_id"].as_str().unwrap().to_owned();
+        let (status, _) = call(
+            &pg,
+            post.clone(),
+            &format!("/threads/{ptid}/runs/wait"),
+            json!({"assistant_id": "agent", "input": input}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let (_, state) = call(
+            &pg,
+            get.clone(),
+            &format!("/threads/{ptid}/state"),
+            Value::Null,
+        )
+        .await;
+        assert!(state.to_string().contains(MARKER), "{state:.300}");
+        let (status, _) = call(
+            &pg,
+            reqwest::Method::PUT,
+            "/store/items",
+            json!({"namespace": ["notes"], "key": "k1", "value": {"note": MARKER}}),
+        )
+        .await;
+        assert_eq!(status, 204);
+        let (_, item) = call(
+            &pg,
+            get.clone(),
+            "/store/items?namespace=notes&key=k1",
+            Value::Null,
+        )
+        .await;
+        assert_eq!(item["value"]["note"], MARKER);
+    }
+
+    // Rotation: B is the new key, A is still read.
+    let rotated = Keys::parse(KEY_B, KEY_A).unwrap();
+    let id_b = rotated.current_id().to_owned();
+    crypt::install(Some(rotated));
+    let (status, item) = call(
+        &app,
+        get.clone(),
+        "/store/items?namespace=notes&key=k1",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(
+        (status, item["value"]["note"].clone()),
+        (200, json!(MARKER))
+    );
+    let (status, _) = call(
+        &app,
+        reqwest::Method::PUT,
+        "/store/items",
+        json!({"namespace": ["notes"], "key": "k2", "value": {"note": "written with b"}}),
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (status, state) = call(
+        &app,
+        get.clone(),
+        &format!("/threads/{tid}/state"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(state.to_string().contains(MARKER));
+    assert!(contains(&file_bytes(&app), &format!("enc1:{id_b}:")));
+
+    // A retired key's rows no longer open: an error, never wrong data.
+    crypt::install(Some(Keys::parse(KEY_B, "").unwrap()));
+    let (status, _) = call(
+        &app,
+        get.clone(),
+        "/store/items?namespace=notes&key=k2",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200, "B's rows still open");
+    let (status, v) = call(
+        &app,
+        get.clone(),
+        "/store/items?namespace=notes&key=k1",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 500, "{v}");
+    assert_eq!(v["detail"], "internal error");
+    crypt::install(None);
+}
+
+#[test]
+fn a_bad_key_stops_the_server_at_start_with_the_reason() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deep-research"))
+        .args(["serve", "--no-auth", "--port", "0"])
+        .env("DR_ENCRYPTION_KEY", "too-short")
+        .env("DR_SQLITE_PATH", std::env::temp_dir().join("dr-bad-key.db"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("DR_ENCRYPTION_KEY"), "{err}");
+    assert!(err.contains("base64") || err.contains("32 bytes"), "{err}");
+}
