@@ -306,6 +306,11 @@ async fn start_fakes(latency: Duration, chunk: Duration) -> Fakes {
 fn config_toml(fakes: &Fakes) -> String {
     format!(
         r#"
+[server]
+# Every client of the benchmark is on loopback: one address, up to a thousand streams.
+max_connections = 4096
+max_connections_per_address = 0
+
 [research]
 research_model = "{MODEL}"
 summarization_model = "{MODEL}"
