@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 /// A bound, migrated, ready-to-serve service.
 pub struct Application {
     listener: TcpListener,
+    /// `[telemetry] metrics_address`, when metrics have an address of their own.
+    metrics_listener: Option<TcpListener>,
     state: AppState,
     workers: Vec<JoinHandle<()>>,
 }
@@ -74,6 +76,12 @@ impl Application {
             &settings.run_limits,
             auth.separates_owners(),
         ));
+        let metrics_listener = match &settings.telemetry.metrics_address {
+            Some(address) => Some(TcpListener::bind(address.as_str()).await.map_err(|e| {
+                anyhow::anyhow!("could not listen on [telemetry] metrics_address {address}: {e}")
+            })?),
+            None => None,
+        };
         let settings = Arc::new(settings);
         let shutdown = CancellationToken::new();
         let bus = Bus::new();
@@ -97,6 +105,7 @@ impl Application {
         };
         Ok(Self {
             listener,
+            metrics_listener,
             state,
             workers,
         })
@@ -105,6 +114,13 @@ impl Application {
     /// Where the server listens.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// Where `/metrics` is served when it has an address of its own.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_listener
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
     }
 
     /// The token that stops the server, its streams and its workers.
@@ -122,6 +138,18 @@ impl Application {
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let token = self.state.shutdown.clone();
         let scheduler = tokio::spawn(api::run_scheduler(self.state.clone()));
+        let metrics = self.metrics_listener.map(|listener| {
+            let router = api::metrics_router(self.state.clone());
+            let stop = token.clone();
+            tokio::spawn(async move {
+                let served = axum::serve(listener, router)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await;
+                if let Err(error) = served {
+                    tracing::error!(%error, "the metrics listener stopped");
+                }
+            })
+        });
         let limits = crate::serve::ConnectionLimits {
             max_connections: self.state.settings.max_connections,
             max_connections_per_address: self.state.settings.max_connections_per_address,
@@ -132,7 +160,7 @@ impl Application {
         };
         let app = api::router(self.state);
         crate::serve::serve(self.listener, app, limits, token).await;
-        for worker in self.workers.into_iter().chain([scheduler]) {
+        for worker in self.workers.into_iter().chain([scheduler]).chain(metrics) {
             if let Err(error) = worker.await {
                 tracing::error!(%error, "a background task ended abnormally");
             }

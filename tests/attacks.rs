@@ -607,9 +607,12 @@ fn unix_now() -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_server_does_not_listen_beyond_loopback_unless_told() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let db = dir.path().join("open.db").display().to_string();
     let open = |beyond: bool| Settings {
         host: "0.0.0.0".into(),
         port: 0,
+        sqlite_path: db.clone(),
         auth: deep_research::config::AuthSettings {
             disabled: true,
             open_beyond_loopback: beyond,
@@ -1416,4 +1419,35 @@ async fn a_protocol_subscription_on_a_guessed_id_sees_nothing_of_who_creates_it(
         !seen.contains("lifecycle"),
         "alice saw bob's run start: {seen}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_can_live_on_an_address_of_their_own() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut settings = test_settings();
+    settings.sqlite_path = dir.path().join("metrics.db").display().to_string();
+    settings.telemetry.metrics_address = Some("127.0.0.1:0".into());
+    let app = deep_research::app::Application::build(settings, support::graphs::registry())
+        .await
+        .unwrap();
+    let api = app.local_addr().unwrap();
+    let metrics = app.metrics_addr().expect("a metrics address");
+    let stop = app.shutdown_token();
+    let served = tokio::spawn(app.run_until_stopped());
+    let get = |url: String| async move { reqwest::get(url).await.unwrap() };
+    let on_api = get(format!("http://{api}/metrics")).await;
+    assert_eq!(on_api.status(), 404, "the API's port no longer serves them");
+    assert!(on_api.text().await.unwrap().contains("metrics_address"));
+    let own = get(format!("http://{metrics}/metrics")).await;
+    assert_eq!(own.status(), 200);
+    assert!(own.text().await.unwrap().contains("dr_"));
+    // Only /metrics is there.
+    assert_eq!(
+        get(format!("http://{metrics}/threads/search"))
+            .await
+            .status(),
+        404
+    );
+    stop.cancel();
+    served.await.unwrap().unwrap();
 }

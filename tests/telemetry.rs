@@ -145,6 +145,7 @@ async fn a_run_is_one_trace_with_node_model_and_search_spans_exported_over_otlp(
         service_name: "deep-research-test".into(),
         metrics: true,
         metrics_public: true,
+        metrics_address: None,
     };
     let guard = deep_research::telemetry::init(&cfg).unwrap();
     let ra = r::start(scripted(Script::default()), "").await;

@@ -25,6 +25,25 @@ pub(super) fn router() -> Router<AppState> {
     responses((status = 200, content_type = "text/plain", description = "Prometheus metrics"),
               (status = 404, description = "Metrics are turned off"), (status = 503)))]
 pub(super) async fn prometheus(State(state): State<AppState>) -> ApiResult<Response> {
+    if state.settings.telemetry.metrics_address.is_some() {
+        return Err(AppError::NotFound(
+            "metrics are served on their own address ([telemetry] metrics_address)".into(),
+        ));
+    }
+    render(&state).await
+}
+
+/// `/metrics` alone, for the listener of `[telemetry] metrics_address`.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(state): State<AppState>| async move { render(&state).await }),
+        )
+        .with_state(state)
+}
+
+async fn render(state: &AppState) -> ApiResult<Response> {
     if !state.settings.telemetry.metrics {
         return Err(AppError::NotFound(
             "metrics are turned off ([telemetry] metrics = false)".into(),

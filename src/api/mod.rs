@@ -316,6 +316,7 @@ pub(crate) fn check_paging(limit: i64, offset: i64) -> Result<(), AppError> {
 
 pub use assistants::system_assistant;
 pub(crate) use crons::run_scheduler;
+pub use meta::metrics_router;
 pub use runs::admission::Admission;
 
 /// The paging and sorting fields every search body has, checked.

@@ -93,6 +93,7 @@ pub struct Telemetry {
     pub service_name: String,
     pub metrics: bool,
     pub metrics_public: bool,
+    pub metrics_address: String,
 }
 
 /// The `[webhooks]` section: how run-completion webhooks are signed and sent.

@@ -205,6 +205,8 @@ impl Settings {
                 service_name: t.service_name.clone(),
                 metrics: t.metrics,
                 metrics_public: t.metrics_public,
+                metrics_address: Some(t.metrics_address.trim().to_owned())
+                    .filter(|a| !a.is_empty()),
             },
             webhooks: WebhookSettings {
                 secret: non_empty(&cfg.webhooks.signing_secret),

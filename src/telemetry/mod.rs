@@ -40,6 +40,8 @@ pub struct TelemetryConfig {
     /// credentials.
     pub metrics: bool,
     pub metrics_public: bool,
+    /// Serve `/metrics` on this address of its own instead of the API's port.
+    pub metrics_address: Option<String>,
 }
 
 /// The filter when `RUST_LOG` is not set.
