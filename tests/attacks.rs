@@ -689,9 +689,9 @@ async fn made_up_key_ids_do_not_hammer_a_failing_key_server() {
     // Forty tokens, each naming a key id nobody published (the signature is never reached).
     let header = |kid: usize| {
         let json = format!(r#"{{"alg":"RS256","typ":"JWT","kid":"made-up-{kid}"}}"#);
-        base64_url(json.as_bytes())
+        support::base64_url(json.as_bytes())
     };
-    let payload = base64_url(br#"{"sub":"x","exp":9999999999}"#);
+    let payload = support::base64_url(br#"{"sub":"x","exp":9999999999}"#);
     let started = Instant::now();
     let mut calls = Vec::new();
     for kid in 0..40 {
@@ -716,19 +716,6 @@ async fn made_up_key_ids_do_not_hammer_a_failing_key_server() {
     assert!(took < Duration::from_secs(3), "40 refusals took {took:?}");
 }
 
-fn base64_url(bytes: &[u8]) -> String {
-    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n =
-            chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
-        for i in 0..=chunk.len() {
-            out.push(ABC[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
-}
-
 fn keys_file_text(entries: &[(&str, &str)]) -> String {
     entries
         .iter()
@@ -739,6 +726,24 @@ fn keys_file_text(entries: &[(&str, &str)]) -> String {
             )
         })
         .collect()
+}
+
+/// Settings that require keys, with a keys file (in `dir`) for alice and bob.
+fn alice_and_bob(dir: &tempfile::TempDir) -> Settings {
+    let path = dir.path().join("keys.toml");
+    let owners = [
+        ("alice", "alice-key-0123456789"),
+        ("bob", "bob-key-0123456789"),
+    ];
+    std::fs::write(&path, keys_file_text(&owners)).unwrap();
+    Settings {
+        auth: deep_research::config::AuthSettings {
+            keys_file: Some(path),
+            owner_claim: "sub".into(),
+            ..Default::default()
+        },
+        ..test_settings()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -848,23 +853,7 @@ async fn a_revoked_key_stops_working_without_a_restart_and_its_crons_stop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_stream_does_not_follow_another_owners_thread_under_the_same_id() {
     let dir = tempfile::TempDir::new().unwrap();
-    let path = dir.path().join("keys.toml");
-    std::fs::write(
-        &path,
-        keys_file_text(&[
-            ("alice", "alice-key-0123456789"),
-            ("bob", "bob-key-0123456789"),
-        ]),
-    )
-    .unwrap();
-    let settings = Settings {
-        auth: deep_research::config::AuthSettings {
-            keys_file: Some(path),
-            owner_claim: "sub".into(),
-            ..Default::default()
-        },
-        ..test_settings()
-    };
+    let settings = alice_and_bob(&dir);
     let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
     let call = |key: &'static str, method: reqwest::Method, path: String| {
         app.client
@@ -931,28 +920,9 @@ async fn a_thread_stream_does_not_follow_another_owners_thread_under_the_same_id
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_published_langgraph_advisories_do_not_apply_here() {
     let dir = tempfile::TempDir::new().unwrap();
-    let path = dir.path().join("keys.toml");
-    std::fs::write(
-        &path,
-        keys_file_text(&[
-            ("alice", "alice-key-0123456789"),
-            ("bob", "bob-key-0123456789"),
-        ]),
-    )
-    .unwrap();
-    let settings = Settings {
-        auth: deep_research::config::AuthSettings {
-            keys_file: Some(path),
-            owner_claim: "sub".into(),
-            ..Default::default()
-        },
-        // The shipped default: no private webhook targets.
-        webhooks: deep_research::config::WebhookSettings {
-            allow_private_targets: false,
-            ..test_settings().webhooks
-        },
-        ..test_settings()
-    };
+    let mut settings = alice_and_bob(&dir);
+    // The shipped default: no private webhook targets.
+    settings.webhooks.allow_private_targets = false;
     let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
     let call = |key: &'static str, method: reqwest::Method, path: &str, body: Value| {
         let req = app
@@ -1125,23 +1095,7 @@ async fn spend_is_recorded_while_a_run_goes_and_survives_deleting_its_thread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_owner_cannot_hold_unbounded_streams_or_crons() {
     let dir = tempfile::TempDir::new().unwrap();
-    let path = dir.path().join("keys.toml");
-    std::fs::write(
-        &path,
-        keys_file_text(&[
-            ("alice", "alice-key-0123456789"),
-            ("bob", "bob-key-0123456789"),
-        ]),
-    )
-    .unwrap();
-    let mut settings = Settings {
-        auth: deep_research::config::AuthSettings {
-            keys_file: Some(path),
-            owner_claim: "sub".into(),
-            ..Default::default()
-        },
-        ..test_settings()
-    };
+    let mut settings = alice_and_bob(&dir);
     settings.run_limits.owner_max_streams = 3;
     settings.run_limits.owner_max_crons = 2;
     let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
@@ -1247,23 +1201,7 @@ async fn one_owner_cannot_hold_unbounded_streams_or_crons() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_owner_cannot_fill_the_disk() {
     let dir = tempfile::TempDir::new().unwrap();
-    let path = dir.path().join("keys.toml");
-    std::fs::write(
-        &path,
-        keys_file_text(&[
-            ("alice", "alice-key-0123456789"),
-            ("bob", "bob-key-0123456789"),
-        ]),
-    )
-    .unwrap();
-    let mut settings = Settings {
-        auth: deep_research::config::AuthSettings {
-            keys_file: Some(path),
-            owner_claim: "sub".into(),
-            ..Default::default()
-        },
-        ..test_settings()
-    };
+    let mut settings = alice_and_bob(&dir);
     settings.run_limits.owner_storage_bytes = 3_000_000;
     let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
     let (alice, bob) = ("alice-key-0123456789", "bob-key-0123456789");
@@ -1363,23 +1301,7 @@ async fn one_owner_cannot_fill_the_disk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_protocol_subscription_on_a_guessed_id_sees_nothing_of_who_creates_it() {
     let dir = tempfile::TempDir::new().unwrap();
-    let path = dir.path().join("keys.toml");
-    std::fs::write(
-        &path,
-        keys_file_text(&[
-            ("alice", "alice-key-0123456789"),
-            ("bob", "bob-key-0123456789"),
-        ]),
-    )
-    .unwrap();
-    let settings = Settings {
-        auth: deep_research::config::AuthSettings {
-            keys_file: Some(path),
-            owner_claim: "sub".into(),
-            ..Default::default()
-        },
-        ..test_settings()
-    };
+    let settings = alice_and_bob(&dir);
     let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
     let tid = uuid::Uuid::new_v4().to_string();
     // Alice subscribes to an id nobody uses yet (allowed: the protocol creates threads on use).

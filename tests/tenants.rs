@@ -578,7 +578,11 @@ async fn credentials_are_checked_and_name_the_owner() {
             "unsigned",
             format!(
                 "eyJhbGciOiJub25lIn0.{}.",
-                base64_url(&json!({"sub": "carol", "aud": aud, "exp": in_an_hour()}).to_string())
+                support::base64_url(
+                    json!({"sub": "carol", "aud": aud, "exp": in_an_hour()})
+                        .to_string()
+                        .as_bytes()
+                )
             ),
         ),
     ];
@@ -588,20 +592,6 @@ async fn credentials_are_checked_and_name_the_owner() {
             .await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{why}: {v}");
     }
-}
-
-fn base64_url(text: &str) -> String {
-    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let bytes = text.as_bytes();
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n =
-            chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
-        for i in 0..=chunk.len() {
-            out.push(ABC[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
 }
 
 /// An Ed25519 key made for this test only, and its public half as a JWK.

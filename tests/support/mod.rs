@@ -267,3 +267,17 @@ pub async fn new_thread(app: &TestApp) -> String {
 pub fn hello() -> serde_json::Value {
     serde_json::json!({"messages": [{"type": "human", "content": "hi there", "id": "h1"}]})
 }
+
+/// Unpadded URL-safe base64, as JWT segments are written (tests hand-craft tokens with it).
+pub fn base64_url(bytes: &[u8]) -> String {
+    const ABC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n =
+            chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+        for i in 0..=chunk.len() {
+            out.push(ABC[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
