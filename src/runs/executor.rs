@@ -146,13 +146,8 @@ impl Runner {
         let channel = self
             .bus
             .open_for_execution(run.run_id, run.thread_id, kwargs.resumable);
-        let start = match corrupt {
-            Some(error) => Err(RunError::Store(error)),
-            None => self.start_point(&run, &kwargs).await,
-        };
-        let resumed = start.as_ref().is_ok_and(|s| s.resumed);
-        self.announce(&run, &fence, &channel, resumed).await;
-
+        // Registered before the first await: a cancellation that arrives while the run is
+        // being prepared must find it (a client that saw "running" may cancel at once).
         let cancel = CancellationToken::new();
         let action = Arc::new(Mutex::new(None));
         let lost = Arc::new(AtomicBool::new(false));
@@ -169,8 +164,13 @@ impl Runner {
             cancel.clone(),
             action.clone(),
             lost.clone(),
-            resumed,
         )));
+        let start = match corrupt {
+            Some(error) => Err(RunError::Store(error)),
+            None => self.start_point(&run, &kwargs).await,
+        };
+        let resumed = start.as_ref().is_ok_and(|s| s.resumed);
+        self.announce(&run, &fence, &channel, resumed).await;
         let ending = match start {
             Err(error) => Ending::Failed(error),
             Ok(start) => {
@@ -537,12 +537,12 @@ impl Runner {
         cancel: CancellationToken,
         action: Arc<Mutex<Option<CancelAction>>>,
         lost: Arc<AtomicBool>,
-        renew_now: bool,
     ) {
-        // A resumed run renews at once: a cancellation asked for while no worker held it is
-        // seen before it does any work.
+        // The first renewal is at once: a cancellation asked for between the claim and the
+        // run's registration here (or while no worker held a resumed run) is seen before the
+        // run does any work.
         let every = self.settings.run_lease / 3;
-        let mut first = renew_now;
+        let mut first = true;
         loop {
             if !std::mem::take(&mut first) {
                 tokio::time::sleep(every).await;
