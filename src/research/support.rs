@@ -6,7 +6,9 @@
 //! on the list is removed; one the cited text does not support is moved to a source that does,
 //! or removed; a claim without a citation gets one when a source supports it. Support is
 //! deterministic: the sentence's content words (stemmed) and every number in it must be found
-//! in the source's text. The Sources section is then written from the citations that remain,
+//! in the source's text, each word weighted by how rare it is among the run's sources (a word
+//! every source uses says little about which one supports the sentence), and at least one of
+//! the words found must be distinctive (in at most half of the sources). The Sources section is then written from the citations that remain,
 //! numbered in order of first use, so a report never lists a reference nobody retrieved.
 
 use serde::Serialize;
@@ -16,7 +18,8 @@ use tantivy::tokenizer::{
     Language, LowerCaser, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer, TokenStream,
 };
 
-/// Share of a sentence's content words that must be in a source for it to support the sentence.
+/// Weighted share of a sentence's content words that must be in a source for it to support
+/// the sentence.
 pub const SUPPORT_THRESHOLD: f64 = 0.6;
 
 /// A sentence with fewer content words than this is not a claim (a heading-like fragment).
@@ -50,6 +53,10 @@ pub struct Source {
 pub struct Sources {
     pub list: Vec<Source>,
     by_key: HashMap<String, usize>,
+    /// In how many sources with text each word appears.
+    document_frequency: HashMap<String, usize>,
+    /// How many sources have text.
+    with_text: usize,
 }
 
 /// A location in a comparable form: the scheme and host lower-cased, no trailing slash. The
@@ -85,6 +92,10 @@ impl Sources {
             }
             let text = e["text"].as_str().unwrap_or_default();
             let (text_terms, numbers) = terms(&mut analyzer, text);
+            for word in &text_terms {
+                *me.document_frequency.entry(word.clone()).or_insert(0) += 1;
+            }
+            me.with_text += usize::from(!text.trim().is_empty());
             me.by_key.insert(key, me.list.len());
             me.list.push(Source {
                 url: url.trim().to_owned(),
@@ -108,6 +119,25 @@ impl Sources {
 
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
+    }
+
+    /// How much finding `word` in a source tells: high for a word few sources use, near zero
+    /// for one they all use. A word no source has weighs as one a single source has: it is
+    /// as often an abbreviation or a synonym ("WAL") as an unsupported detail.
+    fn weight(&self, word: &str) -> f64 {
+        let df = self
+            .document_frequency
+            .get(word)
+            .copied()
+            .unwrap_or(0)
+            .max(1) as f64;
+        ((self.with_text as f64 + 1.0) / (df + 0.5)).ln()
+    }
+
+    /// A word in at most half of the sources (any word, with one or two sources).
+    fn is_distinctive(&self, word: &str) -> bool {
+        let df = self.document_frequency.get(word).copied().unwrap_or(0);
+        df * 2 <= self.with_text.max(2)
     }
 
     /// The list the writer is shown: `[n] Title — location`, one a line.
@@ -200,32 +230,40 @@ impl Claim {
         self.words.len() >= MIN_CLAIM_WORDS
     }
 
-    /// How well `source` supports this claim: the share of its words found there (0 when a
-    /// number of the claim is missing from it).
-    fn score(&self, source: &Source) -> f64 {
+    /// How well `source` supports this claim: the weighted share of its words found there; 0
+    /// when a number of the claim is missing from it, or when every word found there is one
+    /// most sources use (a generic sentence matches any of them equally badly).
+    fn score(&self, source: &Source, sources: &Sources) -> f64 {
         if !source.has_text || self.words.is_empty() {
             return 0.0;
         }
         if !self.numbers.iter().all(|n| source.numbers.contains(n)) {
             return 0.0;
         }
-        let found = self
-            .words
-            .iter()
-            .filter(|w| source.text_terms.contains(*w))
-            .count();
-        found as f64 / self.words.len() as f64
+        let (mut found, mut total, mut distinctive) = (0.0, 0.0, false);
+        for word in &self.words {
+            let weight = sources.weight(word);
+            total += weight;
+            if source.text_terms.contains(word) {
+                found += weight;
+                distinctive |= sources.is_distinctive(word);
+            }
+        }
+        if !distinctive || total <= 0.0 {
+            return 0.0;
+        }
+        found / total
     }
 
-    fn supported_by(&self, source: &Source) -> bool {
-        self.score(source) >= SUPPORT_THRESHOLD
+    fn supported_by(&self, source: &Source, sources: &Sources) -> bool {
+        self.score(source, sources) >= SUPPORT_THRESHOLD
     }
 
     /// The source that supports the claim best, if any does.
     fn best(&self, sources: &Sources) -> Option<usize> {
         let mut best: Option<(usize, f64)> = None;
         for (i, s) in sources.list.iter().enumerate() {
-            let score = self.score(s);
+            let score = self.score(s, sources);
             if score >= SUPPORT_THRESHOLD && best.is_none_or(|(_, b)| score > b) {
                 best = Some((i + 1, score));
             }
@@ -666,7 +704,7 @@ fn repair_block(
             if !source.has_text {
                 counts.unchecked += 1;
                 keep.push(*n);
-            } else if claim.supported_by(source) {
+            } else if claim.supported_by(source, sources) {
                 counts.supported += 1;
                 keep.push(*n);
             } else {
@@ -792,7 +830,9 @@ pub fn audit(report: &str, sources: &Sources) -> SupportCounts {
                     .and_then(|i| sources.list.get(i))
                 {
                     Some(s) if !s.has_text => counts.unchecked += 1,
-                    Some(s) if !claim.is_claim() || claim.supported_by(s) => counts.supported += 1,
+                    Some(s) if !claim.is_claim() || claim.supported_by(s, sources) => {
+                        counts.supported += 1
+                    }
                     _ => counts.removed += 1,
                 }
             }
@@ -920,6 +960,48 @@ mod tests {
         let numbers: Vec<Vec<usize>> = m.into_iter().map(|m| m.numbers).collect();
         assert_eq!(numbers, vec![vec![1], vec![2, 3, 4], vec![5, 6, 7]]);
         assert_eq!(spaced("8kB and 1,000 rows"), "8 kB and 1000 rows");
+    }
+
+    /// Four manual sections that all speak of the database server, its values and its
+    /// configuration, as every section of a product manual does.
+    fn manual() -> Sources {
+        let common = "The database server reads each value from its configuration.";
+        Sources::from_state(&[
+            json!({"url": "file:///m/memory.html#shared-buffers", "title": "Memory",
+                   "text": format!("{common} shared_buffers sets the amount of memory used for shared memory buffers; the default is 128 megabytes.")}),
+            json!({"url": "file:///m/textsearch.html#configurations", "title": "Configurations",
+                   "text": format!("{common} A text search configuration is chosen for the specific language of the documents.")}),
+            json!({"url": "file:///m/index.html#tip", "title": "CREATE INDEX",
+                   "text": format!("{common} Building an index can use maintenance_work_mem.")}),
+            json!({"url": "file:///m/wal.html", "title": "WAL",
+                   "text": format!("{common} Checkpoints flush dirty buffers to disk.")}),
+        ])
+    }
+
+    #[test]
+    fn words_every_source_uses_weigh_little_and_a_generic_sentence_gets_no_source() {
+        // Unweighted, five of its eight words (62%) are in the text-search section; weighted,
+        // the three words no source has outweigh the four every source has.
+        let report = "This value can be adjusted based on the specific needs of the database and the server configuration.\n\n\
+                      The database server reads the value from its configuration.";
+        let r = repair(report, &manual());
+        assert_eq!(r.counts.attached, 0, "{}", r.report);
+        assert!(!r.report.contains('['), "{}", r.report);
+    }
+
+    #[test]
+    fn the_rare_words_decide_which_section_a_claim_is_moved_to() {
+        // Cited to the index tip, which shares only the words every section uses: moved to
+        // the section that has the rare ones (shared_buffers, 128 megabytes).
+        let report = "The database server configuration value shared_buffers sets the memory for shared buffers, 128 megabytes by default [3].";
+        let r = repair(report, &manual());
+        assert_eq!((r.counts.supported, r.counts.moved), (0, 1), "{}", r.report);
+        assert!(
+            r.report
+                .contains("[1] Memory: file:///m/memory.html#shared-buffers"),
+            "{}",
+            r.report
+        );
     }
 
     #[test]
