@@ -106,9 +106,13 @@ struct ServeArgs {
 struct ResearchCmd {
     /// The research question.
     question: String,
-    /// Where to write the report (Markdown).
+    /// Where to write the report (Markdown); `-` prints it on stdout.
     #[arg(long, short, default_value = "report.md")]
     output: std::path::PathBuf,
+    /// Print every stream event as one JSON object a line (for programs) instead of the live
+    /// view; the clarifying question is a `clarification` event, answered on stdin.
+    #[arg(long)]
+    json: bool,
     /// Use this `provider:model` for every model role (research, summaries, compression, report).
     #[arg(long)]
     model: Option<String>,
@@ -323,11 +327,20 @@ async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
         configurable["search_api"] = "local".into();
         configurable["corpus"] = name.into();
     }
+    // The tree redrawn in place only on a terminal; plain lines into pipes and files.
+    let mode = if cmd.json {
+        deep_research::cli::Mode::Json
+    } else if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        deep_research::cli::Mode::Live
+    } else {
+        deep_research::cli::Mode::Plain
+    };
     let args = deep_research::cli::ResearchArgs {
         question: cmd.question.clone(),
-        output: cmd.output.clone(),
+        output: deep_research::cli::ReportTo::parse(&cmd.output),
         configurable,
         api_key: Some(key),
+        mode,
     };
     let stdin = std::io::stdin();
     let mut input = stdin.lock();

@@ -318,6 +318,73 @@ async fn listed_origins_write_and_keyed_servers_refuse_the_rest() {
     assert_eq!(write("https://evil.example").await.unwrap().status(), 403);
 }
 
+/// The research app's page is public, and opens nothing: what it calls still needs the key,
+/// it cannot be framed or run another origin's script, and an operator can switch it off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_public_page_opens_nothing_and_can_be_switched_off() {
+    let keyed = Settings {
+        api_key: Some("k-123".into()),
+        auth: Settings::default().auth,
+        ..test_settings()
+    };
+    let app = spawn_app_on(Backend::Sqlite, keyed.clone()).await.unwrap();
+    let page = reqwest::get(app.url("/")).await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for rule in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(rule), "{csp}");
+    }
+    assert_eq!(page.headers()["x-content-type-options"], "nosniff");
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains(r#"data-auth="required""#)
+    );
+    let script = reqwest::get(app.url("/ui/app.js")).await.unwrap();
+    assert_eq!(script.status(), 200);
+    assert!(
+        script.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    // What the page calls is the API, and the API still wants the key.
+    let search = app
+        .client
+        .post(app.url("/threads/search"))
+        .json(&json!({}))
+        .send();
+    assert_eq!(search.await.unwrap().status(), 401);
+    // Nothing else under /ui is public or served.
+    let other = reqwest::get(app.url("/ui/../threads")).await.unwrap();
+    assert_eq!(other.status(), 401);
+    assert_eq!(
+        reqwest::get(app.url("/ui/x.js")).await.unwrap().status(),
+        401
+    );
+
+    let off = Settings {
+        web_app: false,
+        ..keyed
+    };
+    let app = spawn_app_on(Backend::Sqlite, off).await.unwrap();
+    let page = app
+        .client
+        .get(app.url("/"))
+        .header("x-api-key", "k-123")
+        .send();
+    assert_eq!(page.await.unwrap().status(), 404);
+    assert_eq!(reqwest::get(app.url("/")).await.unwrap().status(), 404);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_labels_stay_bounded_whatever_runs_name() {
     // The fake provider is on loopback: runs may choose models of it here.

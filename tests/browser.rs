@@ -9,7 +9,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use support::research::{ResearchApp, Script, scripted, start_beside};
+use support::research::{ResearchApp, Script, scripted, start_beside, start_with_settings};
 use support::{Backend, graphs};
 
 fn browser_dir() -> PathBuf {
@@ -45,12 +45,18 @@ async fn app() -> ResearchApp {
 }
 
 async fn play(app: &ResearchApp, scenario: &str) {
+    play_with(app, scenario, &[]).await;
+}
+
+async fn play_with(app: &ResearchApp, scenario: &str, extra: &[&str]) {
     let api = app.app.address.clone();
     let scenario = scenario.to_owned();
+    let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
     let output = tokio::task::spawn_blocking(move || {
         Command::new("node")
             .arg("run.mjs")
             .args(["--api", &api, "--scenario", &scenario])
+            .args(&extra)
             .current_dir(browser_dir())
             .output()
     })
@@ -62,6 +68,50 @@ async fn play(app: &ResearchApp, scenario: &str) {
         String::from_utf8_lossy(&output.stderr),
     );
     assert!(output.status.success(), "{out}\n{err}");
+}
+
+/// The service's own research app at `/`: ask a vague question, answer the clarification,
+/// watch the progress, read the report, follow a citation, see the sources, download the
+/// Markdown, reload, reopen it from the history; no console errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_researches_from_question_to_cited_report() {
+    if ready() {
+        play(&app().await, "app-research").await;
+    }
+}
+
+/// The same on a server that wants a key: the page asks for it first and keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_works_on_a_keyed_server() {
+    if !ready() {
+        return;
+    }
+    let settings = deep_research::config::Settings {
+        api_key: Some("k-app-test".into()),
+        auth: deep_research::config::AuthSettings {
+            disabled: false,
+            ..support::test_settings().auth
+        },
+        ..support::test_settings()
+    };
+    let app = start_with_settings(
+        Backend::Sqlite,
+        scripted(Script::default()),
+        "",
+        graphs::registry(),
+        settings,
+    )
+    .await
+    .expect("app");
+    play_with(&app, "app-research-keyed", &["--key", "k-app-test"]).await;
+}
+
+/// Plan review from the app: switched on in its settings, one topic removed, approved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_reviews_the_research_plan() {
+    if ready() {
+        play(&app().await, "app-plan-review").await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -512,12 +512,13 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Paths open without credentials: health, server info, API docs, and metrics unless the
-/// operator closed them.
+/// Paths open without credentials: health, server info, API docs, the research app's page
+/// (what it then calls needs the key), and metrics unless the operator closed them.
 fn is_public(path: &str, metrics_public: bool) -> bool {
     matches!(path, "/ok" | "/info" | "/openapi.json")
         || (path == "/metrics" && metrics_public)
         || path.starts_with("/docs")
+        || super::web::PATHS.contains(&path)
 }
 
 /// Puts the caller's `Principal` on the request, or answers 401 (429 for an address that failed

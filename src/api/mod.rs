@@ -16,6 +16,7 @@ mod responses;
 mod runs;
 mod store_items;
 mod threads;
+mod web;
 
 use crate::config::Settings;
 use crate::graph::Registry;
@@ -53,7 +54,13 @@ pub fn router(state: AppState) -> Router {
     let limit = state.settings.max_body_bytes;
     let graphs: Vec<&str> = state.registry.ids().collect();
     let docs = openapi::router(&graphs);
+    let web = if state.settings.web_app {
+        web::router()
+    } else {
+        Router::new()
+    };
     Router::new()
+        .merge(web)
         .merge(meta::router())
         .merge(assistants::router())
         .merge(threads::router())

@@ -66,6 +66,8 @@ pub struct Settings {
     /// Origins allowed by CORS (`*`: any); empty sends no CORS headers.
     pub cors_origins: Vec<String>,
     pub cors_private_network: bool,
+    /// The research app at `/` (a page that uses this API; off: `/` is a 404).
+    pub web_app: bool,
     /// Who may call the API, as which owner.
     pub auth: AuthSettings,
     /// Admission limits on runs.
@@ -183,6 +185,7 @@ impl Settings {
                 .collect(),
             cors_origins: s.cors_origins.clone(),
             cors_private_network: s.cors_private_network,
+            web_app: s.web_app,
             auth: auth_settings(&cfg.auth),
             allow_run_keys: cfg.operator.allow_api_keys_from_config,
             run_limits: RunLimits {

@@ -3,7 +3,7 @@
 // Serves dist/ on a free loopback port, opens the page, plays the scenario as a user would
 // (typing, clicking) and exits 0 when every step held, 1 with the reason otherwise.
 import { createServer } from "node:http";
-import { readFileSync, existsSync } from "node:fs";
+import { readFileSync, existsSync, mkdirSync } from "node:fs";
 import { join, extname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
@@ -91,7 +91,150 @@ function check(condition, what) {
   if (!condition) throw new Error(what);
 }
 
+/** Screenshots of the research app, kept as test artifacts. */
+const artifacts = fileURLToPath(new URL("../../target/browser-artifacts", import.meta.url));
+let shots = 0;
+async function shot(page, step) {
+  mkdirSync(artifacts, { recursive: true });
+  shots += 1;
+  await page.screenshot({ path: join(artifacts, `${args.scenario}-${shots}-${step}.png`), fullPage: true });
+}
+
+/** The research app at the service's own `/`, driven by roles and accessible names only: a
+ * vague question, its clarification, the progress, the report and a citation, the Sources,
+ * the Markdown download, a reload, and the history. */
+async function appResearch(page, url, key) {
+  // Sources are web pages this machine cannot reach: the browser gets a stand-in.
+  await page.context().route(/example\.com/, (route) =>
+    route.fulfill({ contentType: "text/html", body: "<title>a source</title><p>a source page</p>" }),
+  );
+  if (key) {
+    // A keyed server: the page asks for the key before anything else.
+    const settings = page.getByRole("region", { name: "Settings" });
+    await settings.waitFor({ timeout: TIMEOUT });
+    await expectText(page.getByRole("alert"), "needs an API key");
+    await settings.getByLabel("API key").fill(key);
+    await settings.getByRole("button", { name: "Save key" }).click();
+    await page.getByRole("button", { name: "Settings" }).click();
+  }
+  const question = page.getByLabel("Question");
+  await question.fill("Tell me about batteries, it is vague");
+  await question.press("Enter");
+  const clarification = page.getByRole("region", { name: "Clarification" });
+  await expectText(clarification, "Which aspect do you mean?");
+  await shot(page, "clarification");
+  await clarification.getByLabel("Reply").fill("Their costs, please.");
+  await clarification.getByRole("button", { name: "Send" }).click();
+
+  const report = page.getByRole("region", { name: "Report" });
+  await expectText(report, "A verified fact");
+  const activity = page.getByRole("log", { name: "Activity" });
+  for (const step of ["Brief:", "Delegated 3 topics", "Researcher 1: searching", "read", "Citations checked", "Report written"]) {
+    await expectText(activity, step);
+  }
+  const status = await page.getByRole("status").innerText();
+  check(/Done · 3 researchers · \d+ searches · [1-9]\d* pages read · [\d,]+ tokens/.test(status), `status: ${status}`);
+  await shot(page, "report");
+
+  // A citation is a link to the page it cites.
+  const citation = report.getByRole("link", { name: /^Source 1:/ });
+  const href = await citation.getAttribute("href");
+  check(href.includes("example.com"), `citation [1] links to ${href}`);
+  const [opened] = await Promise.all([page.waitForEvent("popup"), citation.click()]);
+  await opened.waitForLoadState();
+  check(opened.url() === href, `following [1] opened ${opened.url()}, not ${href}`);
+  await opened.close();
+  check(!(await report.innerText()).includes("invented.example"), "an invented source is shown");
+
+  const sources = page.getByRole("complementary", { name: "Sources" });
+  const links = await sources.getByRole("link").count();
+  check(links >= 3, `Sources lists ${links} links`);
+  await expectText(sources, "cited [1]");
+  check((await sources.innerText()).includes(href), "the cited page is in Sources");
+
+  const [download] = await Promise.all([
+    page.waitForEvent("download"),
+    page.getByRole("button", { name: "Download Markdown" }).click(),
+  ]);
+  check(download.suggestedFilename().endsWith(".md"), `downloaded ${download.suggestedFilename()}`);
+  const markdown = readFileSync(await download.path(), "utf8");
+  check(markdown.includes("A verified fact [1]") && markdown.includes("### Sources"), `markdown: ${markdown}`);
+
+  // A reload shows the same research again.
+  await page.reload();
+  await expectText(page.getByRole("region", { name: "Report" }), "A verified fact");
+
+  // The history opens it too.
+  await page.getByRole("button", { name: "New research" }).click();
+  check(await page.getByRole("region", { name: "Report" }).count() === 0, "the report stays after New research");
+  const history = page.getByRole("navigation", { name: "History" });
+  await history.getByRole("button", { name: /^Tell me about batteries/ }).click();
+  await expectText(page.getByRole("region", { name: "Report" }), "A verified fact");
+  await shot(page, "history");
+  check(page.url().includes("#thread="), `the address names the thread: ${page.url()}`);
+
+  // A report is text: markup and script in it are shown, never run; only safe links are made.
+  const html = await page.evaluate(() =>
+    renderMarkdown(
+      "# T\n\n<img src=x onerror=alert(1)> [a](javascript:alert(1)) **b** [1] <script>x</script>\n\n" +
+        "| k | v |\n|---|---|\n| `c` | d |\n\n[1] T: https://e.example/p",
+      new Map([[1, { url: "https://e.example/p", title: "T" }]]),
+    ),
+  );
+  check(!/<img|<script|javascript:/i.test(html), `unsafe markup got through: ${html}`);
+  check(html.includes("&lt;img") && html.includes("<strong>b</strong>"), `escaped and emphasised: ${html}`);
+  check(html.includes('<a href="https://e.example/p" target="_blank" rel="noopener noreferrer" class="cite"'), `cite: ${html}`);
+  check(html.includes("<table>") && html.includes("<code>c</code>"), `table: ${html}`);
+  check(html.includes('<li id="reference-1">[1] T: <a href="https://e.example/p"'), `references: ${html}`);
+}
+
+/** Waits until `locator` is visible and its text contains `needle`. */
+async function expectText(locator, needle) {
+  await locator.first().waitFor({ timeout: TIMEOUT });
+  const deadline = Date.now() + TIMEOUT;
+  for (;;) {
+    const text = await locator.first().innerText();
+    if (text.includes(needle)) return;
+    if (Date.now() > deadline) throw new Error(`"${needle}" never showed; the text is: ${text}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** The app's plan review: the planned topics shown, one edited, the plan approved. */
+async function appPlanReview(page) {
+  // Plan review is a research setting: switched on in the settings form.
+  await page.getByRole("button", { name: "Settings" }).click();
+  const setting = page.getByRole("checkbox", { name: "review plan", exact: true });
+  await setting.waitFor({ timeout: TIMEOUT });
+  await setting.check();
+  await page.getByRole("button", { name: "Settings" }).click();
+  const question = page.getByLabel("Question");
+  await question.fill("Compare two things");
+  await page.getByRole("button", { name: "Start research" }).click();
+  const plan = page.getByRole("region", { name: "Research plan" });
+  await expectText(plan, "I want to know everything about the topic");
+  const first = await plan.getByRole("textbox", { name: "Topic 1" }).inputValue();
+  check(first === "planned topic 0", `the first topic is ${first}`);
+  check(await plan.getByRole("textbox", { name: /^Topic/ }).count() === 3, "three topics to review");
+  await shot(page, "plan");
+  await plan.getByRole("textbox", { name: "Topic 3" }).fill("");
+  await plan.getByRole("button", { name: "Approve plan" }).click();
+  await expectText(page.getByRole("region", { name: "Report" }), "A verified fact");
+  await expectText(page.getByRole("log", { name: "Activity" }), "Plan approved");
+  const status = await page.getByRole("status").innerText();
+  check(status.includes("2 researchers"), `the edited plan has two topics: ${status}`);
+}
+
 const scenarios = {
+  async "app-research"(page, url) {
+    await appResearch(page, url, null);
+  },
+  async "app-research-keyed"(page, url) {
+    await appResearch(page, url, args.key);
+  },
+  async "app-plan-review"(page) {
+    await appPlanReview(page);
+  },
   // clarify → reply → report, on @langchain/react
   async "react-research"(page, url) {
     await send(page, "Tell me about batteries, it is vague");
@@ -147,6 +290,9 @@ async function main() {
   const scenario = scenarios[args.scenario];
   if (!scenario) throw new Error(`unknown scenario ${args.scenario}`);
   const [pageName, assistant, config] = {
+    "app-research": ["app"],
+    "app-research-keyed": ["app"],
+    "app-plan-review": ["app"],
     "react-research": ["react", "deep_research"],
     "react-plan-review": ["react", "deep_research", { configurable: { review_plan: true } }],
     "react-hitl": ["react", "hitl"],
@@ -173,12 +319,20 @@ async function main() {
   page.on("request", (r) => log.push(`${r.method()} ${r.url()}`));
   const query = new URLSearchParams({ api: args.api, assistant });
   if (config) query.set("config", JSON.stringify(config));
-  const url = `http://127.0.0.1:${server.address().port}/${pageName}.html?${query}`;
+  // The app is the service's own page; the others are served from dist/.
+  const app = pageName === "app";
+  const url = app ? `${args.api}/` : `http://127.0.0.1:${server.address().port}/${pageName}.html?${query}`;
   try {
     await page.goto(url);
     await scenario(page, url);
-    const error = await texts(page, "error");
+    const error = app ? [] : await texts(page, "error");
     check(error.length === 0, `the page shows an error: ${error}`);
+    if (app) {
+      const alert = page.locator("#error");
+      if (await alert.isVisible()) throw new Error(`the app shows an error: ${await alert.innerText()}`);
+      const problems = log.filter((l) => l.startsWith("console.error") || l.startsWith("pageerror"));
+      check(problems.length === 0, `errors in the console: ${problems.join("\n")}`);
+    }
     console.log(`ok ${args.scenario}`);
   } catch (e) {
     console.error(`FAILED ${args.scenario}: ${e.message}`);

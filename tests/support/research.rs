@@ -75,7 +75,21 @@ pub async fn start_beside<F>(
     backend: Backend,
     responder: F,
     extra_config: &str,
+    registry: Registry,
+) -> Option<ResearchApp>
+where
+    F: Fn(&Value) -> FakeReply + Send + Sync + 'static,
+{
+    start_with_settings(backend, responder, extra_config, registry, test_settings()).await
+}
+
+/// `start_beside` with the server's own settings (a key, limits).
+pub async fn start_with_settings<F>(
+    backend: Backend,
+    responder: F,
+    extra_config: &str,
     mut registry: Registry,
+    mut settings: deep_research::config::Settings,
 ) -> Option<ResearchApp>
 where
     F: Fn(&Value) -> FakeReply + Send + Sync + 'static,
@@ -89,7 +103,6 @@ where
     // Fast retries in tests: the policy is what matters, not the wall-clock wait.
     deps.retry.base_delay = std::time::Duration::from_millis(20);
     research::register(&mut registry, Arc::new(deps));
-    let mut settings = test_settings();
     settings.allow_run_keys = cfg.operator.allow_api_keys_from_config;
     let app = spawn_with(backend, settings, registry).await?;
     Some(ResearchApp { app, llm, tavily })

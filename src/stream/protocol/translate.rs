@@ -341,8 +341,20 @@ impl RunTranslator {
                 .cloned()
                 .collect();
             for child in children {
+                // Everything the node's subgraph opened ends with it, innermost first: the
+                // researchers a supervisor's tools node ran complete before the node does
+                // (dropped silently, they were never completed at all).
+                let mut closing: Vec<Vec<String>> = self
+                    .subgraphs
+                    .iter()
+                    .filter(|ns| ns.starts_with(&child))
+                    .cloned()
+                    .collect();
                 self.subgraphs.retain(|ns| !ns.starts_with(&child));
-                self.lifecycle(&child, "completed", None, out);
+                closing.sort_by_key(|ns| std::cmp::Reverse(ns.len()));
+                for ns in closing {
+                    self.lifecycle(&ns, "completed", None, out);
+                }
             }
             let data = json!({"node": node, "values": values});
             let ev = self.event("updates", namespace.clone(), Some(node), data);
@@ -708,5 +720,68 @@ mod tests {
             json!({"node": "child", "values": {"messages": []}})
         );
         assert_eq!(events[4].data["error"], "kaboom");
+    }
+
+    #[test]
+    fn subgraphs_run_inside_a_node_complete_with_it_innermost_first() {
+        // The research graph's shape: researchers run by the supervisor's tools node.
+        let mut t = RunTranslator::new(Uuid::nil(), "deep_research");
+        let tools = "research_supervisor:1|supervisor_tools:2";
+        let mut events = Vec::new();
+        for (seq, id) in [(1, "a"), (2, "b")] {
+            let update = json!({"researcher": {"researcher_messages": []}});
+            events.extend(t.frame(&frame(
+                seq,
+                &format!("updates|{tools}|researcher:{id}"),
+                update,
+            )));
+        }
+        let update = json!({"supervisor_tools": {"supervisor_messages": []}});
+        events.extend(t.frame(&frame(3, "updates|research_supervisor:1", update)));
+        let before_report = events.len();
+        let update = json!({"research_supervisor": {"notes": []}});
+        events.extend(t.frame(&frame(4, "updates", update)));
+        events.extend(t.finish(Some((RunStatus::Success, 5))));
+        let lifecycle: Vec<(String, String)> = events
+            .iter()
+            .filter(|e| e.method == "lifecycle")
+            .map(|e| {
+                (
+                    e.namespace.join("|"),
+                    e.data["event"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        let completed = |ns: &str| {
+            lifecycle
+                .iter()
+                .position(|(n, e)| n == ns && e == "completed")
+        };
+        let researcher_a = format!("{tools}|researcher:a");
+        let researcher_b = format!("{tools}|researcher:b");
+        for ns in [
+            &researcher_a,
+            &researcher_b,
+            &tools.to_owned(),
+            &"research_supervisor:1".to_owned(),
+        ] {
+            let started = lifecycle
+                .iter()
+                .filter(|(n, e)| n == ns && e == "started")
+                .count();
+            assert_eq!(started, 1, "{ns} started once: {lifecycle:?}");
+            assert!(
+                completed(ns).is_some(),
+                "{ns} never completed: {lifecycle:?}"
+            );
+        }
+        assert!(completed(&researcher_a) < completed(tools), "{lifecycle:?}");
+        assert!(completed(&researcher_b) < completed(tools), "{lifecycle:?}");
+        // Every researcher is over when its node is, not only when the run ends.
+        let early: Vec<&ProtocolEvent> = events[..before_report]
+            .iter()
+            .filter(|e| e.method == "lifecycle" && e.data["event"] == "completed")
+            .collect();
+        assert_eq!(early.len(), 3, "{lifecycle:?}");
     }
 }

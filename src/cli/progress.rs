@@ -1,0 +1,373 @@
+//! What a research run is doing, read from its stream: the steps of the graph (brief →
+//! researchers → their searches and pages → report), the counts, and the tokens and cost so
+//! far. Each event yields the lines that changed; the live view redraws those in place, the
+//! plain view prints the finished ones.
+
+use serde_json::Value;
+
+/// One line of the run's tree.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum LineId {
+    /// A step of the main graph, by node name.
+    Step(&'static str),
+    /// The n-th researcher (0-based), in the order they started.
+    Researcher(usize),
+}
+
+/// A line that changed: its text now, and whether its step is over.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub line: LineId,
+    pub text: String,
+    pub done: bool,
+}
+
+/// The steps of the main graph, in order, with what each shows while it runs and once over.
+const STEPS: [(&str, &str); 6] = [
+    ("clarify_with_user", "Checking the question"),
+    ("write_research_brief", "Writing the research brief"),
+    ("plan_research", "Planning the topics"),
+    ("review_plan", "Waiting for the plan's review"),
+    ("research_supervisor", "Researching"),
+    ("final_report_generation", "Writing the report"),
+];
+
+#[derive(Default)]
+struct Researcher {
+    namespace: String,
+    queries: Vec<String>,
+    pages: usize,
+    done: bool,
+}
+
+/// The run as far as its stream has told.
+#[derive(Default)]
+pub struct RunProgress {
+    researchers: Vec<Researcher>,
+    searches: usize,
+    pages: usize,
+    /// The run's `usage` totals (the latest `usage` custom event).
+    usage: Value,
+    stage: &'static str,
+    /// The step shown as running (announced when the step before it ended), if any.
+    running: Option<&'static str>,
+    /// Warnings and other notes, in order (failed searches, fallbacks, the citation check).
+    pub notes: Vec<String>,
+}
+
+fn excerpt(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+/// A list that may come as `{"type": "override", "value": [...]}`.
+fn list(value: &Value) -> &[Value] {
+    value
+        .as_array()
+        .or_else(|| value["value"].as_array())
+        .map_or(&[], Vec::as_slice)
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+impl RunProgress {
+    pub fn new() -> Self {
+        Self {
+            stage: "Starting",
+            usage: Value::Null,
+            ..Self::default()
+        }
+    }
+
+    /// The summary line: stage, researchers, searches, pages, tokens and cost.
+    pub fn status(&self) -> String {
+        let mut parts = vec![self.stage.to_owned()];
+        if !self.researchers.is_empty() {
+            parts.push(plural(self.researchers.len(), "researcher", "researchers"));
+        }
+        parts.push(plural(self.searches, "search", "searches"));
+        parts.push(format!("{} read", plural(self.pages, "page", "pages")));
+        if let Some(tokens) = self.tokens() {
+            parts.push(format!("{tokens} tokens"));
+            if let Some(usd) = self.usage["estimated_usd"].as_f64().filter(|u| *u > 0.0) {
+                parts.push(format!("≈ ${usd:.4}"));
+            }
+        }
+        parts.join(" · ")
+    }
+
+    fn tokens(&self) -> Option<u64> {
+        let input = self.usage["input_tokens"].as_u64()?;
+        Some(input + self.usage["output_tokens"].as_u64().unwrap_or(0))
+    }
+
+    /// The run reached its end: the stage says so. Returns the step that was shown as
+    /// running but will not run in this run (the brief, after a clarifying question).
+    pub fn finish(&mut self, stage: &'static str) -> Option<LineId> {
+        self.stage = stage;
+        self.running.take().map(LineId::Step)
+    }
+
+    /// One stream event (`updates` and `custom`; others change nothing).
+    pub fn on_event(&mut self, mode: &str, namespace: &str, data: &Value) -> Vec<Change> {
+        match mode {
+            "updates" => self.on_update(namespace, data),
+            "custom" => {
+                self.on_custom(data);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn on_update(&mut self, namespace: &str, update: &Value) -> Vec<Change> {
+        let Some(nodes) = update.as_object() else {
+            return Vec::new();
+        };
+        let mut changes = Vec::new();
+        for (node, data) in nodes {
+            if namespace.contains("researcher:") {
+                changes.extend(self.researcher_update(namespace, node, data));
+            } else if namespace.is_empty() {
+                changes.extend(self.step_update(node, data));
+            } else if node == "supervisor" {
+                self.stage = "Researching";
+            }
+        }
+        changes
+    }
+
+    /// A main-graph node finished: its line is done, and the next step's line starts.
+    fn step_update(&mut self, node: &str, data: &Value) -> Vec<Change> {
+        let Some(index) = STEPS.iter().position(|(n, _)| *n == node) else {
+            return Vec::new();
+        };
+        let (name, _) = STEPS[index];
+        if self.running == Some(name) {
+            self.running = None;
+        }
+        let text = match name {
+            "clarify_with_user" => "Question checked".to_owned(),
+            "write_research_brief" => format!(
+                "Brief: {}",
+                excerpt(data["research_brief"].as_str().unwrap_or_default(), 160)
+            ),
+            "plan_research" => format!(
+                "Plan: {}",
+                plural(list(&data["research_plan"]).len(), "topic", "topics")
+            ),
+            "review_plan" => "Plan approved".to_owned(),
+            "research_supervisor" => format!(
+                "Research done: {}, {}, {} read",
+                plural(self.researchers.len(), "researcher", "researchers"),
+                plural(self.searches, "search", "searches"),
+                plural(self.pages, "page", "pages")
+            ),
+            _ => "Report written".to_owned(),
+        };
+        let mut changes = vec![Change {
+            line: LineId::Step(name),
+            text,
+            done: true,
+        }];
+        // Researchers still shown as running are over once the research is.
+        if name == "research_supervisor" {
+            for i in 0..self.researchers.len() {
+                if !self.researchers[i].done {
+                    self.researchers[i].done = true;
+                    changes.push(self.researcher_line(i));
+                }
+            }
+        }
+        // The next step that runs in every research: skip the plan steps unless planning.
+        let next = STEPS[index + 1..].iter().find(|(n, _)| {
+            !matches!(*n, "plan_research" | "review_plan") || name == "plan_research"
+        });
+        if let Some((next, label)) = next {
+            self.stage = label;
+            self.running = Some(next);
+            changes.push(Change {
+                line: LineId::Step(next),
+                text: (*label).to_owned(),
+                done: false,
+            });
+        } else {
+            self.stage = "Finishing";
+        }
+        changes
+    }
+
+    fn researcher_index(&mut self, namespace: &str) -> usize {
+        // A researcher is its own namespace, up to and including its `researcher:` segment.
+        let key = match namespace.rfind("researcher:") {
+            Some(at) => namespace[at..]
+                .find('|')
+                .map_or(namespace, |end| &namespace[..at + end]),
+            None => namespace,
+        };
+        if let Some(i) = self.researchers.iter().position(|r| r.namespace == key) {
+            return i;
+        }
+        self.researchers.push(Researcher {
+            namespace: key.to_owned(),
+            ..Researcher::default()
+        });
+        self.researchers.len() - 1
+    }
+
+    fn researcher_update(&mut self, namespace: &str, node: &str, data: &Value) -> Vec<Change> {
+        let i = self.researcher_index(namespace);
+        self.stage = "Researching";
+        match node {
+            "researcher" => {
+                let queries = queries(list(&data["researcher_messages"]));
+                self.searches += queries.len();
+                self.researchers[i].queries.extend(queries);
+            }
+            "researcher_tools" => {
+                let read = list(&data["sources"]).len();
+                self.pages += read;
+                self.researchers[i].pages += read;
+            }
+            "compress_research" => self.researchers[i].done = true,
+            _ => {}
+        }
+        vec![self.researcher_line(i)]
+    }
+
+    fn researcher_line(&self, i: usize) -> Change {
+        let r = &self.researchers[i];
+        let mut text = format!("Researcher {}", i + 1);
+        if let Some(last) = r.queries.last() {
+            let verb = if r.done { "searched" } else { "searching" };
+            text.push_str(&format!(": {verb} “{}”", excerpt(last, 70)));
+            if r.queries.len() > 1 {
+                text.push_str(&format!(" and {} more", r.queries.len() - 1));
+            }
+        }
+        text.push_str(&format!(" · {} read", plural(r.pages, "page", "pages")));
+        if r.done {
+            text.push_str(" · findings summarised");
+        }
+        Change {
+            line: LineId::Researcher(i),
+            text,
+            done: r.done,
+        }
+    }
+
+    fn on_custom(&mut self, data: &Value) {
+        match data["type"].as_str() {
+            Some("usage") => self.usage = data["run"].clone(),
+            Some("researcher_error") => self
+                .notes
+                .push(format!("! a researcher failed: {}", data["error"])),
+            Some("search_error") => self
+                .notes
+                .push(format!("! a search failed: {}", data["error"])),
+            Some("fallback") => self.notes.push(format!(
+                "! fell back ({}): {}",
+                data["stage"].as_str().unwrap_or("?"),
+                data["fallback"].as_str().unwrap_or("?")
+            )),
+            Some("citations") => {
+                let s = &data["support"];
+                self.notes.push(format!(
+                    "citations checked: {} of {} supported, {} moved, {} removed, {} added; {} \
+                     sources cited ({} unretrieved links removed)",
+                    s["supported"],
+                    s["citations"],
+                    s["moved"],
+                    s["removed"],
+                    s["attached"],
+                    s["sources_cited"],
+                    data["removed"].as_array().map_or(0, Vec::len)
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The search queries in a turn's tool calls (`queries` lists or one `query`).
+fn queries(messages: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for message in messages {
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            let args = &call["args"];
+            if let Some(list) = args["queries"].as_array() {
+                out.extend(list.iter().filter_map(Value::as_str).map(str::to_owned));
+            } else if let Some(one) = args["query"].as_str() {
+                out.push(one.to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_run_unfolds_as_a_tree_of_steps_and_researchers() {
+        let mut p = RunProgress::new();
+        let brief = p.on_event(
+            "updates",
+            "",
+            &json!({"write_research_brief": {"research_brief": "Compare   the two"}}),
+        );
+        assert_eq!(brief[0].text, "Brief: Compare the two");
+        assert_eq!(
+            brief[1],
+            Change {
+                line: LineId::Step("research_supervisor"),
+                text: "Researching".into(),
+                done: false
+            }
+        );
+        let ns = "research_supervisor:1|supervisor_tools:2|researcher:a";
+        let search = json!({"researcher": {"researcher_messages": [{"type": "ai",
+            "tool_calls": [{"name": "tavily_search", "args": {"queries": ["one", "two"]}}]}]}});
+        let line = p.on_event("updates", ns, &search);
+        assert_eq!(line[0].line, LineId::Researcher(0));
+        assert_eq!(
+            line[0].text,
+            "Researcher 1: searching “two” and 1 more · 0 pages read"
+        );
+        let pages = json!({"researcher_tools": {"sources": [{"url": "u1"}, {"url": "u2"}]}});
+        p.on_event("updates", &format!("{ns}|researcher_tools:3"), &pages);
+        let other = "research_supervisor:1|supervisor_tools:2|researcher:b";
+        p.on_event("updates", other, &json!({"compress_research": {}}));
+        p.on_event(
+            "custom",
+            "",
+            &json!({"type": "usage", "run": {"input_tokens": 1200, "output_tokens": 34, "estimated_usd": 0.01}}),
+        );
+        assert_eq!(
+            p.status(),
+            "Researching · 2 researchers · 2 searches · 2 pages read · 1234 tokens · ≈ $0.0100"
+        );
+        let done = p.on_event("updates", "", &json!({"research_supervisor": {}}));
+        assert_eq!(
+            done[0].text,
+            "Research done: 2 researchers, 2 searches, 2 pages read"
+        );
+        assert!(
+            done.iter()
+                .any(|c| c.line == LineId::Researcher(0) && c.done),
+            "{done:?}"
+        );
+        assert_eq!(
+            done.last().map(|c| &c.text),
+            Some(&"Writing the report".into())
+        );
+    }
+}
