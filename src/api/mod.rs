@@ -1,6 +1,7 @@
 //! HTTP surface: the LangGraph Server API (assistants, threads, runs, streams) plus health and
 //! OpenAPI. Handlers validate, call the store and the runner, and shape responses.
 
+mod a2a;
 mod assistants;
 pub mod auth;
 pub(crate) mod crons;
@@ -59,8 +60,14 @@ pub fn router(state: AppState) -> Router {
     } else {
         Router::new()
     };
+    let a2a = if state.settings.a2a {
+        a2a::router()
+    } else {
+        Router::new()
+    };
     Router::new()
         .merge(web)
+        .merge(a2a)
         .merge(meta::router())
         .merge(assistants::router())
         .merge(threads::router())

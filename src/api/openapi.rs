@@ -3,7 +3,7 @@
 
 mod refine;
 
-use super::{AppState, assistants, crons, meta, protocol, runs, store_items, threads};
+use super::{AppState, a2a, assistants, crons, meta, protocol, runs, store_items, threads};
 use crate::store::{Assistant, Cron, MultitaskStrategy, Run, RunStatus, Thread, ThreadStatus};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -76,6 +76,9 @@ use utoipa_swagger_ui::SwaggerUi;
         store_items::namespaces,
         protocol::command,
         protocol::events,
+        a2a::rpc,
+        a2a::card::well_known,
+        a2a::card::of_assistant,
     ),
     components(schemas(
         Assistant,

@@ -4,12 +4,11 @@
 //! cost); through a pipe it is plain lines; `--json` prints every event as a JSON line. The
 //! clarifying question is asked at the prompt, and the report goes to a file or to stdout.
 
-mod progress;
 mod view;
 
+use crate::research::progress::RunProgress;
 use crate::sse::SseStream;
 use futures::StreamExt;
-use progress::RunProgress;
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! Where a run's progress is shown: a tree redrawn in place on a terminal (indicatif), plain
 //! lines when the output is a pipe or a file, or one JSON object per event (`--json`).
 
-use super::progress::{Change, LineId, RunProgress};
+use crate::research::progress::{Change, LineId, RunProgress};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::{Value, json};
 use std::collections::HashMap;

@@ -68,6 +68,8 @@ pub struct Settings {
     pub cors_private_network: bool,
     /// The research app at `/` (a page that uses this API; off: `/` is a 404).
     pub web_app: bool,
+    /// A2A at `/a2a/{assistant_id}` and the agent cards (off: 404).
+    pub a2a: bool,
     /// Who may call the API, as which owner.
     pub auth: AuthSettings,
     /// Admission limits on runs.
@@ -186,6 +188,7 @@ impl Settings {
             cors_origins: s.cors_origins.clone(),
             cors_private_network: s.cors_private_network,
             web_app: s.web_app,
+            a2a: s.a2a,
             auth: auth_settings(&cfg.auth),
             allow_run_keys: cfg.operator.allow_api_keys_from_config,
             run_limits: RunLimits {

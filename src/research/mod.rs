@@ -12,6 +12,7 @@ mod main_graph;
 mod messages;
 mod model;
 mod plan_review;
+pub mod progress;
 pub mod prompts;
 mod researcher;
 mod stream_fields;

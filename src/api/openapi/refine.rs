@@ -438,7 +438,9 @@ fn refine_parameter(path: &str, param: &mut Value, graphs: &[&str]) {
         param["schema"] = schema;
         return;
     }
-    if param.get("in").and_then(Value::as_str) != Some("path") {
+    // The agent card's query names an assistant as the paths do.
+    let card_query = path == "/.well-known/agent-card.json" && name == "assistant_id";
+    if param.get("in").and_then(Value::as_str) != Some("path") && !card_query {
         return;
     }
     if UUID_PARAMS.contains(&name.as_str()) {

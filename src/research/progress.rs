@@ -1,7 +1,7 @@
 //! What a research run is doing, read from its stream: the steps of the graph (brief →
 //! researchers → their searches and pages → report), the counts, and the tokens and cost so
-//! far. Each event yields the lines that changed; the live view redraws those in place, the
-//! plain view prints the finished ones.
+//! far. Each event yields the lines that changed: the terminal view redraws those in place,
+//! A2A sends them as status updates.
 
 use serde_json::Value;
 
