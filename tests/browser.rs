@@ -9,6 +9,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use support::fake_llm::FakeReply;
 use support::research::{ResearchApp, Script, scripted, start_beside, start_with_settings};
 use support::{Backend, graphs};
 
@@ -104,6 +105,27 @@ async fn the_app_works_on_a_keyed_server() {
     .await
     .expect("app");
     play_with(&app, "app-research-keyed", &["--key", "k-app-test"]).await;
+}
+
+/// A reload while the report is written rejoins the run and draws its progress again; the
+/// research is then deleted from the history; on a phone-sized screen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_rejoins_a_run_after_a_reload() {
+    if !ready() {
+        return;
+    }
+    let script = scripted(Script::default());
+    // The report is held back long enough to reload the page while it is being written.
+    let responder = move |req: &serde_json::Value| match support::workload::role(req) {
+        support::workload::Role::Report => {
+            FakeReply::Delay(std::time::Duration::from_secs(4), Box::new(script(req)))
+        }
+        _ => script(req),
+    };
+    let app = start_beside(Backend::Sqlite, responder, "", graphs::registry())
+        .await
+        .expect("app");
+    play(&app, "app-rejoin").await;
 }
 
 /// Plan review from the app: switched on in its settings, one topic removed, approved.

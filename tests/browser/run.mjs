@@ -160,9 +160,10 @@ async function appResearch(page, url, key) {
   const markdown = readFileSync(await download.path(), "utf8");
   check(markdown.includes("A verified fact [1]") && markdown.includes("### Sources"), `markdown: ${markdown}`);
 
-  // A reload shows the same research again.
+  // A reload shows the same research again, and no question beside it.
   await page.reload();
   await expectText(page.getByRole("region", { name: "Report" }), "A verified fact");
+  check(await page.getByRole("region", { name: "Clarification" }).count() === 0, "a question is shown beside the report");
 
   // The history opens it too.
   await page.getByRole("button", { name: "New research" }).click();
@@ -225,7 +226,40 @@ async function appPlanReview(page) {
   check(status.includes("2 researchers"), `the edited plan has two topics: ${status}`);
 }
 
+/** A reload while the report is being written rejoins the run; then the research is deleted
+ * from the history; and the page works on a phone-sized screen. */
+async function appRejoin(page) {
+  await page.setViewportSize({ width: 390, height: 844 });
+  const question = page.getByLabel("Question");
+  const box = await question.boundingBox();
+  check(box && box.width <= 390, `the question box fits a narrow screen: ${JSON.stringify(box)}`);
+  await question.fill("Compare two things");
+  await question.press("Enter");
+  // The fake model holds the report back for a few seconds: reload in between.
+  await expectText(page.getByRole("log", { name: "Activity" }), "writing the report");
+  await shot(page, "narrow-running");
+  await page.reload();
+  await expectText(page.getByRole("log", { name: "Activity" }), "Rejoined the research in progress.");
+  await expectText(page.getByRole("region", { name: "Report" }), "A verified fact");
+  const status = await page.getByRole("status").innerText();
+  check(/^Done · 3 researchers · \d+ searches · [1-9]\d* pages read/.test(status), `status after rejoining: ${status}`);
+  const log = await page.getByRole("log", { name: "Activity" }).innerText();
+  check(log.includes("Brief:") && log.includes("Researcher 1: searching"), `the progress is drawn again: ${log}`);
+  check(await page.getByRole("region", { name: "Clarification" }).count() === 0, "a question is shown beside the report");
+  await shot(page, "narrow-rejoined");
+  // Deleting takes two clicks and takes the research away.
+  const history = page.getByRole("navigation", { name: "History" });
+  await history.getByRole("button", { name: "Delete: Compare two things" }).click();
+  await history.getByRole("button", { name: "Confirm delete: Compare two things" }).click();
+  await page.waitForFunction(() => !document.querySelector("#history-list li"), null, { timeout: TIMEOUT });
+  check(await page.getByRole("region", { name: "Report" }).count() === 0, "the deleted report is still shown");
+  check(!page.url().includes("#thread="), `the address still names the deleted thread: ${page.url()}`);
+}
+
 const scenarios = {
+  async "app-rejoin"(page) {
+    await appRejoin(page);
+  },
   async "app-research"(page, url) {
     await appResearch(page, url, null);
   },
@@ -291,6 +325,7 @@ async function main() {
   if (!scenario) throw new Error(`unknown scenario ${args.scenario}`);
   const [pageName, assistant, config] = {
     "app-research": ["app"],
+    "app-rejoin": ["app"],
     "app-research-keyed": ["app"],
     "app-plan-review": ["app"],
     "react-research": ["react", "deep_research"],

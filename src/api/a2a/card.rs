@@ -27,7 +27,15 @@ pub(super) async fn well_known(
 ) -> ApiResult<Json<Value>> {
     let named = query_values(&query_pairs(query.as_deref()), "assistant_id");
     let raw = match named.as_slice() {
-        [] => crate::research::GRAPH_ID.to_owned(),
+        // The research graph by default, where this server has it.
+        [] if state.registry.get(crate::research::GRAPH_ID).is_some() => {
+            crate::research::GRAPH_ID.to_owned()
+        }
+        [] => {
+            return Err(AppError::NotFound(
+                "Name the assistant: ?assistant_id=… (this server has no research graph)".into(),
+            ));
+        }
         [one] => one.clone(),
         _ => return Err(AppError::Invalid("assistant_id: give one".into())),
     };

@@ -328,12 +328,15 @@ async function runOnThread(payload) {
   await loadHistory();
 }
 
-/** Rejoins the thread's unfinished run, if it has one (after a reload, or from the history). */
-async function rejoin() {
-  const threadId = view.threadId;
+/** The thread's unfinished run, if it has one. */
+async function activeRun(threadId) {
   const runs = await api("GET", `/threads/${threadId}/runs?limit=10`);
-  const active = runs.find((r) => r.status === "pending" || r.status === "running");
-  if (!active) return false;
+  return runs.find((r) => r.status === "pending" || r.status === "running") ?? null;
+}
+
+/** Rejoins the thread's unfinished run (after a reload, or from the history). */
+async function rejoin(active) {
+  const threadId = view.threadId;
   view.runId = active.run_id;
   view.progress = freshProgress();
   $("progress").hidden = false;
@@ -353,7 +356,6 @@ async function rejoin() {
     if (view.following === controller) view.following = null;
   }
   if (view.threadId === threadId) await showThreadState();
-  return true;
 }
 
 /** Shows the thread as it stands: a plan to review, a question to answer, or the report. */
@@ -361,6 +363,8 @@ async function showThreadState() {
   const state = await api("GET", `/threads/${view.threadId}/state`);
   view.values = state.values ?? {};
   $("cancel").hidden = true;
+  $("clarify").hidden = true;
+  $("plan").hidden = true;
   const interrupt = (state.tasks ?? []).flatMap((t) => t.interrupts ?? [])[0]
     ?? (state.interrupts ?? [])[0];
   const messages = asList(view.values.messages);
@@ -371,8 +375,10 @@ async function showThreadState() {
     if (view.progress) { view.progress.stage = "Done"; renderStatus(); }
     showReport(view.values.final_report, asList(view.values.sources));
   } else {
+    // A clarifying question ends a run before any brief is written.
     const last = messages[messages.length - 1];
-    if (last && (last.type === "ai" || last.role === "assistant") && !(last.tool_calls ?? []).length) {
+    const asking = last && (last.type === "ai" || last.role === "assistant") && !(last.tool_calls ?? []).length;
+    if (asking && !view.values.research_brief) {
       if (view.progress) { view.progress.stage = "Waiting for your reply"; renderStatus(); }
       showClarification(textOf(last));
     }
@@ -657,8 +663,10 @@ async function openThread(threadId) {
   history.replaceState(null, "", `#thread=${threadId}`);
   markCurrent();
   try {
-    await showThreadState();
-    await rejoin();
+    // A run in flight is replayed from its start; otherwise the thread is shown as it is.
+    const active = await activeRun(threadId);
+    if (active) await rejoin(active);
+    else await showThreadState();
   } catch (error) {
     showError(error);
   }
