@@ -218,6 +218,17 @@ def test_bad_requests_get_json_rpc_errors():
             assert (await call(push))["code"] == -32003
             error = await call({"jsonrpc": "2.0", "id": 6, "method": "GetTask", "params": {"id": "not-a-uuid"}})
             assert error["code"] == -32602 and set(error) == {"code", "message"}
+            # What cannot be honoured is refused, not ignored.
+            ask = {"role": "ROLE_USER", "messageId": "m", "parts": [{"text": "hi"}]}
+            images = {"message": ask, "configuration": {"acceptedOutputModes": ["image/png"]}}
+            assert (await call({"jsonrpc": "2.0", "id": 8, "method": "SendMessage", "params": images}))["code"] == -32005
+            hooks = {"message": ask, "configuration": {"taskPushNotificationConfig": {"url": "https://x.example/"}}}
+            assert (await call({"jsonrpc": "2.0", "id": 9, "method": "SendMessage", "params": hooks}))["code"] == -32003
+            later = {"statusTimestampAfter": "2999-01-01T00:00:00Z"}
+            r = await h.post(endpoint, json={"jsonrpc": "2.0", "id": 10, "method": "ListTasks", "params": later})
+            assert r.json()["result"]["tasks"] == [], r.text
+            bad = {"statusTimestampAfter": "yesterday"}
+            assert (await call({"jsonrpc": "2.0", "id": 11, "method": "ListTasks", "params": bad}))["code"] == -32602
             # Without credentials: the API's own 401.
             r = await httpx.AsyncClient().post(endpoint, json={"jsonrpc": "2.0", "id": 7, "method": "GetTask"})
             assert r.status_code == 401

@@ -292,6 +292,7 @@ impl Incoming {
             return Err(RpcError::invalid_params("The message has no text"));
         }
         let configuration = params.get("configuration").cloned().unwrap_or(Value::Null);
+        check_configuration(&configuration)?;
         let configurable = match params.get("metadata").map(|m| &m["configurable"]) {
             None | Some(Value::Null) => None,
             Some(c @ Value::Object(_)) => Some(c.clone()),
@@ -312,6 +313,32 @@ impl Incoming {
             configurable,
         })
     }
+}
+
+/// What this server cannot honour in a message's configuration is refused, not ignored.
+fn check_configuration(configuration: &Value) -> RpcResult<()> {
+    let push = ["taskPushNotificationConfig", "pushNotificationConfig"];
+    if push
+        .iter()
+        .any(|k| configuration.get(*k).is_some_and(|v| !v.is_null()))
+    {
+        return Err(RpcError::new(
+            -32003,
+            "Push notifications are not supported: stream the task or poll it with GetTask",
+        ));
+    }
+    let accepted: Vec<&str> = configuration["acceptedOutputModes"]
+        .as_array()
+        .map(|modes| modes.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let ours = ["text/plain", "text/markdown", "text/*", "*/*"];
+    if !accepted.is_empty() && !accepted.iter().any(|m| ours.contains(m)) {
+        return Err(RpcError::new(
+            -32005,
+            "This agent answers in text/plain and text/markdown; acceptedOutputModes lists neither",
+        ));
+    }
+    Ok(())
 }
 
 /// One request's context.
@@ -482,6 +509,12 @@ impl Call<'_> {
                 RpcError::invalid_params(format!("status '{raw}' is not a task state"))
             })?),
         };
+        let after = match params.get("statusTimestampAfter") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_str().and_then(Timestamp::parse).ok_or_else(|| {
+                RpcError::invalid_params("statusTimestampAfter must be an ISO 8601 timestamp")
+            })?),
+        };
         let detail = Detail {
             artifacts: params.get("includeArtifacts") == Some(&json!(true)),
             history: history_length(params.get("historyLength"))?,
@@ -516,7 +549,10 @@ impl Call<'_> {
                     .map(|run| task_from(run, Some(thread), latest == Some(run.run_id))),
             );
         }
-        tasks.retain(|t| status.is_none_or(|s| t.state == s));
+        tasks.retain(|t| {
+            status.is_none_or(|s| t.state == s)
+                && after.is_none_or(|a| t.timestamp.millis() > a.millis())
+        });
         tasks.sort_by_key(|t| std::cmp::Reverse(t.timestamp.millis()));
         let total = tasks.len();
         let page: Vec<Value> = tasks

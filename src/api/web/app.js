@@ -99,7 +99,7 @@ const view = {
 };
 
 function freshProgress() {
-  return { stage: "Starting", searches: 0, pages: 0, researchers: new Map(), usage: null, notes: new Set() };
+  return { stage: "Starting", searches: 0, pages: 0, researchers: new Map(), usage: null };
 }
 
 function showError(error) {
