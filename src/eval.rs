@@ -6,7 +6,6 @@
 //! fallbacks). `compare` shows what changed between two result files.
 
 use crate::research::support::{self, Sources};
-use crate::sse::SseStream;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -204,17 +203,8 @@ async fn run_one(
         "config": {"configurable": configurable},
     });
     let started = Instant::now();
-    let resp = http
-        .post(format!("{base_url}/threads/{thread_id}/runs/stream"))
-        .json(&body)
-        .send()
-        .await?;
-    if !resp.status().is_success() {
-        let status = resp.status();
-        let detail: Value = resp.json().await.unwrap_or(Value::Null);
-        anyhow::bail!("the run was refused ({status}): {}", detail["detail"]);
-    }
-    let mut events = SseStream::new(resp.bytes_stream());
+    let url = format!("{base_url}/threads/{thread_id}/runs/stream");
+    let mut events = crate::cli::stream_run(http, &url, &body).await?;
     let mut values = Value::Null;
     let mut error: Option<String> = None;
     let streamed = tokio::time::timeout(opts.run_limit, async {

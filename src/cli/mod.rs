@@ -141,21 +141,8 @@ impl Run<'_> {
             "stream_subgraphs": true,
             "config": {"configurable": self.configurable},
         });
-        let resp = self
-            .http
-            .post(format!(
-                "{}/threads/{}/runs/stream",
-                self.base_url, self.thread_id
-            ))
-            .json(&body)
-            .send()
-            .await?;
-        if !resp.status().is_success() {
-            let status = resp.status();
-            let detail: Value = resp.json().await.unwrap_or(Value::Null);
-            anyhow::bail!("the run was refused ({status}): {}", detail["detail"]);
-        }
-        let mut events = SseStream::new(resp.bytes_stream());
+        let url = format!("{}/threads/{}/runs/stream", self.base_url, self.thread_id);
+        let mut events = stream_run(self.http, &url, &body).await?;
         let mut values = Value::Null;
         let mut progress = RunProgress::new();
         while let Some(event) = events.next().await {
@@ -181,6 +168,21 @@ impl Run<'_> {
         view.finish(&progress, not_run)?;
         Ok(values)
     }
+}
+
+/// Posts a streamed run and returns its events; a refusal is an error that quotes its detail.
+pub(crate) async fn stream_run(
+    http: &reqwest::Client,
+    url: &str,
+    body: &Value,
+) -> anyhow::Result<SseStream<impl futures::Stream<Item = reqwest::Result<bytes::Bytes>>>> {
+    let resp = http.post(url).json(body).send().await?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let detail: Value = resp.json().await.unwrap_or(Value::Null);
+        anyhow::bail!("the run was refused ({status}): {}", detail["detail"]);
+    }
+    Ok(SseStream::new(resp.bytes_stream()))
 }
 
 fn usage_line(usage: &Value) -> String {
