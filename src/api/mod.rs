@@ -8,6 +8,7 @@ pub(crate) mod crons;
 pub mod error;
 mod guard;
 mod lookups;
+mod mcp;
 mod meta;
 mod numbers;
 pub mod openapi;
@@ -17,6 +18,7 @@ mod responses;
 mod runs;
 mod store_items;
 mod threads;
+mod turns;
 mod web;
 
 use crate::config::Settings;
@@ -65,9 +67,15 @@ pub fn router(state: AppState) -> Router {
     } else {
         Router::new()
     };
+    let mcp = if state.settings.mcp {
+        mcp::router(state.clone())
+    } else {
+        Router::new()
+    };
     Router::new()
         .merge(web)
         .merge(a2a)
+        .merge(mcp)
         .merge(meta::router())
         .merge(assistants::router())
         .merge(threads::router())

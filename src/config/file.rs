@@ -58,6 +58,8 @@ pub struct Server {
     pub cors_private_network: bool,
     pub web_app: bool,
     pub a2a: bool,
+    pub mcp: bool,
+    pub ag_ui: bool,
     pub run_lease_ms: u64,
     pub heartbeat_ms: u64,
     pub poll_interval_ms: u64,

@@ -70,6 +70,10 @@ pub struct Settings {
     pub web_app: bool,
     /// A2A at `/a2a/{assistant_id}` and the agent cards (off: 404).
     pub a2a: bool,
+    /// The MCP server at `/mcp` (off: 404).
+    pub mcp: bool,
+    /// AG-UI at `/ag-ui/{assistant_id}` (off: 404).
+    pub ag_ui: bool,
     /// Who may call the API, as which owner.
     pub auth: AuthSettings,
     /// Admission limits on runs.
@@ -189,6 +193,8 @@ impl Settings {
             cors_private_network: s.cors_private_network,
             web_app: s.web_app,
             a2a: s.a2a,
+            mcp: s.mcp,
+            ag_ui: s.ag_ui,
             auth: auth_settings(&cfg.auth),
             allow_run_keys: cfg.operator.allow_api_keys_from_config,
             run_limits: RunLimits {

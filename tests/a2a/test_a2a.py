@@ -1,7 +1,7 @@
 """The service's A2A endpoint through the official Python client (a2a-sdk 1.x), v1.0 and v0.3.
 
-Run by tests/a2a.rs against a live server with the research graph on the provider fakes
-(env A2A_URL, A2A_KEY_A, A2A_KEY_B: two owners).
+Run by tests/agent_protocols.rs against a live server with the research graph on the provider fakes
+(env DR_URL, DR_KEY_A, DR_KEY_B: two owners).
 """
 
 import asyncio
@@ -30,9 +30,9 @@ from a2a.types import (
     TaskState,
 )
 
-URL = os.environ["A2A_URL"].rstrip("/")
-KEY_A = os.environ["A2A_KEY_A"]
-KEY_B = os.environ["A2A_KEY_B"]
+URL = os.environ["DR_URL"].rstrip("/")
+KEY_A = os.environ["DR_KEY_A"]
+KEY_B = os.environ["DR_KEY_B"]
 CARD_PATH = "/.well-known/agent-card.json?assistant_id=deep_research"
 
 

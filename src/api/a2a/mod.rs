@@ -15,12 +15,10 @@ use super::AppState;
 use super::assistants::resolve;
 use super::auth::Principal;
 use super::error::AppError;
-use super::runs::start_on_thread;
+use super::turns::{self, Outcome, Reading};
 use crate::research::progress::{LineId, RunProgress};
-use crate::store::{
-    CancelAction, Run, RunStatus, SortOrder, StoreError, Thread, ThreadQuery, ThreadStatus,
-};
-use crate::stream::{Frame, STORE_POLL, follow_run};
+use crate::store::{CancelAction, Run, SortOrder, StoreError, ThreadQuery};
+use crate::stream::{Frame, follow_run};
 use crate::time::Timestamp;
 use axum::Json;
 use axum::Router;
@@ -47,8 +45,6 @@ pub(super) fn router() -> Router<AppState> {
 
 /// The stream modes of the runs A2A starts: progress comes from `updates`; frames are stored,
 /// so a stream can be resumed (`SubscribeToTask`).
-const RUN_MODES: [&str; 3] = ["values", "updates", "custom"];
-
 /// A JSON-RPC error. Only `code` and `message`: strict clients refuse other keys.
 #[derive(Debug)]
 struct RpcError {
@@ -385,28 +381,15 @@ impl Call<'_> {
             }
             context = Some(run.thread_id);
         }
-        let thread_id = match context {
-            Some(id) => {
-                super::lookups::not_anothers(self.state, id, &self.who.owner).await?;
-                id
-            }
-            None => crate::ids::new_id(),
+        let turn = turns::Turn {
+            assistant_id: self.assistant_id,
+            thread_id: context,
+            text: m.text.clone(),
+            data: m.data.clone(),
+            configurable: m.configurable.clone(),
+            protocol: "a2a",
         };
-        let thread = self.state.store.get_thread(thread_id).await?;
-        let mut body = json!({"assistant_id": self.assistant_id.to_string(),
-            "stream_mode": RUN_MODES, "stream_subgraphs": true, "stream_resumable": true,
-            "if_not_exists": "create", "multitask_strategy": "reject",
-            "metadata": {"a2a": true}});
-        if thread.as_ref().is_some_and(waits_for_input) {
-            let answer = m.data.clone().unwrap_or_else(|| json!(m.text));
-            body["command"] = json!({ "resume": answer });
-        } else {
-            body["input"] = json!({"messages": [{"type": "human", "content": m.text}]});
-        }
-        if let Some(configurable) = &m.configurable {
-            body["config"] = json!({ "configurable": configurable });
-        }
-        Ok(start_on_thread(self.state, self.who, thread_id, body).await?)
+        Ok(turns::start(self.state, self.who, turn).await?)
     }
 
     async fn send(&self, dialect: Dialect, params: &Map<String, Value>) -> RpcResult<Value> {
@@ -544,10 +527,12 @@ impl Call<'_> {
                 .list_runs(thread.thread_id, None, 1000, 0)
                 .await?;
             let latest = runs.first().map(|r| r.run_id);
-            tasks.extend(
-                runs.iter()
-                    .map(|run| task_from(run, Some(thread), latest == Some(run.run_id))),
-            );
+            tasks.extend(runs.iter().map(|run| {
+                task_from(
+                    run,
+                    turns::read(run, Some(thread), latest == Some(run.run_id)),
+                )
+            }));
         }
         tasks.retain(|t| {
             status.is_none_or(|s| t.state == s)
@@ -692,83 +677,37 @@ async fn stream_task(state: &AppState, dialect: Dialect, run: Run, out: &Out) ->
     .await
 }
 
-/// Resolves once the run has ended (the store is read every `STORE_POLL`).
+/// Resolves once the run has ended.
 async fn wait_for_end(state: &AppState, run_id: Uuid) -> RpcResult<Run> {
-    loop {
-        match state.store.get_run(run_id).await? {
-            Some(run) if !run.status.is_inflight() => return Ok(run),
-            Some(_) => {}
-            None => return Err(RpcError::task_not_found(run_id)),
-        }
-        tokio::select! {
-            () = tokio::time::sleep(STORE_POLL) => {}
-            () = state.shutdown.cancelled() => {
-                return Err(RpcError::new(-32603, format!(
-                    "The server is shutting down; task {run_id} goes on: read it with GetTask")));
-            }
-        }
+    match turns::wait_for_end(state, run_id).await? {
+        Some(run) => Ok(run),
+        None if state.shutdown.is_cancelled() => Err(RpcError::new(
+            -32603,
+            format!("The server is shutting down; task {run_id} goes on: read it with GetTask"),
+        )),
+        None => Err(RpcError::task_not_found(run_id)),
     }
 }
 
-/// A thread at rest on interrupts: the next message answers them.
-fn waits_for_input(thread: &Thread) -> bool {
-    thread.status == ThreadStatus::Interrupted
-        && thread.interrupts.as_object().is_some_and(|m| {
-            m.values()
-                .any(|v| v.as_array().is_some_and(|a| !a.is_empty()))
-        })
-}
-
 async fn task_of(state: &AppState, run: &Run) -> RpcResult<Task> {
-    let thread = state.store.get_thread(run.thread_id).await?;
-    let latest = state
-        .store
-        .list_runs(run.thread_id, None, 1, 0)
-        .await?
-        .first()
-        .is_some_and(|r| r.run_id == run.run_id);
-    Ok(task_from(run, thread.as_ref(), latest))
+    Ok(task_from(run, turns::read_run(state, run).await?))
 }
 
-/// A run as a task. The thread's state is the latest run's: an earlier run of the context is
-/// reported by its status alone.
-fn task_from(run: &Run, thread: Option<&Thread>, latest: bool) -> Task {
-    let values = thread
-        .filter(|_| latest)
-        .and_then(|t| t.values.clone())
-        .unwrap_or(Value::Null);
-    let messages = values["messages"].as_array().cloned().unwrap_or_default();
-    let last_ai = messages
-        .last()
-        .filter(|m| m["type"] == "ai" && m["tool_calls"].as_array().is_none_or(Vec::is_empty))
-        .map(text_of);
-    let report = values["final_report"].as_str().map(str::to_owned);
-    let (state, message) = match run.status {
-        RunStatus::Pending => (TaskState::Submitted, None),
-        RunStatus::Running => (TaskState::Working, None),
-        RunStatus::Success if report.is_some() => (TaskState::Completed, None),
-        RunStatus::Success if latest && last_ai.is_some() => (TaskState::InputRequired, last_ai),
-        RunStatus::Success => (TaskState::Completed, None),
-        RunStatus::Error | RunStatus::Timeout => {
-            let why = thread
-                .filter(|_| latest)
-                .and_then(|t| t.error.as_ref())
-                .and_then(|e| e["message"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| format!("The research ended in {}", run.status.as_str()));
-            (TaskState::Failed, Some(why))
-        }
-        RunStatus::Interrupted => match thread.filter(|t| latest && waits_for_input(t)) {
-            Some(t) => (TaskState::InputRequired, interrupt_text(&t.interrupts)),
-            None => (TaskState::Canceled, None),
-        },
+/// A run as a task.
+fn task_from(run: &Run, reading: Reading) -> Task {
+    let (state, message) = match reading.outcome {
+        Outcome::Pending => (TaskState::Submitted, None),
+        Outcome::Running => (TaskState::Working, None),
+        Outcome::Completed => (TaskState::Completed, None),
+        Outcome::NeedsInput(text) => (TaskState::InputRequired, text),
+        Outcome::Failed(why) => (TaskState::Failed, Some(why)),
+        Outcome::Cancelled => (TaskState::Canceled, None),
     };
-    let history = messages
+    let history = reading
+        .messages
         .iter()
-        .filter(|m| {
-            m["type"] == "human"
-                || (m["type"] == "ai" && m["tool_calls"].as_array().is_none_or(Vec::is_empty))
-        })
-        .map(|m| (m["type"] == "human", text_of(m)))
+        .filter(|m| m["type"] == "human" || turns::is_answer(m))
+        .map(|m| (m["type"] == "human", turns::text_of(m)))
         .filter(|(_, text)| !text.trim().is_empty())
         .collect();
     Task {
@@ -776,57 +715,8 @@ fn task_from(run: &Run, thread: Option<&Thread>, latest: bool) -> Task {
         context_id: run.thread_id,
         state,
         message,
-        report,
+        report: reading.report,
         timestamp: run.updated_at,
         history,
     }
-}
-
-fn text_of(message: &Value) -> String {
-    match &message["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
-        _ => String::new(),
-    }
-}
-
-/// What an interrupt asks, in words: its question, the brief and topics of a plan to review,
-/// and how to answer.
-fn interrupt_text(interrupts: &Value) -> Option<String> {
-    let by_task: &Map<String, Value> = interrupts.as_object()?;
-    let first = by_task
-        .values()
-        .filter_map(Value::as_array)
-        .flatten()
-        .next()?;
-    let value = &first["value"];
-    let Some(fields) = value.as_object() else {
-        return Some(
-            value
-                .as_str()
-                .map_or_else(|| value.to_string(), str::to_owned),
-        );
-    };
-    let mut parts: Vec<String> = Vec::new();
-    if let Some(q) = fields.get("question").and_then(Value::as_str) {
-        parts.push(q.to_owned());
-    }
-    if let Some(brief) = fields.get("research_brief").and_then(Value::as_str) {
-        parts.push(format!("Research brief: {brief}"));
-    }
-    if let Some(topics) = fields.get("topics").and_then(Value::as_array) {
-        let lines: Vec<String> = topics
-            .iter()
-            .filter_map(Value::as_str)
-            .map(|t| format!("- {t}"))
-            .collect();
-        parts.push(format!("Planned topics:\n{}", lines.join("\n")));
-    }
-    if let Some(how) = fields.get("how_to_answer").and_then(Value::as_str) {
-        parts.push(how.to_owned());
-    }
-    if parts.is_empty() {
-        parts.push(value.to_string());
-    }
-    Some(parts.join("\n\n"))
 }

@@ -1,0 +1,205 @@
+//! One turn of a conversation with an assistant, shared by the agent protocols (A2A, MCP,
+//! AG-UI). A message starts a run on a thread: a new question, or the answer to the interrupt
+//! the thread waits on. A run that has ended reads as a report, a question back, a failure or a
+//! cancellation. The protocols differ only in how they carry these.
+
+use super::AppState;
+use super::auth::Principal;
+use super::error::ApiResult;
+use super::runs::start_on_thread;
+use crate::store::{Run, RunStatus, StoreResult, Thread, ThreadStatus};
+use crate::stream::STORE_POLL;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+/// The stream modes a turn's run records, so a protocol can follow it live.
+pub(super) const RUN_MODES: [&str; 3] = ["values", "updates", "custom"];
+
+/// What a protocol hands over to start a turn.
+pub(super) struct Turn {
+    pub(super) assistant_id: Uuid,
+    /// The thread to continue (it must be the caller's or not exist yet); none starts one.
+    pub(super) thread_id: Option<Uuid>,
+    pub(super) text: String,
+    /// A structured answer to an interrupt (a plan review), used instead of `text` there.
+    pub(super) data: Option<Value>,
+    /// Research settings for this run.
+    pub(super) configurable: Option<Value>,
+    /// Recorded in the run's metadata (`{"a2a": true}`), so runs say where they came from.
+    pub(super) protocol: &'static str,
+}
+
+/// Starts the run a turn asks for, as the caller: an interrupted thread gets the text (or the
+/// data) as its resume value, any other thread a new human message.
+pub(super) async fn start(state: &AppState, who: &Principal, turn: Turn) -> ApiResult<Run> {
+    let thread_id = match turn.thread_id {
+        Some(id) => {
+            super::lookups::not_anothers(state, id, &who.owner).await?;
+            id
+        }
+        None => crate::ids::new_id(),
+    };
+    let thread = state.store.get_thread(thread_id).await?;
+    let mut body = json!({"assistant_id": turn.assistant_id.to_string(),
+        "stream_mode": RUN_MODES, "stream_subgraphs": true, "stream_resumable": true,
+        "if_not_exists": "create", "multitask_strategy": "reject",
+        "metadata": { turn.protocol: true }});
+    if thread.as_ref().is_some_and(waits_for_input) {
+        let answer = turn.data.unwrap_or_else(|| json!(turn.text));
+        body["command"] = json!({ "resume": answer });
+    } else {
+        body["input"] = json!({"messages": [{"type": "human", "content": turn.text}]});
+    }
+    if let Some(configurable) = turn.configurable {
+        body["config"] = json!({ "configurable": configurable });
+    }
+    start_on_thread(state, who, thread_id, body).await
+}
+
+/// The run once it has ended (the store is read every `STORE_POLL`). `None` when it vanished
+/// or the server is shutting down: the run goes on, and the caller says how to read it later.
+pub(super) async fn wait_for_end(state: &AppState, run_id: Uuid) -> StoreResult<Option<Run>> {
+    loop {
+        match state.store.get_run(run_id).await? {
+            Some(run) if !run.status.is_inflight() => return Ok(Some(run)),
+            Some(_) => {}
+            None => return Ok(None),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(STORE_POLL) => {}
+            () = state.shutdown.cancelled() => return Ok(None),
+        }
+    }
+}
+
+/// A thread at rest on interrupts: the next message answers them.
+pub(super) fn waits_for_input(thread: &Thread) -> bool {
+    thread.status == ThreadStatus::Interrupted
+        && thread.interrupts.as_object().is_some_and(|m| {
+            m.values()
+                .any(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+        })
+}
+
+/// Where a run stands, in the terms every agent protocol has.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Outcome {
+    Pending,
+    Running,
+    /// Ended well; the report, if one was written, is in `Reading::report`.
+    Completed,
+    /// The agent waits for the caller: a clarifying question or a plan to review, in words.
+    NeedsInput(Option<String>),
+    Failed(String),
+    Cancelled,
+}
+
+/// A run read together with its thread.
+pub(super) struct Reading {
+    pub(super) outcome: Outcome,
+    pub(super) report: Option<String>,
+    /// The thread's messages, oldest first (empty for an earlier run of the thread).
+    pub(super) messages: Vec<Value>,
+}
+
+/// Reads a run. The thread's state is its latest run's: an earlier run is read from its status
+/// alone.
+pub(super) fn read(run: &Run, thread: Option<&Thread>, latest: bool) -> Reading {
+    let values = thread
+        .filter(|_| latest)
+        .and_then(|t| t.values.clone())
+        .unwrap_or(Value::Null);
+    let messages = values["messages"].as_array().cloned().unwrap_or_default();
+    let last_answer = messages.last().filter(|m| is_answer(m)).map(text_of);
+    let report = values["final_report"].as_str().map(str::to_owned);
+    let outcome = match run.status {
+        RunStatus::Pending => Outcome::Pending,
+        RunStatus::Running => Outcome::Running,
+        RunStatus::Success if report.is_some() => Outcome::Completed,
+        RunStatus::Success if latest && last_answer.is_some() => Outcome::NeedsInput(last_answer),
+        RunStatus::Success => Outcome::Completed,
+        RunStatus::Error | RunStatus::Timeout => Outcome::Failed(
+            thread
+                .filter(|_| latest)
+                .and_then(|t| t.error.as_ref())
+                .and_then(|e| e["message"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("The research ended in {}", run.status.as_str())),
+        ),
+        RunStatus::Interrupted => match thread.filter(|t| latest && waits_for_input(t)) {
+            Some(t) => Outcome::NeedsInput(interrupt_text(&t.interrupts)),
+            None => Outcome::Cancelled,
+        },
+    };
+    Reading {
+        outcome,
+        report,
+        messages,
+    }
+}
+
+/// Reads a run, looking up its thread and whether it is the thread's latest run.
+pub(super) async fn read_run(state: &AppState, run: &Run) -> StoreResult<Reading> {
+    let thread = state.store.get_thread(run.thread_id).await?;
+    let latest = state
+        .store
+        .list_runs(run.thread_id, None, 1, 0)
+        .await?
+        .first()
+        .is_some_and(|r| r.run_id == run.run_id);
+    Ok(read(run, thread.as_ref(), latest))
+}
+
+/// An AI message that speaks to the user (not one that only calls tools).
+pub(super) fn is_answer(message: &Value) -> bool {
+    message["type"] == "ai" && message["tool_calls"].as_array().is_none_or(Vec::is_empty)
+}
+
+/// A message's text, whether its content is a string or a list of parts.
+pub(super) fn text_of(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+/// What an interrupt asks, in words: its question, the brief and topics of a plan to review,
+/// and how to answer.
+pub(super) fn interrupt_text(interrupts: &Value) -> Option<String> {
+    let by_task: &Map<String, Value> = interrupts.as_object()?;
+    let first = by_task
+        .values()
+        .filter_map(Value::as_array)
+        .flatten()
+        .next()?;
+    let value = &first["value"];
+    let Some(fields) = value.as_object() else {
+        return Some(
+            value
+                .as_str()
+                .map_or_else(|| value.to_string(), str::to_owned),
+        );
+    };
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(q) = fields.get("question").and_then(Value::as_str) {
+        parts.push(q.to_owned());
+    }
+    if let Some(brief) = fields.get("research_brief").and_then(Value::as_str) {
+        parts.push(format!("Research brief: {brief}"));
+    }
+    if let Some(topics) = fields.get("topics").and_then(Value::as_array) {
+        let lines: Vec<String> = topics
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|t| format!("- {t}"))
+            .collect();
+        parts.push(format!("Planned topics:\n{}", lines.join("\n")));
+    }
+    if let Some(how) = fields.get("how_to_answer").and_then(Value::as_str) {
+        parts.push(how.to_owned());
+    }
+    if parts.is_empty() {
+        parts.push(value.to_string());
+    }
+    Some(parts.join("\n\n"))
+}
