@@ -1,8 +1,10 @@
 //! The agent protocols through their official clients, against the research graph on the
 //! provider fakes, as two owners, once per storage backend: A2A with the Python `a2a-sdk` 1.x
-//! (`tests/a2a/test_a2a.py`) and MCP with the Python `mcp` 2.x client (`tests/mcp/test_mcp.py`),
-//! both from `.venv-compat`. `scripts/test.sh` installs them; without them the tests skip unless
-//! `DR_REQUIRE_COMPAT=1`. `DR_PROTOCOL_ARGS` passes extra pytest arguments (`-k name`).
+//! (`tests/a2a/test_a2a.py`), MCP with the Python `mcp` 2.x client (`tests/mcp/test_mcp.py`),
+//! both from `.venv-compat`, and AG-UI with `@ag-ui/client` in Node (`tests/browser/ag_ui.mjs`,
+//! installed with the browser pages). `scripts/test.sh` installs them all; without them the
+//! tests skip unless `DR_REQUIRE_COMPAT=1` (Python) or `DR_REQUIRE_BROWSER=1` (npm).
+//! `DR_PROTOCOL_ARGS` narrows a suite: pytest arguments (`-k name`), or part of a test's name.
 
 mod support;
 
@@ -14,52 +16,82 @@ use support::{Backend, graphs, test_settings};
 const KEY_A: &str = "agent-protocols-key-of-owner-a";
 const KEY_B: &str = "agent-protocols-key-of-owner-b";
 
-/// A pytest suite and the module its client comes from.
+/// A suite and the official client it drives.
 #[derive(Clone, Copy, Debug)]
 enum Suite {
+    /// `tests/a2a/test_a2a.py` with `a2a-sdk`.
     A2a,
+    /// `tests/mcp/test_mcp.py` with `mcp`.
     Mcp,
+    /// `tests/browser/ag_ui.mjs` with `@ag-ui/client` (installed with the browser pages).
+    AgUi,
 }
 
 impl Suite {
-    fn dir(self) -> &'static str {
-        match self {
-            Suite::A2a => concat!(env!("CARGO_MANIFEST_DIR"), "/tests/a2a"),
-            Suite::Mcp => concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp"),
+    /// The command that runs the suite, or `None` (skip) when its client is not installed.
+    fn command(self) -> Option<Command> {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let (installed, command, hint) = match self {
+            Suite::A2a | Suite::Mcp => {
+                let python = std::env::var("DR_COMPAT_PYTHON")
+                    .unwrap_or_else(|_| format!("{root}/.venv-compat/bin/python"));
+                let (module, dir) = match self {
+                    Suite::A2a => ("a2a.client", "a2a"),
+                    _ => ("mcp.client.streamable_http", "mcp"),
+                };
+                let installed = Command::new(&python)
+                    .args(["-c", &format!("import {module}")])
+                    .output()
+                    .is_ok_and(|o| o.status.success());
+                let mut pytest = Command::new(python);
+                pytest.args([
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "--no-header",
+                    "-p",
+                    "no:cacheprovider",
+                ]);
+                pytest.arg(format!("{root}/tests/{dir}"));
+                pytest.args(extra_args());
+                (installed, pytest, "DR_REQUIRE_COMPAT")
+            }
+            Suite::AgUi => {
+                let installed = std::path::Path::new(&format!(
+                    "{root}/tests/browser/node_modules/@ag-ui/client/package.json"
+                ))
+                .exists();
+                // The script reads DR_PROTOCOL_ARGS itself (inherited).
+                let mut node = Command::new("node");
+                node.arg(format!("{root}/tests/browser/ag_ui.mjs"));
+                (installed, node, "DR_REQUIRE_BROWSER")
+            }
+        };
+        assert!(
+            installed || std::env::var(hint).as_deref() != Ok("1"),
+            "{hint}=1 but the {self:?} suite's client is not installed: run scripts/test.sh"
+        );
+        if !installed {
+            eprintln!(
+                "skipping the {self:?} suite: its client is not installed (run scripts/test.sh)"
+            );
+            return None;
         }
-    }
-
-    fn client_module(self) -> &'static str {
-        match self {
-            Suite::A2a => "a2a.client",
-            Suite::Mcp => "mcp.client.streamable_http",
-        }
+        Some(command)
     }
 }
 
-fn python(suite: Suite) -> Option<String> {
-    let python = std::env::var("DR_COMPAT_PYTHON").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-compat/bin/python").to_owned()
-    });
-    let has_client = Command::new(&python)
-        .args(["-c", &format!("import {}", suite.client_module())])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        has_client || std::env::var("DR_REQUIRE_COMPAT").as_deref() != Ok("1"),
-        "DR_REQUIRE_COMPAT=1 but {python} cannot import {}: run scripts/test.sh",
-        suite.client_module()
-    );
-    if !has_client {
-        eprintln!(
-            "skipping the {suite:?} suite: its client is not in .venv-compat (run scripts/test.sh)"
-        );
-    }
-    has_client.then_some(python)
+/// Extra pytest arguments from `DR_PROTOCOL_ARGS` (`-k name`).
+fn extra_args() -> Vec<String> {
+    std::env::var("DR_PROTOCOL_ARGS")
+        .map(|a| a.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 async fn run_suite(suite: Suite, backend: Backend) {
-    let Some(python) = python(suite) else { return };
+    let Some(mut command) = suite.command() else {
+        return;
+    };
     let dir = tempfile::TempDir::new().expect("temp dir");
     let keys = dir.path().join("keys.toml");
     let entry = |owner: &str, key: &str| {
@@ -86,22 +118,8 @@ async fn run_suite(suite: Suite, backend: Backend) {
         return;
     };
     let url = app.app.address.clone();
-    let tests = suite.dir();
-    let extra: Vec<String> = std::env::var("DR_PROTOCOL_ARGS")
-        .map(|a| a.split_whitespace().map(str::to_owned).collect())
-        .unwrap_or_default();
     let output = tokio::task::spawn_blocking(move || {
-        Command::new(python)
-            .args([
-                "-m",
-                "pytest",
-                "-q",
-                "--no-header",
-                "-p",
-                "no:cacheprovider",
-            ])
-            .arg(tests)
-            .args(extra)
+        command
             .env("DR_URL", url)
             .env("DR_KEY_A", KEY_A)
             .env("DR_KEY_B", KEY_B)
@@ -159,6 +177,16 @@ async fn an_operator_can_switch_a2a_off() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ag_ui_clients_get_reports_on_sqlite() {
+    run_suite(Suite::AgUi, Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ag_ui_clients_get_reports_on_postgres() {
+    run_suite(Suite::AgUi, Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_can_switch_mcp_off() {
     let settings = deep_research::config::Settings {
         mcp: false,
@@ -170,4 +198,19 @@ async fn an_operator_can_switch_mcp_off() {
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
     let rpc = app.client.post(app.url("/mcp")).json(&body).send();
     assert_eq!(rpc.await.unwrap().status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_can_switch_ag_ui_off() {
+    let settings = deep_research::config::Settings {
+        ag_ui: false,
+        ..test_settings()
+    };
+    let app = support::spawn_app_on(Backend::Sqlite, settings)
+        .await
+        .expect("app");
+    let input = serde_json::json!({"threadId": uuid::Uuid::new_v4().to_string(), "runId": "r",
+                                   "messages": [{"id": "1", "role": "user", "content": "hi"}]});
+    let run = app.client.post(app.url("/ag-ui/agent")).json(&input).send();
+    assert_eq!(run.await.unwrap().status(), 404);
 }

@@ -439,3 +439,78 @@ async fn evaluation_questions_over_the_postgres_manual_cite_what_they_retrieved(
         );
     }
 }
+
+/// The official MCP client (`mcp` 2.x, from `.venv-compat`) gets a report from the real model
+/// through `/mcp`: one researcher, one round, so the call takes minutes, not a quarter hour.
+/// The call either completes with a report whose linked sources it cites, or is a tool error
+/// that says why; it is never a protocol error or a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the local model server: scripts/test.sh starts it and runs this tier"]
+async fn an_mcp_client_gets_a_report_from_the_real_model() {
+    let tavily = FakeTavily::start().await;
+    tavily.set_result_count(2);
+    tavily.set_raw_content_len(3000);
+    let text = config(&model_url(), &tavily);
+    let cfg = FileConfig::load(&[(&text, "real-model.toml")], &[]).expect("config");
+    let deps = cfg.research_deps(&|_: &str| None).expect("deps");
+    let mut registry = Registry::new();
+    research::register(&mut registry, Arc::new(deps));
+    let app = spawn_with(Backend::Sqlite, test_settings(), registry)
+        .await
+        .expect("sqlite app");
+    let python = std::env::var("DR_COMPAT_PYTHON").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-compat/bin/python").to_owned()
+    });
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp/call_tool.py");
+    let settings = json!({"max_concurrent_research_units": 1, "max_researcher_iterations": 1,
+                          "max_react_tool_calls": 2});
+    let url = app.address.clone();
+    let started = Instant::now();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .args([
+                script,
+                &url,
+                "deep_research",
+                QUESTIONS[1],
+                &settings.to_string(),
+            ])
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("run the MCP client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "MCP client failed:\n{stdout}\n{stderr}"
+    );
+    let result: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    let status = &result["structured"]["status"];
+    println!(
+        "real-model MCP call: {:?}, {}",
+        started.elapsed(),
+        json!({"status": status, "report_chars": result["text"].as_str().map(str::len),
+               "links": result["links"], "progress": result["progress"].as_array().map(Vec::len),
+               "searches": tavily.calls()})
+    );
+    if status == "completed" {
+        let report = result["text"].as_str().unwrap_or("");
+        assert!(report.trim().len() > 200, "a report, not a line: {report}");
+        let links = result["links"].as_array().expect("links");
+        assert!(
+            links
+                .iter()
+                .all(|l| l.as_str().is_some_and(|l| report.contains(l))),
+            "each linked source is cited: {result}"
+        );
+        assert!(tavily.calls() > 0, "it searched: {result}");
+    } else {
+        assert_eq!(status, "failed", "{result}");
+        assert!(
+            result["is_error"] == true && result["text"].as_str().is_some_and(|t| t.len() > 20),
+            "a failure says why: {result}"
+        );
+    }
+}

@@ -38,9 +38,11 @@ const MAX_TOOLS: i64 = 100;
 /// `/mcp`, served by rmcp. Host, origin, body size and credentials are checked by the API's
 /// own layers around it, so rmcp's copies of those checks are off here.
 pub(super) fn router(state: AppState) -> Router<AppState> {
+    // Answers are SSE, never plain JSON: a research call takes minutes, and only a stream
+    // carries keep-alive comments through proxies and client read timeouts meanwhile.
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
-        .with_json_response(true)
+        .with_json_response(false)
         .with_sse_keep_alive(Some(state.settings.heartbeat))
         .with_max_request_body_bytes(state.settings.max_body_bytes)
         .with_cancellation_token(state.shutdown.child_token())

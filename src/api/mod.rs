@@ -2,6 +2,7 @@
 //! OpenAPI. Handlers validate, call the store and the runner, and shape responses.
 
 mod a2a;
+mod ag_ui;
 mod assistants;
 pub mod auth;
 pub(crate) mod crons;
@@ -72,10 +73,16 @@ pub fn router(state: AppState) -> Router {
     } else {
         Router::new()
     };
+    let ag_ui = if state.settings.ag_ui {
+        ag_ui::router()
+    } else {
+        Router::new()
+    };
     Router::new()
         .merge(web)
         .merge(a2a)
         .merge(mcp)
+        .merge(ag_ui)
         .merge(meta::router())
         .merge(assistants::router())
         .merge(threads::router())

@@ -3,7 +3,9 @@
 
 mod refine;
 
-use super::{AppState, a2a, assistants, crons, mcp, meta, protocol, runs, store_items, threads};
+use super::{
+    AppState, a2a, ag_ui, assistants, crons, mcp, meta, protocol, runs, store_items, threads,
+};
 use crate::store::{Assistant, Cron, MultitaskStrategy, Run, RunStatus, Thread, ThreadStatus};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -80,6 +82,7 @@ use utoipa_swagger_ui::SwaggerUi;
         a2a::card::well_known,
         a2a::card::of_assistant,
         mcp::mcp_doc,
+        ag_ui::run_agent,
     ),
     components(schemas(
         Assistant,
