@@ -16,7 +16,7 @@ use super::error::{ApiResult, AppError};
 use super::turns::{self, Outcome, Turn};
 use crate::research::progress::{LineId, RunProgress};
 use crate::store::{CancelAction, Run, RunStatus};
-use crate::stream::{Frame, follow_run};
+use crate::stream::Frame;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
@@ -338,15 +338,7 @@ async fn stream_run(state: &AppState, run: &Run, input: &RunInput, out: &Out) ->
                     reads only the last user message: frontend tools and context are not used."}}))
             .await?;
     }
-    let (frames_tx, mut frames) = mpsc::channel::<Frame>(64);
-    let follower = tokio::spawn(follow_run(
-        state.store.clone(),
-        state.bus.clone(),
-        run.run_id,
-        state.shutdown.clone(),
-        frames_tx,
-    ));
-    let _abort = tokio_util::task::AbortOnDropHandle::new(follower);
+    let (mut frames, _following) = turns::follow(state, run.run_id);
     let mut progress = RunProgress::new();
     let mut open = Open::default();
     let mut heartbeat = tokio::time::interval(state.settings.heartbeat);
@@ -523,15 +515,7 @@ async fn finish(state: &AppState, run: &Run, out: &Out) -> Sent {
     let ids = json!({"thread_id": run.thread_id, "run_id": run.run_id});
     match reading.outcome {
         Outcome::Completed => {
-            let text = reading.report.clone().or_else(|| {
-                reading
-                    .messages
-                    .iter()
-                    .rev()
-                    .find(|m| turns::is_answer(m))
-                    .map(turns::text_of)
-            });
-            if let Some(text) = text {
+            if let Some(text) = reading.answer() {
                 say(text).await?;
             }
             let mut result = ids;

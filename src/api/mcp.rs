@@ -13,7 +13,6 @@ use super::error::AppError;
 use super::turns::{self, Outcome, Turn};
 use crate::research::progress::{LineId, RunProgress};
 use crate::store::{Assistant, AssistantQuery, CancelAction, Run, SortOrder};
-use crate::stream::{Frame, follow_run};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
@@ -29,7 +28,6 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 use uuid::Uuid;
 
 /// Tools listed per caller: the first hundred assistants, oldest first (the graphs' own first).
@@ -245,15 +243,7 @@ impl ResearchTools {
     async fn send_progress(&self, run_id: Uuid, context: &RequestContext<RoleServer>) {
         let state = &self.state;
         let token = context.meta.get_progress_token();
-        let (tx, mut frames) = mpsc::channel::<Frame>(64);
-        let follower = tokio::spawn(follow_run(
-            state.store.clone(),
-            state.bus.clone(),
-            run_id,
-            state.shutdown.clone(),
-            tx,
-        ));
-        let _abort = tokio_util::task::AbortOnDropHandle::new(follower);
+        let (mut frames, _following) = turns::follow(state, run_id);
         let mut progress = RunProgress::new();
         let mut sent = 0.0;
         while let Some(frame) = frames.recv().await {
@@ -291,17 +281,7 @@ impl ResearchTools {
         let ids = json!({"thread_id": thread_id, "run_id": run.run_id});
         Ok(match reading.outcome {
             Outcome::Completed => {
-                let text = reading
-                    .report
-                    .or_else(|| {
-                        reading
-                            .messages
-                            .iter()
-                            .rev()
-                            .find(|m| turns::is_answer(m))
-                            .map(turns::text_of)
-                    })
-                    .unwrap_or_default();
+                let text = reading.answer().unwrap_or_default();
                 let sources = cited_sources(&self.state, thread_id, &text).await;
                 let mut content = vec![ContentBlock::text(text.clone())];
                 content.extend(sources.iter().filter_map(|s| {

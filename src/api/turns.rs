@@ -8,8 +8,9 @@ use super::auth::Principal;
 use super::error::ApiResult;
 use super::runs::start_on_thread;
 use crate::store::{Run, RunStatus, StoreResult, Thread, ThreadStatus};
-use crate::stream::STORE_POLL;
+use crate::stream::{Frame, STORE_POLL, follow_run};
 use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
 /// The stream modes a turn's run records, so a protocol can follow it live.
@@ -100,6 +101,39 @@ pub(super) struct Reading {
     pub(super) report: Option<String>,
     /// The thread's messages, oldest first (empty for an earlier run of the thread).
     pub(super) messages: Vec<Value>,
+}
+
+impl Reading {
+    /// What the run answered: its report, or else the thread's last message to the user.
+    pub(super) fn answer(&self) -> Option<String> {
+        self.report.clone().or_else(|| {
+            self.messages
+                .iter()
+                .rev()
+                .find(|m| is_answer(m))
+                .map(text_of)
+        })
+    }
+}
+
+/// The run's stream frames as they come, ending with the run. Following stops when the
+/// returned guard is dropped.
+pub(super) fn follow(
+    state: &AppState,
+    run_id: Uuid,
+) -> (
+    mpsc::Receiver<Frame>,
+    tokio_util::task::AbortOnDropHandle<bool>,
+) {
+    let (tx, frames) = mpsc::channel::<Frame>(64);
+    let follower = tokio::spawn(follow_run(
+        state.store.clone(),
+        state.bus.clone(),
+        run_id,
+        state.shutdown.clone(),
+        tx,
+    ));
+    (frames, tokio_util::task::AbortOnDropHandle::new(follower))
 }
 
 /// Reads a run. The thread's state is its latest run's: an earlier run is read from its status

@@ -18,7 +18,6 @@ use super::error::AppError;
 use super::turns::{self, Outcome, Reading};
 use crate::research::progress::{LineId, RunProgress};
 use crate::store::{CancelAction, Run, SortOrder, StoreError, ThreadQuery};
-use crate::stream::{Frame, follow_run};
 use crate::time::Timestamp;
 use axum::Json;
 use axum::Router;
@@ -634,15 +633,7 @@ async fn stream_task(state: &AppState, dialect: Dialect, run: Run, out: &Out) ->
         history: Vec::new(),
         ..first
     };
-    let (frames_tx, mut frames) = mpsc::channel::<Frame>(64);
-    let follower = tokio::spawn(follow_run(
-        state.store.clone(),
-        state.bus.clone(),
-        run.run_id,
-        state.shutdown.clone(),
-        frames_tx,
-    ));
-    let _abort = tokio_util::task::AbortOnDropHandle::new(follower);
+    let (mut frames, _following) = turns::follow(state, run.run_id);
     let mut progress = RunProgress::new();
     let mut heartbeat = tokio::time::interval(state.settings.heartbeat);
     heartbeat.tick().await;
