@@ -1,6 +1,7 @@
 //! The run queue and worker pool: workers claim pending runs from the store (a bounded number at
 //! a time), execute them with a renewed lease, and stop them promptly when asked to.
 
+mod ending;
 mod executor;
 pub mod options;
 pub mod webhook;

@@ -1,0 +1,170 @@
+//! Tests of the citation check.
+
+use super::*;
+use serde_json::json;
+
+fn sources() -> Sources {
+    Sources::from_state(&[
+        json!({"url": "file:///docs/vacuum.html#basics", "title": "Vacuuming",
+               "text": "VACUUM reclaims storage occupied by dead tuples. The autovacuum daemon runs every 60 seconds by default."}),
+        json!({"url": "https://example.org/wal", "title": "WAL",
+               "text": "The write-ahead log records every change before the data files are written; segments are 16 MB."}),
+        json!({"url": "https://example.org/wal/", "title": "duplicate"}),
+        json!({"url": "https://native.example/page", "title": "Native"}),
+    ])
+}
+
+#[test]
+fn the_list_is_numbered_once_per_location() {
+    let s = sources();
+    assert_eq!(s.len(), 3);
+    assert_eq!(s.number_of("https://EXAMPLE.org/wal/"), Some(2));
+    assert!(
+        s.numbered_list()
+            .starts_with("[1] Vacuuming — file:///docs/vacuum.html#basics\n[2] WAL")
+    );
+}
+
+#[test]
+fn supported_citations_stay_and_the_sources_section_is_rewritten() {
+    let report = "<Report>\n# Maintenance\n\nVACUUM reclaims the storage held by dead tuples [1]. \
+                  The write-ahead log records every change before data files are written [2].\n\n\
+                  ### Sources\n[1] Energy Efficiency Institute (2025)\n[2] National Lab: https://invented.example\n</Report>";
+    let r = repair(report, &sources());
+    assert_eq!(r.counts.citations, 2);
+    assert_eq!(r.counts.supported, 2);
+    assert_eq!(r.counts.removed, 0);
+    assert!(!r.report.contains("<Report>") && !r.report.contains("Energy Efficiency"));
+    assert!(!r.report.contains("invented.example"));
+    assert!(r.report.contains("dead tuples [1]."), "{}", r.report);
+    assert!(r.report.ends_with("### Sources\n\n[1] Vacuuming: file:///docs/vacuum.html#basics\n[2] WAL: https://example.org/wal\n"), "{}", r.report);
+    assert_eq!((r.counts.paragraphs, r.counts.cited_paragraphs), (1, 1));
+}
+
+#[test]
+fn wrong_unknown_and_missing_citations_are_repaired() {
+    let report = "# T\n\nThe write-ahead log records every change before data files are written [1].\n\n\
+                  Segments of the write-ahead log are 16 MB [9].\n\n\
+                  The autovacuum daemon runs every 60 seconds by default.\n\n\
+                  Quantum computers will replace databases by 2030 [2].";
+    let r = repair(report, &sources());
+    assert_eq!(r.counts.citations, 3);
+    assert_eq!(
+        r.counts.moved, 1,
+        "the WAL claim moves from [1] to the WAL page"
+    );
+    assert_eq!(
+        r.counts.removed, 2,
+        "[9] is unknown; the quantum claim has no support"
+    );
+    assert_eq!(
+        r.counts.attached, 2,
+        "the 16 MB and autovacuum claims get their sources"
+    );
+    // Numbered by first use: the WAL page is cited first.
+    assert!(
+        r.report.contains("data files are written [1]."),
+        "{}",
+        r.report
+    );
+    assert!(r.report.contains("16 MB [1]."), "{}", r.report);
+    assert!(r.report.contains("by default [2]."), "{}", r.report);
+    assert!(r.report.contains("by 2030."), "{}", r.report);
+    assert!(
+        r.report
+            .contains("[1] WAL: https://example.org/wal\n[2] Vacuuming"),
+        "{}",
+        r.report
+    );
+    assert_eq!((r.counts.paragraphs, r.counts.cited_paragraphs), (4, 3));
+}
+
+#[test]
+fn a_number_missing_from_the_source_means_no_support() {
+    let report = "The autovacuum daemon runs every 30 seconds by default [1].";
+    let r = repair(report, &sources());
+    assert_eq!((r.counts.supported, r.counts.removed), (0, 1));
+    assert!(!r.report.contains('['));
+}
+
+#[test]
+fn sources_without_text_are_kept_unchecked_and_closing_meta_paragraphs_go() {
+    let report = "A native page says something quite specific here [3].\n\nThis report provides an overview of maintenance.";
+    let r = repair(report, &sources());
+    assert_eq!(r.counts.unchecked, 1);
+    assert!(r.report.contains("specific here [1]."));
+    assert!(!r.report.contains("This report provides"));
+}
+
+#[test]
+fn findings_are_renumbered_into_the_runs_list() {
+    let note = "**Findings**\nWAL records changes [1]. Vacuum reclaims space [2][3].\n\n### Sources\n[1] WAL: https://example.org/wal\n[2] Vacuum: file:///docs/vacuum.html#basics\n[3] Made up: https://nowhere.example/";
+    let out = renumber_findings(note, &sources());
+    assert_eq!(
+        out,
+        "**Findings**\nWAL records changes [2]. Vacuum reclaims space [1]."
+    );
+}
+
+#[test]
+fn markers_are_found_in_every_common_form() {
+    let m = find_markers("a [1] b [2, 3][4] c [5-7] d [x] e [8](http://l) f");
+    let numbers: Vec<Vec<usize>> = m.into_iter().map(|m| m.numbers).collect();
+    assert_eq!(numbers, vec![vec![1], vec![2, 3, 4], vec![5, 6, 7]]);
+    assert_eq!(spaced("8kB and 1,000 rows"), "8 kB and 1000 rows");
+}
+
+/// Four manual sections that all speak of the database server, its values and its
+/// configuration, as every section of a product manual does.
+fn manual() -> Sources {
+    let common = "The database server reads each value from its configuration.";
+    Sources::from_state(&[
+        json!({"url": "file:///m/memory.html#shared-buffers", "title": "Memory",
+               "text": format!("{common} shared_buffers sets the amount of memory used for shared memory buffers; the default is 128 megabytes.")}),
+        json!({"url": "file:///m/textsearch.html#configurations", "title": "Configurations",
+               "text": format!("{common} A text search configuration is chosen for the specific language of the documents.")}),
+        json!({"url": "file:///m/index.html#tip", "title": "CREATE INDEX",
+               "text": format!("{common} Building an index can use maintenance_work_mem.")}),
+        json!({"url": "file:///m/wal.html", "title": "WAL",
+               "text": format!("{common} Checkpoints flush dirty buffers to disk.")}),
+    ])
+}
+
+#[test]
+fn words_every_source_uses_weigh_little_and_a_generic_sentence_gets_no_source() {
+    // Unweighted, five of its eight words (62%) are in the text-search section; weighted,
+    // the three words no source has outweigh the four every source has.
+    let report = "This value can be adjusted based on the specific needs of the database and the server configuration.\n\n\
+                  The database server reads the value from its configuration.";
+    let r = repair(report, &manual());
+    assert_eq!(r.counts.attached, 0, "{}", r.report);
+    assert!(!r.report.contains('['), "{}", r.report);
+}
+
+#[test]
+fn the_rare_words_decide_which_section_a_claim_is_moved_to() {
+    // Cited to the index tip, which shares only the words every section uses: moved to
+    // the section that has the rare ones (shared_buffers, 128 megabytes).
+    let report = "The database server configuration value shared_buffers sets the memory for shared buffers, 128 megabytes by default [3].";
+    let r = repair(report, &manual());
+    assert_eq!((r.counts.supported, r.counts.moved), (0, 1), "{}", r.report);
+    assert!(
+        r.report
+            .contains("[1] Memory: file:///m/memory.html#shared-buffers"),
+        "{}",
+        r.report
+    );
+}
+
+#[test]
+fn the_audit_reads_a_finished_report_against_its_own_list() {
+    let r = repair(
+        "VACUUM reclaims the storage held by dead tuples [1].\n\nWAL segments are 16 MB [2].",
+        &sources(),
+    );
+    let a = audit(&r.report, &sources());
+    assert_eq!((a.citations, a.supported, a.removed), (2, 2, 0));
+    let invented = "Claims about storage and tuples held by vacuum [1].\n\n### Sources\n[1] X: https://invented.example/";
+    let a = audit(invented, &sources());
+    assert_eq!((a.citations, a.supported, a.removed), (1, 0, 1));
+}

@@ -1,0 +1,208 @@
+//! Tests of the corpus: indexing a directory, search, and fetching a document.
+
+use super::*;
+
+fn filler(word: &str) -> String {
+    vec![word; 50].join(" ")
+}
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn config(dir: &Path) -> CorpusConfig {
+    CorpusConfig {
+        path: dir.display().to_string(),
+        base_url: String::new(),
+        description: String::new(),
+    }
+}
+
+#[test]
+fn finds_sections_by_stemmed_words_and_phrases_and_locates_them() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    write(
+        docs.path(),
+        "guide/vacuum.html",
+        &format!(
+            "<html><head><title>Vacuuming</title></head><body>\
+             <h2 id=\"basics\">Basics</h2><p>Vacuuming reclaims storage held by dead tuples. {}</p>\
+             <h2 id=\"wrap\">Wraparound</h2><p>Freezing old rows prevents transaction ID wraparound. {}</p>\
+             </body></html>",
+            filler("alpha"),
+            filler("beta")
+        ),
+    );
+    write(
+        docs.path(),
+        "notes/wal.md",
+        &format!(
+            "# WAL\n\nThe write-ahead log records every change. {}",
+            filler("gamma")
+        ),
+    );
+    write(
+        docs.path(),
+        ".hidden/x.md",
+        "# Hidden\n\nreclaims reclaims reclaims",
+    );
+    let corpus = Corpus::open(
+        "docs",
+        &config(docs.path()),
+        index.path(),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let hits = corpus.search_blocking("reclaim storage", 5).unwrap();
+    assert_eq!(hits.len(), 1, "{hits:#?}");
+    let root = std::fs::canonicalize(docs.path()).unwrap();
+    assert_eq!(
+        hits[0].url,
+        format!("file://{}/guide/vacuum.html#basics", root.display())
+    );
+    assert_eq!(hits[0].title, "Vacuuming — Basics");
+    assert!(hits[0].content.contains("reclaims"));
+    assert!(
+        hits[0]
+            .raw_content
+            .as_deref()
+            .unwrap()
+            .contains("dead tuples")
+    );
+    // A phrase matches only where its words stand together.
+    let hits = corpus
+        .search_blocking("\"transaction ID wraparound\"", 5)
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+    assert!(hits[0].url.ends_with("#wrap"));
+    assert!(
+        corpus
+            .search_blocking("\"wraparound transaction\"", 5)
+            .unwrap()
+            .is_empty()
+    );
+    // Markdown files are searched too, and stray operators do not break a query.
+    let hits = corpus
+        .search_blocking("write-ahead log: (records)^2", 5)
+        .unwrap();
+    assert!(hits[0].url.ends_with("notes/wal.md#wal"), "{hits:#?}");
+}
+
+#[test]
+fn reopening_reuses_the_index_and_picks_up_changed_files() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    write(
+        docs.path(),
+        "a.md",
+        &format!("# A\n\nzebra {}", filler("one")),
+    );
+    write(
+        docs.path(),
+        "b.md",
+        &format!("# B\n\nyak {}", filler("two")),
+    );
+    let cfg = CorpusConfig {
+        base_url: "https://docs.example.org/v1/".into(),
+        ..config(docs.path())
+    };
+    let hour = Duration::from_secs(3600);
+    let corpus = Corpus::open("docs", &cfg, index.path(), hour).unwrap();
+    assert_eq!(corpus.sections(), 2);
+    drop(corpus);
+    // Reopened without changes: nothing is indexed again.
+    let corpus = Corpus::open("docs", &cfg, index.path(), hour).unwrap();
+    assert_eq!(
+        corpus.refresh().unwrap(),
+        Refresh {
+            unchanged: 2,
+            ..Refresh::default()
+        }
+    );
+    // One file changes, one goes: only those are touched.
+    write(
+        docs.path(),
+        "a.md",
+        &format!("# A\n\nokapi okapi {}", filler("three")),
+    );
+    std::fs::remove_file(docs.path().join("b.md")).unwrap();
+    let done = corpus.refresh().unwrap();
+    assert_eq!((done.indexed, done.removed, done.unchanged), (1, 1, 0));
+    assert!(corpus.search_blocking("zebra", 5).unwrap().is_empty());
+    assert!(corpus.search_blocking("yak", 5).unwrap().is_empty());
+    let hits = corpus.search_blocking("okapi", 5).unwrap();
+    assert_eq!(hits[0].url, "https://docs.example.org/v1/a.md#a");
+}
+
+#[test]
+fn a_run_picks_a_corpus_by_name_or_the_only_one() {
+    let empty = Corpora::default();
+    assert!(empty.pick("").unwrap_err().contains("has none"));
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    write(docs.path(), "a.txt", &filler("word"));
+    let hour = Duration::from_secs(3600);
+    let one = Corpus::open("wiki", &config(docs.path()), index.path(), hour).unwrap();
+    let corpora = Corpora::new([one]);
+    assert_eq!(corpora.pick("").unwrap().name(), "wiki");
+    let e = corpora.pick("manual").unwrap_err();
+    assert!(
+        e.contains("no corpus named 'manual'") && e.contains("wiki"),
+        "{e}"
+    );
+}
+
+#[test]
+fn sections_with_every_word_rank_above_sections_with_common_ones() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    // A long model query: two common words many pages repeat, and the rare pair only one
+    // page has.
+    for i in 0..5 {
+        write(
+            docs.path(),
+            &format!("server{i}.md"),
+            &format!(
+                "# Server value
+
+The server value server value server value. {}",
+                filler("other")
+            ),
+        );
+    }
+    write(
+        docs.path(),
+        "memory.md",
+        &format!(
+            "# Memory
+
+shared_buffers sets the shared memory buffers; the server value is 128MB. {}",
+            filler("memory")
+        ),
+    );
+    let corpus = Corpus::open(
+        "docs",
+        &config(docs.path()),
+        index.path(),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let hits = corpus
+        .search_blocking("optimal server value for shared_buffers", 3)
+        .unwrap();
+    assert!(hits[0].url.ends_with("memory.md#memory"), "{hits:#?}");
+    assert_eq!(hits.len(), 3, "the rest filled with partial matches");
+}
+
+#[test]
+fn model_queries_become_plain_words() {
+    assert_eq!(
+        plain_query("title:vacuum -freeze AND \"dead tuples\""),
+        "title vacuum freeze \"dead tuples\""
+    );
+    assert_eq!(plain_query("work_mem \"default"), "work_mem default");
+    assert_eq!(percent_path("/a b/c#d.html"), "/a%20b/c%23d.html");
+}
