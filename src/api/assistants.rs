@@ -4,7 +4,7 @@
 
 use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body, Params, parse_id};
-use super::runs::check_recursion_limit;
+use super::params::{check_recursion_limit, parse_enum};
 use super::{AppState, SearchParams, paged, project};
 use crate::graph::Graph;
 use crate::graph::interrupts::Breakpoints;
@@ -197,20 +197,6 @@ pub(super) async fn create(
         return Err(AppError::Conflict("Assistant already exists".into()));
     }
     Ok(Json(stored))
-}
-
-/// Parses an optional enum field, naming the field in the error.
-pub(crate) fn parse_enum<T: std::str::FromStr<Err = String>>(
-    raw: Option<&str>,
-    field: &str,
-    default: T,
-) -> ApiResult<T> {
-    match raw {
-        None => Ok(default),
-        Some(text) => text
-            .parse()
-            .map_err(|e| AppError::Invalid(format!("{field}: {e}"))),
-    }
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

@@ -159,12 +159,24 @@ fn check_content_type(req: &Request) -> Result<(), AppError> {
         return Ok(());
     };
     let value = value.to_str().unwrap_or_default();
-    if super::guard::is_json(value) {
+    if is_json(value) {
         return Ok(());
     }
     Err(AppError::UnsupportedMedia(format!(
         "Request bodies must be JSON: send Content-Type: application/json (got '{value}')"
     )))
+}
+
+/// Whether a `Content-Type` names JSON (`application/json`, `application/…+json`).
+pub(crate) fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// The request body, with a 413 when it is over the limit.

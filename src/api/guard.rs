@@ -4,6 +4,7 @@
 
 use super::AppState;
 use super::error::AppError;
+use super::error::is_json;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header;
@@ -104,18 +105,6 @@ fn is_cross_site(req: &Request) -> bool {
 
 fn header_text(req: &Request, name: impl header::AsHeaderName) -> Option<&str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
-}
-
-/// Whether a `Content-Type` names JSON (`application/json`, `application/…+json`).
-pub(super) fn is_json(content_type: &str) -> bool {
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// Reads a request's body within the time limit (408 otherwise), so a client that announces a

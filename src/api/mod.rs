@@ -13,6 +13,7 @@ mod mcp;
 mod meta;
 mod numbers;
 pub mod openapi;
+mod params;
 mod protocol;
 mod query;
 mod responses;
@@ -373,7 +374,7 @@ impl SearchParams {
                 sorts.join(", ")
             )));
         }
-        let sort_order = optional_enum(sort_order, "sort_order")?;
+        let sort_order = params::optional_enum(sort_order, "sort_order")?;
         Ok(Self {
             limit,
             offset,
@@ -381,16 +382,4 @@ impl SearchParams {
             sort_order,
         })
     }
-}
-
-/// Parses an optional enum field, naming the field in the error.
-pub(crate) fn optional_enum<T: std::str::FromStr<Err = String>>(
-    raw: Option<&str>,
-    field: &str,
-) -> Result<Option<T>, AppError> {
-    raw.map(|text| {
-        text.parse()
-            .map_err(|e| AppError::Invalid(format!("{field}: {e}")))
-    })
-    .transpose()
 }

@@ -4,9 +4,10 @@
 use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body, Params, parse_id};
 use super::lookups::{self, checkpoint_id_of};
+use super::params::{optional_enum, parse_enum};
 use super::query::{query_pairs, query_values};
 use super::responses::sse_response;
-use super::{AppState, SearchParams, optional_enum, paged, project};
+use super::{AppState, SearchParams, paged, project};
 use crate::graph::channels::writes_to_json;
 use crate::graph::state::{StateBuilder, empty_state};
 use crate::graph::{Graph, NullSink, RunScope, Start, update_state};
@@ -87,8 +88,7 @@ pub(super) async fn create(
             "supersteps is not supported by this server".into(),
         ));
     }
-    let if_exists =
-        super::assistants::parse_enum(body.if_exists.as_deref(), "if_exists", IfExists::Raise)?;
+    let if_exists = parse_enum(body.if_exists.as_deref(), "if_exists", IfExists::Raise)?;
     let thread_id = match body.thread_id.as_deref() {
         Some(raw) => parse_id(raw, "thread")?,
         None => ids::new_id(),

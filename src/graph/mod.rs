@@ -3,7 +3,8 @@
 //! their own namespace. Knows nothing about research, HTTP or wire formats.
 
 pub mod channels;
-pub mod events;
+/// The events a run reports (defined by the stream layer, which encodes them).
+pub use crate::stream::events;
 pub mod interrupts;
 pub mod messages;
 mod runtime;

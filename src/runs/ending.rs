@@ -1,7 +1,6 @@
 //! How a run ended, recorded: its status and the thread's new summary (values, error or
 //! interrupts) in one store call, a rollback, and the values waiters get.
 
-use super::executor::{flush, flush_or_log};
 use super::{RunKwargs, Runner};
 use crate::graph::RunError;
 use crate::graph::interrupts::{self, Pause};
@@ -279,5 +278,30 @@ pub(super) fn summary(status: ThreadStatus, values: Value, error: Option<Value>)
         values: Some(values).filter(|v| !v.is_null()),
         error,
         interrupts: json!({}),
+    }
+}
+
+/// Writes the channel's unflushed frames to the store.
+pub(super) async fn flush(
+    store: &dyn crate::store::Store,
+    channel: &RunChannel,
+) -> Result<(), StoreError> {
+    let frames = channel.unflushed();
+    let Some(last) = frames.last().map(|f| f.id) else {
+        return Ok(());
+    };
+    let events: Vec<_> = frames
+        .iter()
+        .map(|f| f.to_stored(channel.thread_id))
+        .collect();
+    store.append_events(&events).await?;
+    channel.mark_flushed(last);
+    Ok(())
+}
+
+/// `flush` from a place that carries on regardless: the frames stay for the next flush.
+pub(super) async fn flush_or_log(store: &dyn crate::store::Store, channel: &RunChannel) {
+    if let Err(error) = flush(store, channel).await {
+        tracing::warn!(%error, "could not store run events; will retry");
     }
 }

@@ -1,7 +1,7 @@
 //! Executes one claimed run: publishes its events, keeps its lease alive, and records how it
 //! ended (final status before the stream closes, as clients expect).
 
-use super::ending::{Ending, summary};
+use super::ending::{Ending, flush_or_log, summary};
 use super::{Active, RunKwargs, Runner, lock, webhook};
 use crate::graph::Start as GraphStart;
 use crate::graph::interrupts::{self, Breakpoints, ResumeCommand};
@@ -548,31 +548,6 @@ impl Flusher {
     async fn stop(self) {
         self.stop.cancel();
         let _ = self.task.await;
-    }
-}
-
-/// Writes the channel's unflushed frames to the store.
-pub(super) async fn flush(
-    store: &dyn crate::store::Store,
-    channel: &RunChannel,
-) -> Result<(), StoreError> {
-    let frames = channel.unflushed();
-    let Some(last) = frames.last().map(|f| f.id) else {
-        return Ok(());
-    };
-    let events: Vec<_> = frames
-        .iter()
-        .map(|f| f.to_stored(channel.thread_id))
-        .collect();
-    store.append_events(&events).await?;
-    channel.mark_flushed(last);
-    Ok(())
-}
-
-/// `flush` from a place that carries on regardless: the frames stay for the next flush.
-pub(super) async fn flush_or_log(store: &dyn crate::store::Store, channel: &RunChannel) {
-    if let Err(error) = flush(store, channel).await {
-        tracing::warn!(%error, "could not store run events; will retry");
     }
 }
 

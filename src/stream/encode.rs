@@ -1,8 +1,8 @@
 //! Turns graph events into named SSE payloads for the modes a run asked for, following the
 //! reference server's naming (`mode|ns` for subgraphs) and message-streaming rules.
 
+use super::events::{EventKind, GraphEvent};
 use super::modes::{StreamMode, StreamModes};
-use crate::graph::{EventKind, GraphEvent};
 use crate::time::Timestamp;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -234,7 +234,7 @@ fn debug_checkpoint(payload: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::MessageMeta;
+    use crate::stream::events::MessageMeta;
 
     fn enc(modes: Value, subgraphs: bool) -> Encoder {
         Encoder::new(

@@ -3,6 +3,7 @@
 
 pub mod bus;
 pub mod encode;
+pub mod events;
 pub mod modes;
 pub mod protocol;
 mod thread;

@@ -2,8 +2,36 @@
 //! makes, and the hits its answer holds. Everything around them (retries, slots, de-duplication,
 //! page summaries, the text the model sees) is shared in `web_search.rs`.
 
-use super::web_search::SearchHit;
+use serde::Deserialize;
 use serde_json::{Value, json};
+
+/// One search result.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct SearchHit {
+    #[serde(default)]
+    pub title: String,
+    pub url: String,
+    /// The engine's short snippet.
+    #[serde(default)]
+    pub content: String,
+    /// The full page text, when the engine returns it (Tavily, Exa).
+    #[serde(default)]
+    pub raw_content: Option<String>,
+    #[serde(default)]
+    pub score: Option<f64>,
+}
+
+/// The first `max_chars` characters of `text`, cut on a char boundary (Python slice semantics).
+pub fn truncate_chars(text: &str, max_chars: usize) -> &str {
+    // A string of at most `max_chars` bytes has at most that many chars: no need to count.
+    if text.len() <= max_chars {
+        return text;
+    }
+    match text.char_indices().nth(max_chars) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
 
 /// A search engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

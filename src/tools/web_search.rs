@@ -23,7 +23,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use super::engines::{Engine, QueryOptions};
+pub use super::engines::{Engine, QueryOptions, SearchHit, truncate_chars};
 
 /// Tool result when no query returned anything (exact ODR text).
 pub const NO_RESULTS: &str = "No valid search results found. Please try different search queries or use a different search API.";
@@ -71,22 +71,6 @@ impl Default for SearchConfig {
             base_delay: Duration::from_millis(500),
         }
     }
-}
-
-/// One search result.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct SearchHit {
-    #[serde(default)]
-    pub title: String,
-    pub url: String,
-    /// The engine's short snippet.
-    #[serde(default)]
-    pub content: String,
-    /// The full page text, when the engine returns it (Tavily, Exa).
-    #[serde(default)]
-    pub raw_content: Option<String>,
-    #[serde(default)]
-    pub score: Option<f64>,
 }
 
 /// Why a search failed. The display text is what the researcher sees after
@@ -310,18 +294,6 @@ fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     Some(wait.to_std().unwrap_or(Duration::ZERO))
 }
 
-/// The first `max_chars` characters of `text`, cut on a char boundary (Python slice semantics).
-pub fn truncate_chars(text: &str, max_chars: usize) -> &str {
-    // A string of at most `max_chars` bytes has at most that many chars: no need to count.
-    if text.len() <= max_chars {
-        return text;
-    }
-    match text.char_indices().nth(max_chars) {
-        Some((end, _)) => &text[..end],
-        None => text,
-    }
-}
-
 /// A model's digest of one web page.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct PageSummary {
@@ -480,7 +452,13 @@ impl Searcher {
     ) -> Result<Vec<SearchHit>, SearchError> {
         match self {
             Self::Web(web) => web.search(query, opts).await,
-            Self::Corpus(corpus) => corpus.search(query, opts.max_results as usize).await,
+            Self::Corpus(corpus) => corpus
+                .search(query, opts.max_results as usize)
+                .await
+                .map_err(|e| match e {
+                    super::corpus::CorpusError::Stopped(_) => SearchError::Transient(e.to_string()),
+                    other => SearchError::InvalidResponse(other.to_string()),
+                }),
         }
     }
 }

@@ -3,9 +3,10 @@
 //! stream subscribed first.
 
 use super::super::AppState;
-use super::super::assistants::{parse_enum, resolve, settings_of};
+use super::super::assistants::{resolve, settings_of};
 use super::super::error::{ApiResult, AppError, parse_id};
 use super::super::lookups::checkpoint_id_of;
+use super::super::params::{check_recursion_limit, parse_enum};
 use crate::graph::Graph;
 use crate::graph::interrupts::{Breakpoints, ResumeCommand, ResumeError, check_resume};
 use crate::ids;
@@ -190,18 +191,6 @@ pub(super) fn run_config(assistant: &Assistant, body: &NewRun, ids: &JsonMap) ->
     check_recursion_limit(&config)?;
     config.insert("configurable".into(), Value::Object(configurable));
     Ok(Value::Object(config))
-}
-
-/// `recursion_limit`, when set, is a whole number of supersteps in 1..=10000.
-pub(in crate::api) fn check_recursion_limit(config: &JsonMap) -> ApiResult<()> {
-    match config.get("recursion_limit") {
-        Some(limit) if !limit.as_i64().is_some_and(|l| (1..=10_000).contains(&l)) => {
-            Err(AppError::Invalid(
-                "config.recursion_limit must be an integer between 1 and 10000".into(),
-            ))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// The options of a run request, parsed once.

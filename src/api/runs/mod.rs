@@ -6,9 +6,9 @@ mod create;
 mod waiting;
 
 use super::AppState;
-use super::assistants::parse_enum;
 use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body, BodyList, parse_id};
+use super::params::{optional_enum, parse_enum};
 use super::query::{query_flag, query_int, query_pairs, query_values};
 use super::responses::{json_response, set_header, sse_response};
 use crate::runs::RunKwargs;
@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 use waiting::{result_body, wait_body};
 
-pub(super) use create::{NewRun, Target, check_recursion_limit};
+pub(super) use create::{NewRun, Target};
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -327,7 +327,7 @@ pub(super) async fn list(
     let raw_status = query_values(&pairs, "status")
         .pop()
         .filter(|s| !s.is_empty());
-    let status = super::optional_enum::<RunStatus>(raw_status.as_deref(), "status")?;
+    let status = optional_enum::<RunStatus>(raw_status.as_deref(), "status")?;
     let select = query_values(&pairs, "select");
     super::check_select(&select, &RUN_FIELDS)?;
     let runs = state

@@ -10,7 +10,7 @@
 
 pub mod extract;
 
-use crate::tools::web_search::{SearchError, SearchHit};
+use crate::tools::engines::SearchHit;
 use extract::{Format, Section};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
@@ -61,6 +61,9 @@ pub enum CorpusError {
     },
     #[error("corpus '{name}': {message}")]
     Search { name: String, message: String },
+    /// The blocking search task ended without an answer (a panic, or shutdown).
+    #[error("the corpus search stopped: {0}")]
+    Stopped(String),
 }
 
 /// How the operator describes a corpus.
@@ -412,7 +415,7 @@ impl Corpus {
             let body = text_of(self.fields.body);
             let snippet = snippets.snippet_from_doc(&doc);
             let content = if snippet.fragment().trim().is_empty() {
-                crate::tools::web_search::truncate_chars(&body, SNIPPET_CHARS).to_owned()
+                crate::tools::engines::truncate_chars(&body, SNIPPET_CHARS).to_owned()
             } else {
                 snippet.fragment().trim().to_owned()
             };
@@ -435,15 +438,15 @@ impl Corpus {
         self: &Arc<Self>,
         query: &str,
         max: usize,
-    ) -> Result<Vec<SearchHit>, SearchError> {
+    ) -> Result<Vec<SearchHit>, CorpusError> {
         self.refresh_if_due();
         let me = self.clone();
         let query = query.to_owned();
         let started = Instant::now();
         let result = tokio::task::spawn_blocking(move || me.search_blocking(&query, max))
             .await
-            .map_err(|e| SearchError::Transient(format!("the corpus search stopped: {e}")))?
-            .map_err(|e| SearchError::InvalidResponse(e.to_string()));
+            .map_err(|e| CorpusError::Stopped(e.to_string()))
+            .and_then(|found| found);
         let outcome = if result.is_ok() {
             "ok"
         } else {

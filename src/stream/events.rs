@@ -1,5 +1,6 @@
-//! What the runtime reports while a graph runs. The stream layer turns these into SSE frames
-//! for the modes a client asked for; the runtime itself does not know about modes or wire names.
+//! What the graph runtime reports while a graph runs. They live here, below the runtime, because
+//! the stream layer turns them into SSE frames for the modes a client asked for; the runtime
+//! itself does not know about modes or wire names.
 
 use serde_json::Value;
 use std::sync::Arc;
