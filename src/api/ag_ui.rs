@@ -51,7 +51,7 @@ pub(super) async fn run_agent(
     let assistant = resolve(&state, &raw, &who.owner).await?;
     let input: Value = serde_json::from_slice(&body)
         .map_err(|e| AppError::BadRequest(format!("The body is not JSON: {e}")))?;
-    let input = RunInput::parse(&input)?;
+    let mut input = RunInput::parse(&input)?;
     let turn = input.turn(&state, assistant.assistant_id).await?;
     let run = turns::start(&state, &who, turn).await?;
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(32);
@@ -97,6 +97,8 @@ struct RunInput {
     /// The answer to the pending interrupt (`resume[0]`), when the input resumes.
     resume: Option<Resume>,
     configurable: Option<Value>,
+    /// The client's copy of the state (what this endpoint streamed it, unless the UI edited it).
+    state: Map<String, Value>,
     /// Input fields the research agent has no use for, reported back in a `CUSTOM` event.
     unused: Map<String, Value>,
 }
@@ -155,6 +157,11 @@ impl RunInput {
                 ));
             }
         };
+        let state = match &input["state"] {
+            Value::Null => Map::new(),
+            Value::Object(map) => map.clone(),
+            _ => return Err(invalid("state must be an object")),
+        };
         let mut unused = Map::new();
         for key in ["tools", "context"] {
             if input[key].as_array().is_some_and(|a| !a.is_empty()) {
@@ -167,13 +174,26 @@ impl RunInput {
             text,
             resume,
             configurable,
+            state,
             unused,
         })
     }
 
     /// The turn this input asks for. A resume must meet a thread that waits on that interrupt.
-    async fn turn(&self, state: &AppState, assistant_id: Uuid) -> ApiResult<Turn> {
+    /// A client state that differs from the thread's is not applied (the thread's state is the
+    /// server's): it is reported as unused.
+    async fn turn(&mut self, state: &AppState, assistant_id: Uuid) -> ApiResult<Turn> {
         let thread = state.store.get_thread(self.thread_id).await?;
+        let current = thread
+            .as_ref()
+            .and_then(|t| t.values.as_ref())
+            .and_then(Value::as_object)
+            .map(shown_state)
+            .unwrap_or_default();
+        if self.state.iter().any(|(k, v)| current.get(k) != Some(v)) {
+            self.unused
+                .insert("state".into(), Value::Object(self.state.clone()));
+        }
         let waiting = thread.as_ref().filter(|t| turns::waits_for_input(t));
         if let Some(resume) = &self.resume {
             let Some(thread) = waiting else {
@@ -335,7 +355,8 @@ async fn stream_run(state: &AppState, run: &Run, input: &RunInput, out: &Out) ->
         out.send(json!({"type": "CUSTOM", "name": "unused_input", "value": {
             "fields": input.unused.keys().collect::<Vec<_>>(),
             "why": "The research agent calls only its own tools (search, think, research) and \
-                    reads only the last user message: frontend tools and context are not used."}}))
+                    reads only the last user message: frontend tools and context are not used, \
+                    and a state that differs from the thread's is not applied."}}))
             .await?;
     }
     let (mut frames, _following) = turns::follow(state, run.run_id);
@@ -436,6 +457,24 @@ async fn send_state(values: &Value, open: &mut Open, out: &Out) -> Sent {
     let Some(values) = values.as_object() else {
         return Ok(());
     };
+    let shown = shown_state(values);
+    let event = match &open.state {
+        None => json!({"type": "STATE_SNAPSHOT", "snapshot": shown}),
+        Some(before) => {
+            let delta = diff(before, &shown);
+            if delta.is_empty() {
+                return Ok(());
+            }
+            json!({"type": "STATE_DELTA", "delta": delta})
+        }
+    };
+    open.state = Some(shown);
+    out.send(event).await
+}
+
+/// The research state as a UI sees it: without the conversations and raw notes, each source
+/// its address and title.
+fn shown_state(values: &Map<String, Value>) -> Map<String, Value> {
     let mut shown: Map<String, Value> = values
         .iter()
         .filter(|(k, _)| {
@@ -451,18 +490,7 @@ async fn send_state(values: &Value, open: &mut Open, out: &Out) -> Sent {
             *source = json!({"url": source["url"], "title": source["title"]});
         }
     }
-    let event = match &open.state {
-        None => json!({"type": "STATE_SNAPSHOT", "snapshot": shown}),
-        Some(before) => {
-            let delta = diff(before, &shown);
-            if delta.is_empty() {
-                return Ok(());
-            }
-            json!({"type": "STATE_DELTA", "delta": delta})
-        }
-    };
-    open.state = Some(shown);
-    out.send(event).await
+    shown
 }
 
 /// A JSON Patch from `before` to `after`, one operation per top-level key that changed.

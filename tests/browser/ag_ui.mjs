@@ -63,8 +63,10 @@ const tests = {
     const a = agent(KEY_A);
     await turn(a, "Tell me about batteries, it is vague");
     assert.ok(lastText(a).includes("Which aspect do you mean?"), lastText(a));
-    const { result } = await turn(a, "Their costs, please.");
+    const { result, events } = await turn(a, "Their costs, please.");
     assert.equal(result.status, "completed");
+    // The state the client sent back is the one streamed to it: nothing to report as unused.
+    assert.ok(!events.some((e) => e.name === "unused_input"), JSON.stringify(events.find((e) => e.name === "unused_input")));
     assert.ok(lastText(a).startsWith("# Report"), lastText(a));
     const runs = await api(KEY_A, `/threads/${a.threadId}/runs`);
     assert.equal(runs.length, 2);
@@ -96,6 +98,12 @@ const tests = {
     const notice = events.find((e) => e.type === "CUSTOM" && e.name === "unused_input");
     assert.deepEqual(notice?.value?.fields, ["tools"], JSON.stringify(notice));
     assert.equal(events.at(-1).type, "RUN_FINISHED");
+    // A state the UI edited is not applied to the thread, and the server says so.
+    a.setState({ ...a.state, research_brief: "edited by the page" });
+    const next = await turn(a, "And their weight?");
+    const again = next.events.find((e) => e.type === "CUSTOM" && e.name === "unused_input");
+    assert.ok(again?.value?.fields?.includes("state"), JSON.stringify(again));
+    assert.notEqual(a.state.research_brief, "edited by the page");
   },
 
   async "another owner's thread is refused"() {
