@@ -84,6 +84,17 @@ api_key = "{key}"
     )
 }
 
+/// The service on SQLite with the research graph configured by `text` (a config file's text).
+async fn real_app(text: &str, name: &str) -> support::TestApp {
+    let cfg = FileConfig::load(&[(text, name)], &[]).expect("config");
+    let deps = cfg.research_deps(&|_: &str| None).expect("deps");
+    let mut registry = Registry::new();
+    research::register(&mut registry, Arc::new(deps));
+    spawn_with(Backend::Sqlite, test_settings(), registry)
+        .await
+        .expect("sqlite app")
+}
+
 fn model_url() -> String {
     std::env::var("DR_LOCAL_MODEL_URL").unwrap_or_else(|_| {
         panic!(
@@ -136,14 +147,7 @@ async fn one_run(model_url: &str, question: &str) -> Value {
     // summarised by the model, as ODR does.
     tavily.set_result_count(2);
     tavily.set_raw_content_len(3000);
-    let text = config(model_url, &tavily);
-    let cfg = FileConfig::load(&[(&text, "real-model.toml")], &[]).expect("config");
-    let deps = cfg.research_deps(&|_: &str| None).expect("deps");
-    let mut registry = Registry::new();
-    research::register(&mut registry, Arc::new(deps));
-    let app = spawn_with(Backend::Sqlite, test_settings(), registry)
-        .await
-        .expect("sqlite app");
+    let app = real_app(&config(model_url, &tavily), "real-model.toml").await;
     let tid = new_thread(&app).await;
     let body = json!({"assistant_id": "deep_research",
                       "input": {"messages": [{"role": "user", "content": question}]},
@@ -297,14 +301,7 @@ fn calls_by_role(usage: &Value) -> Value {
 #[ignore = "needs the local model server: scripts/test.sh starts it and runs this tier"]
 async fn a_real_small_model_plans_research_for_review() {
     let tavily = FakeTavily::start().await;
-    let text = config(&model_url(), &tavily);
-    let cfg = FileConfig::load(&[(&text, "real-model.toml")], &[]).expect("config");
-    let deps = cfg.research_deps(&|_: &str| None).expect("deps");
-    let mut registry = Registry::new();
-    research::register(&mut registry, Arc::new(deps));
-    let app = spawn_with(Backend::Sqlite, test_settings(), registry)
-        .await
-        .expect("sqlite app");
+    let app = real_app(&config(&model_url(), &tavily), "real-model.toml").await;
     let tid = new_thread(&app).await;
     let wait = |body: Value| {
         let request = app
@@ -450,14 +447,7 @@ async fn an_mcp_client_gets_a_report_from_the_real_model() {
     let tavily = FakeTavily::start().await;
     tavily.set_result_count(2);
     tavily.set_raw_content_len(3000);
-    let text = config(&model_url(), &tavily);
-    let cfg = FileConfig::load(&[(&text, "real-model.toml")], &[]).expect("config");
-    let deps = cfg.research_deps(&|_: &str| None).expect("deps");
-    let mut registry = Registry::new();
-    research::register(&mut registry, Arc::new(deps));
-    let app = spawn_with(Backend::Sqlite, test_settings(), registry)
-        .await
-        .expect("sqlite app");
+    let app = real_app(&config(&model_url(), &tavily), "real-model.toml").await;
     let python = std::env::var("DR_COMPAT_PYTHON").unwrap_or_else(|_| {
         concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-compat/bin/python").to_owned()
     });

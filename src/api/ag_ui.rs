@@ -18,15 +18,13 @@ use crate::research::progress::{LineId, RunProgress};
 use crate::store::{CancelAction, Run, RunStatus};
 use crate::stream::Frame;
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
 pub(super) fn router() -> Router<AppState> {
@@ -75,17 +73,7 @@ pub(super) async fn run_agent(
             }
         }
     });
-    let mut response = Body::from_stream(ReceiverStream::new(rx)).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("no-cache"),
-    );
-    Ok(response)
+    Ok(turns::event_stream(rx))
 }
 
 /// The parts of a `RunAgentInput` this server reads.

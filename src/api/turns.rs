@@ -9,8 +9,12 @@ use super::error::ApiResult;
 use super::runs::start_on_thread;
 use crate::store::{Run, RunStatus, StoreResult, Thread, ThreadStatus};
 use crate::stream::{Frame, STORE_POLL, follow_run};
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
 /// The stream modes a turn's run records, so a protocol can follow it live.
@@ -134,6 +138,21 @@ pub(super) fn follow(
         tx,
     ));
     (frames, tokio_util::task::AbortOnDropHandle::new(follower))
+}
+
+/// A `text/event-stream` response whose body is what `rx` yields.
+pub(super) fn event_stream(rx: mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Response {
+    let mut response = Body::from_stream(ReceiverStream::new(rx)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
+    response
 }
 
 /// Reads a run. The thread's state is its latest run's: an earlier run is read from its status

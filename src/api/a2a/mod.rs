@@ -21,15 +21,13 @@ use crate::store::{CancelAction, Run, SortOrder, StoreError, ThreadQuery};
 use crate::time::Timestamp;
 use axum::Json;
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Map, Value, json};
 use task::{Detail, Dialect, Task, TaskState};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
 pub(super) fn router() -> Router<AppState> {
@@ -581,17 +579,7 @@ impl Call<'_> {
             let out = Out { tx, id };
             let _ = stream_task(&state, dialect, run, &out).await;
         });
-        let mut response = Body::from_stream(ReceiverStream::new(rx)).into_response();
-        let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("text/event-stream"),
-        );
-        headers.insert(
-            header::CACHE_CONTROL,
-            header::HeaderValue::from_static("no-cache"),
-        );
-        response
+        turns::event_stream(rx)
     }
 }
 
