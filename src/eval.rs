@@ -248,7 +248,12 @@ pub fn score(
     corpus_prefix: &str,
 ) -> QuestionResult {
     let report = values["final_report"].as_str().unwrap_or_default();
-    let state_sources = values["sources"].as_array().cloned().unwrap_or_default();
+    let state_sources: Vec<crate::research::state::Source> = values["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| serde_json::from_value(s.clone()).ok())
+        .collect();
     let sources = Sources::from_state(&state_sources);
     let audit = support::audit(report, &sources);
     let flat = normalize_text(report);

@@ -175,6 +175,14 @@ pub fn ai_message(id: &str, content: &str) -> Value {
     Value::Object(map)
 }
 
+/// A streamed delta of a model's answer as the `AIMessageChunk` clients expect.
+pub fn ai_chunk(id: &str, content: &str, tool_call_chunks: &[Value]) -> Value {
+    json!({"content": content, "additional_kwargs": {}, "response_metadata": {},
+           "type": "AIMessageChunk", "name": null, "id": id, "tool_calls": [],
+           "invalid_tool_calls": [], "usage_metadata": null, "tool_call_chunks": tool_call_chunks,
+           "chunk_position": null})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

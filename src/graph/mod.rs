@@ -9,6 +9,7 @@ pub mod interrupts;
 pub mod messages;
 mod runtime;
 pub mod state;
+mod typed;
 
 pub use channels::{Channel, Channels, Reducer};
 pub use events::{EventKind, EventSink, GraphEvent, MessageMeta, NullSink, Sink};
@@ -16,6 +17,7 @@ pub use interrupts::{Breakpoints, Interrupt, Pause, Resume, ResumeCommand};
 pub use runtime::{
     Invocation, NodeContext, Outcome, RunError, RunScope, Start, invoke, update_state,
 };
+pub use typed::{Write, channels_of, schema_of};
 
 use crate::store::JsonMap;
 use serde_json::{Value, json};

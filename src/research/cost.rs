@@ -1,17 +1,36 @@
 //! Token usage and estimated cost of one run, per model, from the operator's price table.
 
 use crate::llm::Usage;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-#[derive(Clone, Copy, Debug, Default)]
-struct ModelUsage {
-    calls: u64,
-    input_tokens: u64,
-    output_tokens: u64,
-    usd: f64,
-    priced: bool,
+/// What one model cost the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ModelUsage {
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Estimated from the operator's price table (0 when the model has no price).
+    pub usd: f64,
+    /// The model has a price.
+    pub priced: bool,
+}
+
+/// A run's usage: per model, and the totals (the state's `usage`, and each `usage` event's
+/// `run`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct RunUsage {
+    pub models: BTreeMap<String, ModelUsage>,
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub estimated_usd: f64,
+    /// Every model used has a price (else `estimated_usd` is a lower bound).
+    pub all_priced: bool,
 }
 
 /// USD per million tokens of one model.
@@ -47,26 +66,11 @@ impl CostMeter {
     /// Takes over what the state's `usage` says earlier attempts of this run spent (a run
     /// resumed after a crash or a deploy goes on counting from there), if this attempt has
     /// recorded nothing yet.
-    pub fn resume_from(&self, usage: Option<&Value>) {
-        let Some(models) = usage.and_then(|u| u["models"].as_object()) else {
-            return;
-        };
+    pub fn resume_from(&self, usage: Option<&RunUsage>) {
+        let Some(usage) = usage else { return };
         let mut mine = self.lock();
-        if !mine.is_empty() {
-            return;
-        }
-        for (name, u) in models {
-            let n = |k: &str| u[k].as_u64().unwrap_or(0);
-            mine.insert(
-                name.clone(),
-                ModelUsage {
-                    calls: n("calls"),
-                    input_tokens: n("input_tokens"),
-                    output_tokens: n("output_tokens"),
-                    usd: u["usd"].as_f64().unwrap_or(0.0),
-                    priced: u["priced"].as_bool().unwrap_or(false),
-                },
-            );
+        if mine.is_empty() {
+            mine.extend(usage.models.iter().map(|(k, v)| (k.clone(), *v)));
         }
     }
 
@@ -113,7 +117,7 @@ impl CostMeter {
     }
 
     /// Adds one call's usage; returns the run's totals so far.
-    pub fn record(&self, model: &str, usage: Usage, price: Option<Price>) -> Value {
+    pub fn record(&self, model: &str, usage: Usage, price: Option<Price>) -> RunUsage {
         let mut models = match self.models.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -133,7 +137,7 @@ impl CostMeter {
     }
 
     /// The run's totals so far.
-    pub fn snapshot(&self) -> Value {
+    pub fn snapshot(&self) -> RunUsage {
         render(&self.lock())
     }
 }
@@ -143,24 +147,26 @@ pub fn over_cap(ctx: &crate::graph::NodeContext) -> Option<String> {
     ctx.scope.local::<CostMeter>().over_cap()
 }
 
-fn render(models: &BTreeMap<String, ModelUsage>) -> Value {
-    let per_model: serde_json::Map<String, Value> = models
+fn render(models: &BTreeMap<String, ModelUsage>) -> RunUsage {
+    let per_model = models
         .iter()
         .map(|(name, u)| {
-            let v = json!({"calls": u.calls, "input_tokens": u.input_tokens,
-                           "output_tokens": u.output_tokens, "usd": round(u.usd), "priced": u.priced});
-            (name.clone(), v)
+            let shown = ModelUsage {
+                usd: round(u.usd),
+                ..*u
+            };
+            (name.clone(), shown)
         })
         .collect();
     let sum = |f: fn(&ModelUsage) -> u64| models.values().map(f).sum::<u64>();
-    json!({
-        "models": per_model,
-        "calls": sum(|u| u.calls),
-        "input_tokens": sum(|u| u.input_tokens),
-        "output_tokens": sum(|u| u.output_tokens),
-        "estimated_usd": round(models.values().map(|u| u.usd).sum()),
-        "all_priced": models.values().all(|u| u.priced),
-    })
+    RunUsage {
+        models: per_model,
+        calls: sum(|u| u.calls),
+        input_tokens: sum(|u| u.input_tokens),
+        output_tokens: sum(|u| u.output_tokens),
+        estimated_usd: round(models.values().map(|u| u.usd).sum()),
+        all_priced: models.values().all(|u| u.priced),
+    }
 }
 
 fn round(usd: f64) -> f64 {
@@ -195,7 +201,7 @@ mod tests {
         assert!(resumed.over_cap().unwrap().contains("1400 tokens"));
         assert!(resumed.first_time_over());
         assert!(!resumed.first_time_over(), "reported once");
-        assert_eq!(resumed.snapshot()["models"]["m"]["calls"], 2);
+        assert_eq!(resumed.snapshot().models["m"].calls, 2);
     }
 
     #[test]
@@ -221,8 +227,8 @@ mod tests {
             },
             Some(p),
         );
-        assert_eq!(v["models"]["openai:gpt-4.1"]["calls"], 2);
-        assert_eq!(v["estimated_usd"], 6.0);
+        assert_eq!(v.models["openai:gpt-4.1"].calls, 2);
+        assert_eq!(v.estimated_usd, 6.0);
         let v = m.record(
             "ollama:x",
             Usage {
@@ -231,7 +237,7 @@ mod tests {
             },
             None,
         );
-        assert_eq!(v["input_tokens"], 1_000_010);
-        assert_eq!(v["all_priced"], false);
+        assert_eq!(v.input_tokens, 1_000_010);
+        assert!(!v.all_priced);
     }
 }

@@ -6,7 +6,7 @@
 //! answer.
 
 use crate::graph::NodeContext;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -59,12 +59,12 @@ impl FallbackMeter {
     }
 
     /// `{fallback: count}`, empty when the model followed the API throughout.
-    pub fn snapshot(&self) -> Value {
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
         let counts = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        json!(*counts)
+        counts.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
     }
 }
 
@@ -85,12 +85,12 @@ mod tests {
     #[test]
     fn counts_are_kept_by_name() {
         let meter = FallbackMeter::default();
-        assert_eq!(meter.snapshot(), json!({}));
+        assert!(meter.snapshot().is_empty());
         meter.add("prompted_tools");
         meter.add("prompted_tools");
         meter.add(AgentFallback::CorrectiveTurn.as_str());
         assert_eq!(
-            meter.snapshot(),
+            json!(meter.snapshot()),
             json!({"corrective_turn": 1, "prompted_tools": 2})
         );
         assert_eq!(stage("researcher_tools"), "researcher");

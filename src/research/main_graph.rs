@@ -4,19 +4,19 @@
 use super::citations::{self, normalize};
 use super::cost::CostMeter;
 use super::fallbacks::FallbackMeter;
-use super::keys;
-use super::messages::{self as msg, human, system};
+use super::messages::{self as msg, Message};
 use super::model::{Caller, Deps, Role, run_config};
+use super::state::{
+    AgentState, AgentUpdate, Source, SourceKind, StoppedEarly, SupervisorInput, SupervisorState,
+};
 use super::stream_fields::FieldStreamer;
 use super::support::{self, Sources};
 use super::{ResearchDeps, config::SearchApi, plan_review, supervisor};
-use crate::graph::messages::ai_message;
-use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
+use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use crate::llm::{FinishReason, ResponseSchema};
-use crate::store::JsonMap;
-use crate::tools::{PageSummary, SummaryLedger};
+use crate::tools::SummaryLedger;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
 use uuid::Uuid;
@@ -26,35 +26,19 @@ pub fn build(id: &str, deps: Deps) -> Graph {
     let (d1, d2, d4) = (deps.clone(), deps.clone(), deps.clone());
     let (d5, d6) = (deps.clone(), deps.clone());
     Graph::builder(id)
-        .channel(keys::MESSAGES, Reducer::Messages, json!([]))
-        .channel(
-            keys::SUPERVISOR_MESSAGES,
-            Reducer::AppendOrOverride,
-            json!([]),
-        )
-        .channel(keys::RESEARCH_BRIEF, Reducer::Override, Value::Null)
-        .channel(keys::RESEARCH_PLAN, Reducer::Override, Value::Null)
-        .channel(keys::PLAN_FEEDBACK, Reducer::Override, Value::Null)
-        .channel(keys::RAW_NOTES, Reducer::AppendOrOverride, json!([]))
-        .channel(keys::NOTES, Reducer::AppendOrOverride, json!([]))
-        .channel(keys::FINAL_REPORT, Reducer::Override, Value::Null)
-        .channel(keys::SOURCES, Reducer::AppendOrOverride, json!([]))
-        .channel(keys::USAGE, Reducer::Override, Value::Null)
-        .channel(keys::FALLBACKS, Reducer::Override, Value::Null)
-        .channel(keys::STOPPED_EARLY, Reducer::Override, Value::Null)
-        .channel(keys::CITATIONS, Reducer::Override, Value::Null)
-        .node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
-        .node("write_research_brief", move |s, c| brief(d2.clone(), s, c))
-        .node("plan_research", move |s, c| {
+        .state::<AgentState>()
+        .typed_node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
+        .typed_node("write_research_brief", move |s, c| brief(d2.clone(), s, c))
+        .typed_node("plan_research", move |s, c| {
             plan_review::plan(d5.clone(), s, c)
         })
-        .node("review_plan", move |s, c| {
+        .typed_node("review_plan", move |s, c| {
             plan_review::review(d6.clone(), s, c)
         })
-        .node("research_supervisor", move |s, c| {
+        .typed_node("research_supervisor", move |s, c| {
             research(sup.clone(), s, c)
         })
-        .node("final_report_generation", move |s, c| {
+        .typed_node("final_report_generation", move |s, c| {
             report(d4.clone(), s, c)
         })
         .start("clarify_with_user")
@@ -72,25 +56,21 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .build()
 }
 
-fn usage(ctx: &NodeContext) -> Value {
-    ctx.scope.local::<CostMeter>().snapshot()
-}
-
 /// A run resumed after a crash or a deploy goes on counting what it spent from its state.
-fn resume_meter(ctx: &NodeContext, state: &JsonMap) {
+fn resume_meter(ctx: &NodeContext, state: &AgentState) {
     ctx.scope
         .local::<CostMeter>()
-        .resume_from(state.get(keys::USAGE));
+        .resume_from(state.usage.as_ref());
 }
 
-fn update(ctx: &NodeContext, pairs: Vec<(&str, Value)>) -> JsonMap {
-    let mut map: JsonMap = pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-    map.insert(keys::USAGE.into(), usage(ctx));
-    map.insert(
-        keys::FALLBACKS.into(),
-        ctx.scope.local::<FallbackMeter>().snapshot(),
-    );
-    map
+/// An update that carries the run's usage and fallback counts so far (every main-graph step
+/// writes them, so the state always tells what the run cost).
+pub(super) fn metered(ctx: &NodeContext) -> AgentUpdate {
+    AgentUpdate {
+        usage: Some(ctx.scope.local::<CostMeter>().snapshot()),
+        fallbacks: Some(ctx.scope.local::<FallbackMeter>().snapshot()),
+        ..AgentUpdate::default()
+    }
 }
 
 #[derive(Deserialize)]
@@ -114,20 +94,20 @@ fn clarify_schema() -> ResponseSchema {
     }
 }
 
-async fn clarify(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state);
     let cfg = run_config(&deps, &ctx)?;
     if !cfg.allow_clarification {
-        return Ok(Command::update(update(&ctx, vec![])).goto("write_research_brief"));
+        return Ok(Command::write(metered(&ctx))?.goto("write_research_brief"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let history = msg::buffer_string(msg::slice(&state, keys::MESSAGES));
+    let history = msg::buffer_string(&state.messages);
     let date = msg::today();
     let prompt = deps.prompts.render(
         "clarify_with_user",
         &[("messages", &history), ("date", &date)],
     );
-    let req = caller.request(Role::Research, vec![human(&prompt)])?;
+    let req = caller.request(Role::Research, vec![Message::human(prompt)])?;
     let streamer = FieldStreamer::new(
         &ctx,
         format!("run-{}", Uuid::new_v4()),
@@ -137,19 +117,16 @@ async fn clarify(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Co
         .structured(req, clarify_schema(), Some(&streamer))
         .await?;
     // The message keeps the id its streamed tokens carried.
-    let reply = |text: &str| ai_message(streamer.id(), text);
+    let reply = |text: &str| Message::ai(streamer.id(), text);
+    let mut upd = metered(&ctx);
     if answer.need_clarification && !answer.question.trim().is_empty() {
-        let upd = update(
-            &ctx,
-            vec![(keys::MESSAGES, json!([reply(&answer.question)]))],
-        );
-        return Ok(Command::update(upd).goto(END));
+        upd.messages = Some(vec![reply(&answer.question)]);
+        return Ok(Command::write(upd)?.goto(END));
     }
-    let mut pairs = vec![];
     if !answer.verification.trim().is_empty() {
-        pairs.push((keys::MESSAGES, json!([reply(&answer.verification)])));
+        upd.messages = Some(vec![reply(&answer.verification)]);
     }
-    Ok(Command::update(update(&ctx, pairs)).goto("write_research_brief"))
+    Ok(Command::write(upd)?.goto("write_research_brief"))
 }
 
 #[derive(Deserialize)]
@@ -157,16 +134,16 @@ struct ResearchQuestion {
     research_brief: String,
 }
 
-async fn brief(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn brief(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state);
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let history = msg::buffer_string(msg::slice(&state, keys::MESSAGES));
+    let history = msg::buffer_string(&state.messages);
     let date = msg::today();
     let prompt = deps
         .prompts
         .render("research_brief", &[("messages", &history), ("date", &date)]);
-    let req = caller.request(Role::Research, vec![human(&prompt)])?;
+    let req = caller.request(Role::Research, vec![Message::human(prompt)])?;
     let schema = ResponseSchema {
         name: "ResearchQuestion".into(),
         description: "The research question that will guide the research.".into(),
@@ -197,83 +174,64 @@ async fn brief(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
             ),
         ],
     );
-    let sup = json!({"type": "override", "value": [system(&supervisor_prompt), human(&answer.research_brief)]});
-    let upd = update(
-        &ctx,
-        vec![
-            (keys::RESEARCH_BRIEF, json!(answer.research_brief)),
-            (keys::SUPERVISOR_MESSAGES, sup),
-            // A new brief is planned afresh.
-            (keys::RESEARCH_PLAN, Value::Null),
-            (keys::PLAN_FEEDBACK, Value::Null),
-        ],
-    );
+    let supervisor = vec![
+        Message::system(supervisor_prompt),
+        Message::human(answer.research_brief.clone()),
+    ];
+    let upd = AgentUpdate {
+        research_brief: Some(answer.research_brief),
+        supervisor_messages: Some(Write::Replace(supervisor)),
+        // A new brief is planned afresh.
+        research_plan: Some(None),
+        plan_feedback: Some(None),
+        ..metered(&ctx)
+    };
     let next = if cfg.review_plan {
         "plan_research"
     } else {
         "research_supervisor"
     };
-    Ok(Command::update(upd).goto(next))
+    Ok(Command::write(upd)?.goto(next))
 }
 
 async fn research(
     sup: Arc<Graph>,
-    state: Arc<JsonMap>,
+    state: AgentState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state);
     // Pages earlier runs on this thread summarised are not paid for again.
     let ledger = ctx.scope.local::<SummaryLedger>();
-    for source in msg::slice(&state, keys::SOURCES) {
-        let summary = serde_json::from_value::<PageSummary>(source["summary"].clone());
-        if let (Some(url), Ok(summary)) = (source["url"].as_str(), summary) {
-            ledger.remember(url, summary);
+    for source in state.sources {
+        if let Some(summary) = source.summary {
+            ledger.remember(&source.url, summary);
         }
     }
-    let input = json!({
-        (keys::SUPERVISOR_MESSAGES): state.get(keys::SUPERVISOR_MESSAGES).cloned().unwrap_or(json!([])),
-        (keys::RESEARCH_BRIEF): state.get(keys::RESEARCH_BRIEF).cloned().unwrap_or(Value::Null),
-    });
-    let out = ctx.subgraph(&sup, input).await?;
+    let input = SupervisorInput {
+        supervisor_messages: state.supervisor_messages,
+        research_brief: state.research_brief,
+    };
+    let out: SupervisorState = ctx.typed_subgraph(&sup, &input).await?;
     // Only what this round added flows back (ODR re-applied the whole subgraph state through
     // the parent's reducers, duplicating raw notes and supervisor messages on later turns).
-    let upd = update(
-        &ctx,
-        vec![
-            (
-                keys::SUPERVISOR_MESSAGES,
-                json!({"type": "override", "value": out.get(keys::SUPERVISOR_MESSAGES).cloned().unwrap_or(json!([]))}),
-            ),
-            (
-                keys::NOTES,
-                json!({"type": "override", "value": out.get(keys::NOTES).cloned().unwrap_or(json!([]))}),
-            ),
-            (
-                keys::RAW_NOTES,
-                out.get(keys::RAW_NOTES).cloned().unwrap_or(json!([])),
-            ),
-            (
-                keys::SOURCES,
-                out.get(keys::SOURCES).cloned().unwrap_or(json!([])),
-            ),
-        ],
-    );
-    Ok(Command::update(upd))
+    let upd = AgentUpdate {
+        supervisor_messages: Some(Write::Replace(out.supervisor_messages)),
+        notes: Some(Write::Replace(out.notes)),
+        raw_notes: Some(Write::Add(out.raw_notes)),
+        sources: Some(Write::Add(out.sources)),
+        ..metered(&ctx)
+    };
+    Command::write(upd)
 }
 
 /// What the research phase did, for the error of a run that found nothing.
-fn what_research_did(state: &JsonMap) -> String {
-    let history = msg::slice(state, keys::SUPERVISOR_MESSAGES);
-    let delegated = history
+fn what_research_did(state: &AgentState) -> String {
+    let results = state
+        .supervisor_messages
         .iter()
-        .filter(|m| msg::kind(m) == "tool" && m["name"] == "ConductResearch")
-        .count();
-    let failed = history
-        .iter()
-        .filter(|m| {
-            msg::kind(m) == "tool" && m["name"] == "ConductResearch" && m["status"] == "error"
-        })
-        .count();
+        .filter(|m| m.is_result_of("ConductResearch"));
+    let (delegated, failed) =
+        results.fold((0, 0), |(d, f), m| (d + 1, f + usize::from(m.failed())));
     if delegated == 0 {
         "the supervisor delegated no research".to_owned()
     } else {
@@ -331,14 +289,13 @@ fn cut(text: &str, chars: usize) -> &str {
         .map_or(text, |(i, _)| &text[..i])
 }
 
-async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state);
     let cfg = run_config(&deps, &ctx)?;
-    let sources = msg::slice(&state, keys::SOURCES);
     if let Some(reason) = super::cost::over_cap(&ctx) {
-        return Ok(partial_report(&ctx, &state, sources, &reason));
+        return partial_report(&ctx, &state, &reason);
     }
-    if sources.is_empty() && cfg.search_api != SearchApi::None {
+    if state.sources.is_empty() && cfg.search_api != SearchApi::None {
         return Err(NodeError::new(
             "NoSourcesError",
             format!(
@@ -349,37 +306,33 @@ async fn report(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Com
             ),
         ));
     }
-    let numbered = Sources::from_state(sources);
-    let findings = findings(&state, &numbered);
+    let numbered = Sources::from_state(&state.sources);
+    let findings = findings(&state.notes, &numbered);
     let resp = write_report(&deps, &ctx, &cfg, &state, &findings, &numbered).await?;
-    let (text, finish) = (msg::text(&resp.message), resp.finish_reason);
-    let mut checked = check_citations(&ctx, &text, sources, &numbered);
-    if finish == FinishReason::Length {
+    let mut message = Message::from_model(resp.message);
+    let mut checked = check_citations(&ctx, &message.text(), &state.sources, &numbered);
+    if resp.finish_reason == FinishReason::Length {
         checked.report.push_str(&format!(
             "\n\n> Note: the report was cut off at the output limit of {} tokens.\n",
             cfg.final_report_model_max_tokens
         ));
     }
     // Keep the streamed message's id so clients merge the tokens they saw with the final text.
-    let mut message = resp.message;
-    message["content"] = json!(checked.report);
-    let upd = update(
-        &ctx,
-        vec![
-            (keys::FINAL_REPORT, json!(checked.report)),
-            (keys::MESSAGES, json!([message])),
-            (keys::NOTES, json!({"type": "override", "value": []})),
-            (keys::CITATIONS, json!(checked.support)),
-        ],
-    );
-    Ok(Command::update(upd))
+    message.set_text(&checked.report);
+    let upd = AgentUpdate {
+        final_report: Some(checked.report),
+        messages: Some(vec![message]),
+        notes: Some(Write::Replace(vec![])),
+        citations: Some(checked.support),
+        ..metered(&ctx)
+    };
+    Command::write(upd)
 }
 
 /// The researchers' findings, their citations in the run's numbering.
-fn findings(state: &JsonMap, numbered: &Sources) -> String {
-    msg::list(state, keys::NOTES)
+fn findings(notes: &[String], numbered: &Sources) -> String {
+    notes
         .iter()
-        .filter_map(Value::as_str)
         .map(|note| support::renumber_findings(note, numbered))
         .collect::<Vec<_>>()
         .join("\n\n")
@@ -397,14 +350,10 @@ struct CheckedReport {
 fn check_citations(
     ctx: &NodeContext,
     text: &str,
-    sources: &[Value],
+    sources: &[Source],
     numbered: &Sources,
 ) -> CheckedReport {
-    let retrieved: HashSet<String> = sources
-        .iter()
-        .filter_map(|s| s["url"].as_str())
-        .map(normalize)
-        .collect();
+    let retrieved: HashSet<String> = sources.iter().map(|s| normalize(&s.url)).collect();
     let checked = citations::check(text, &retrieved);
     let mut repaired = support::repair(&checked.report, numbered);
     if let Some(note) = checked.note() {
@@ -422,12 +371,11 @@ fn check_citations(
 
 /// Distinct MCP sources (tool calls and the resources they returned) the report names. The
 /// web check above leaves them alone: they are not web pages, and no search returned them.
-fn mcp_cited(report: &str, sources: &[Value]) -> usize {
+fn mcp_cited(report: &str, sources: &[Source]) -> usize {
     let mut named: Vec<&str> = sources
         .iter()
-        .filter(|s| s["kind"] == "mcp")
-        .filter_map(|s| s["url"].as_str())
-        .filter(|u| report.contains(u))
+        .filter(|s| s.kind == Some(SourceKind::Mcp) && report.contains(&s.url))
+        .map(|s| s.url.as_str())
         .collect();
     named.sort_unstable();
     named.dedup();
@@ -436,8 +384,13 @@ fn mcp_cited(report: &str, sources: &[Value]) -> usize {
 
 /// The report of a run stopped by its spend cap, without another model call: the brief and the
 /// findings as the researchers wrote them, under a heading and a note that say it is partial.
-fn partial_report(ctx: &NodeContext, state: &JsonMap, sources: &[Value], reason: &str) -> Command {
-    let body = findings(state, &Sources::from_state(sources));
+fn partial_report(
+    ctx: &NodeContext,
+    state: &AgentState,
+    reason: &str,
+) -> Result<Command, NodeError> {
+    let numbered = Sources::from_state(&state.sources);
+    let body = findings(&state.notes, &numbered);
     let body = if body.trim().is_empty() {
         "No findings were gathered before the run stopped.".to_owned()
     } else {
@@ -448,21 +401,23 @@ fn partial_report(ctx: &NodeContext, state: &JsonMap, sources: &[Value], reason:
          research because {reason}. What follows are the findings gathered until then, as the \
          researchers wrote them; they were not edited into a full report.\n\n## Research brief\n\n\
          {}\n\n## Findings\n\n{body}\n",
-        msg::string(state, keys::RESEARCH_BRIEF)
+        state.research_brief.as_deref().unwrap_or_default()
     );
-    let checked = check_citations(ctx, &text, sources, &Sources::from_state(sources));
-    let message = ai_message(&format!("run-{}", Uuid::new_v4()), &checked.report);
-    let stopped = json!({"reason": reason, "usage": usage(ctx)});
-    Command::update(update(
-        ctx,
-        vec![
-            (keys::FINAL_REPORT, json!(checked.report)),
-            (keys::MESSAGES, json!([message])),
-            (keys::NOTES, json!({"type": "override", "value": []})),
-            (keys::STOPPED_EARLY, stopped),
-            (keys::CITATIONS, json!(checked.support)),
-        ],
-    ))
+    let checked = check_citations(ctx, &text, &state.sources, &numbered);
+    let message = Message::ai(&format!("run-{}", Uuid::new_v4()), &checked.report);
+    let upd = metered(ctx);
+    let stopped = StoppedEarly {
+        reason: reason.to_owned(),
+        usage: upd.usage.clone().unwrap_or_default(),
+    };
+    Command::write(AgentUpdate {
+        final_report: Some(checked.report),
+        messages: Some(vec![message]),
+        notes: Some(Write::Replace(vec![])),
+        stopped_early: Some(stopped),
+        citations: Some(checked.support),
+        ..upd
+    })
 }
 
 /// Streams the report, trimming the findings after a context overflow (up to four attempts).
@@ -470,14 +425,14 @@ async fn write_report(
     deps: &ResearchDeps,
     ctx: &NodeContext,
     cfg: &super::config::ResearchConfig,
-    state: &JsonMap,
+    state: &AgentState,
     findings: &str,
     numbered: &Sources,
 ) -> Result<crate::llm::ChatResponse, NodeError> {
     let source_list = numbered.numbered_list();
     let caller = Caller::new(deps, ctx, cfg);
-    let brief = msg::string(state, keys::RESEARCH_BRIEF);
-    let history = msg::buffer_string(&msg::list(state, keys::MESSAGES));
+    let brief = state.research_brief.clone().unwrap_or_default();
+    let history = msg::buffer_string(&state.messages);
     let date = msg::today();
     let mut budget: Option<usize> = None;
     for _ in 0..4 {
@@ -492,7 +447,7 @@ async fn write_report(
                 ("date", &date),
             ],
         );
-        let req = caller.request(Role::FinalReport, vec![human(&prompt)])?;
+        let req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
         match caller.call(req, true).await {
             Ok(resp) => return Ok(resp),
             Err(NodeError::Failed { kind, .. }) if kind == "ContextOverflowError" => {

@@ -7,7 +7,6 @@ pub mod citations;
 pub mod config;
 pub mod cost;
 pub mod fallbacks;
-pub mod keys;
 mod main_graph;
 mod messages;
 mod model;
@@ -15,6 +14,7 @@ mod plan_review;
 pub mod progress;
 pub mod prompts;
 mod researcher;
+pub mod state;
 mod stream_fields;
 mod supervisor;
 pub mod support;
@@ -352,32 +352,7 @@ fn mcp_config_schema(policy: &crate::tools::mcp::McpPolicy) -> Value {
 
 fn schemas(deps: &ResearchDeps) -> Schemas {
     let messages = json!({"type": "array", "items": {"type": "object"}});
-    let strings = json!({"type": "array", "items": {"type": "string"}});
-    let state = json!({
-        "title": "AgentState", "type": "object",
-        "properties": {
-            "messages": messages, "supervisor_messages": messages,
-            "research_brief": {"type": ["string", "null"]},
-            "research_plan": {"type": ["array", "null"], "items": {"type": "string"}},
-            "plan_feedback": {"type": ["string", "null"]},
-            "raw_notes": strings, "notes": strings,
-            "final_report": {"type": "string"},
-            "sources": {"type": "array", "items": {"type": "object",
-                        "properties": {"url": {"type": "string"}, "title": {"type": "string"},
-                                       "text": {"type": "string"},
-                                       "summary": {"type": "object"},
-                                       "kind": {"type": "string"}}}},
-            "usage": {"type": "object"},
-            "fallbacks": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "stopped_early": {"type": ["object", "null"]},
-            "citations": {"type": ["object", "null"], "properties": {
-                "paragraphs": {"type": "integer"}, "cited_paragraphs": {"type": "integer"},
-                "citations": {"type": "integer"}, "supported": {"type": "integer"},
-                "unchecked": {"type": "integer"}, "moved": {"type": "integer"},
-                "removed": {"type": "integer"}, "attached": {"type": "integer"},
-                "sources_cited": {"type": "integer"}}}
-        }
-    });
+    let state = crate::graph::schema_of::<state::AgentState>();
     let mut config_props = config_properties(deps);
     config_props.insert("mcp_config".into(), mcp_config_schema(&deps.mcp_policy));
     Schemas {

@@ -5,7 +5,7 @@ use super::ResearchDeps;
 use super::config::ResearchConfig;
 use super::cost::CostMeter;
 use super::fallbacks::{self, AgentFallback};
-use super::messages as msg;
+use super::messages::{self as msg, Message};
 use super::stream_fields::FieldStreamer;
 use crate::graph::{NodeContext, NodeError};
 use crate::llm::{
@@ -13,7 +13,7 @@ use crate::llm::{
     ToolChoice, ToolSpec, chat_with_retry, structured,
 };
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::{Arc, OnceLock};
 
 /// The model roles of ODR's configuration.
@@ -56,10 +56,10 @@ impl<'a> Caller<'a> {
     }
 
     /// A request for `role` with the run's key (when the operator allows run keys).
-    pub fn request(&self, role: Role, messages: Vec<Value>) -> Result<ChatRequest, NodeError> {
+    pub fn request(&self, role: Role, messages: Vec<Message>) -> Result<ChatRequest, NodeError> {
         let (model, max_tokens) = self.model_for(role);
         let name = ModelName::parse(model).map_err(|e| NodeError::new("ConfigurationError", e))?;
-        let mut req = ChatRequest::new(name, messages, max_tokens);
+        let mut req = ChatRequest::new(name, msg::to_values(messages), max_tokens);
         req.timeout = self.deps.model_timeout;
         req.api_key = self.run_key(&req.model.provider);
         Ok(req)
@@ -94,7 +94,13 @@ impl<'a> Caller<'a> {
         let stream = stream && self.ctx.wants_chunks();
         req.stream = stream;
         let ctx = self.ctx;
-        let emit = move |d: Delta| ctx.emit_chunk(chunk(&d));
+        let emit = move |d: Delta| {
+            ctx.emit_chunk(crate::graph::messages::ai_chunk(
+                &d.id,
+                &d.content,
+                &d.tool_call_chunks,
+            ))
+        };
         let on_delta: Option<&(dyn Fn(Delta) + Send + Sync)> =
             if stream { Some(&emit) } else { None };
         let pending = Abandoned::new(self, &req);
@@ -122,10 +128,11 @@ impl<'a> Caller<'a> {
     /// before it counts as the agent's last word; that answer is returned either way.
     pub async fn act(&self, req: ChatRequest) -> Result<ChatResponse, NodeError> {
         let first = self.call(req.clone(), false).await?;
-        if msg::acted(&first.message) {
+        let answer = Message::from_model(first.message.clone());
+        if answer.acted() {
             return Ok(first);
         }
-        let said = msg::text(&first.message);
+        let said = answer.text();
         fallbacks::record(
             self.ctx,
             AgentFallback::CorrectiveTurn.as_str(),
@@ -137,8 +144,8 @@ impl<'a> Caller<'a> {
             .prompts
             .render("corrective_turn", &[("tools", &names.join(", "))]);
         let mut again = req;
-        again.messages.push(json!({"type": "ai", "content": said}));
-        again.messages.push(msg::human(nudge));
+        again.messages.push(Message::ai_text(said).into_value());
+        again.messages.push(Message::human(nudge).into_value());
         again.tool_choice = ToolChoice::Required;
         self.call(again, false).await
     }
@@ -243,11 +250,7 @@ struct Abandoned<'a> {
 
 impl<'a> Abandoned<'a> {
     fn new(caller: &'a Caller<'a>, req: &ChatRequest) -> Self {
-        let prompt_chars = req
-            .messages
-            .iter()
-            .map(|m| msg::text(m).chars().count())
-            .sum();
+        let prompt_chars = msg::prompt_chars(&req.messages);
         Self {
             caller,
             model: req.model.to_string(),
@@ -274,14 +277,6 @@ impl Drop for Abandoned<'_> {
             self.caller.record_usage(&self.model, usage);
         }
     }
-}
-
-/// A streamed delta as the `AIMessageChunk` clients expect.
-fn chunk(d: &Delta) -> Value {
-    json!({"content": d.content, "additional_kwargs": {}, "response_metadata": {},
-           "type": "AIMessageChunk", "name": null, "id": d.id, "tool_calls": [],
-           "invalid_tool_calls": [], "usage_metadata": null, "tool_call_chunks": d.tool_call_chunks,
-           "chunk_position": null})
 }
 
 /// The run's research settings, worked out once per run: every node call needs them and the

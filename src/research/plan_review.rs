@@ -5,16 +5,14 @@
 //! the approved topics. The model call is a node of its own so that resuming the review (which
 //! re-runs the node) never plans again behind the user's back.
 
-use super::keys;
-use super::messages::{self as msg, human};
+use super::main_graph::metered;
+use super::messages::{self as msg, Message};
 use super::model::{Caller, Deps, Role, run_config};
-use crate::graph::messages::ai_message;
-use crate::graph::{Command, NodeContext, NodeError};
+use super::state::{AgentState, AgentUpdate};
+use crate::graph::{Command, NodeContext, NodeError, Write};
 use crate::llm::ResponseSchema;
-use crate::store::JsonMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::sync::Arc;
 use uuid::Uuid;
 
 /// The name the plan has in the interrupt's action request (LangChain's HITL shape, so
@@ -28,13 +26,13 @@ struct Plan {
 
 pub(super) async fn plan(
     deps: Deps,
-    state: Arc<JsonMap>,
+    state: AgentState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let brief = msg::string(&state, keys::RESEARCH_BRIEF);
-    let feedback = msg::string(&state, keys::PLAN_FEEDBACK);
+    let brief = state.research_brief.unwrap_or_default();
+    let feedback = state.plan_feedback.unwrap_or_default();
     let max = cfg.max_concurrent_research_units;
     let prompt = deps.prompts.render(
         "plan_research",
@@ -52,7 +50,7 @@ pub(super) async fn plan(
             ),
         ],
     );
-    let req = caller.request(Role::Research, vec![human(&prompt)])?;
+    let req = caller.request(Role::Research, vec![Message::human(prompt)])?;
     let schema = ResponseSchema {
         name: "ResearchPlan".into(),
         description: "The topics research assistants will investigate.".into(),
@@ -69,9 +67,11 @@ pub(super) async fn plan(
             "plan stage: the research model planned no topics",
         ));
     }
-    let mut upd = JsonMap::new();
-    upd.insert(keys::RESEARCH_PLAN.into(), json!(topics));
-    Ok(Command::update(upd).goto("review_plan"))
+    let upd = AgentUpdate {
+        research_plan: Some(Some(topics)),
+        ..metered(&ctx)
+    };
+    Ok(Command::write(upd)?.goto("review_plan"))
 }
 
 /// Trimmed, non-empty, without repeats, at most `max`.
@@ -101,16 +101,13 @@ enum Decision {
 
 pub(super) async fn review(
     deps: Deps,
-    state: Arc<JsonMap>,
+    state: AgentState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let max = cfg.max_concurrent_research_units as usize;
-    let brief = msg::string(&state, keys::RESEARCH_BRIEF);
-    let topics: Vec<String> = msg::slice(&state, keys::RESEARCH_PLAN)
-        .iter()
-        .filter_map(|t| t.as_str().map(str::to_owned))
-        .collect();
+    let brief = state.research_brief.clone().unwrap_or_default();
+    let topics = state.research_plan.clone().unwrap_or_default();
     // An answer that cannot be read is asked again, saying why (the node's next question).
     let mut problem = None;
     let decision = loop {
@@ -122,9 +119,11 @@ pub(super) async fn review(
     };
     match decision {
         Decision::Reject { feedback } => {
-            let mut upd = JsonMap::new();
-            upd.insert(keys::PLAN_FEEDBACK.into(), json!(feedback));
-            Ok(Command::update(upd).goto("plan_research"))
+            let upd = AgentUpdate {
+                plan_feedback: Some(Some(feedback)),
+                ..metered(&ctx)
+            };
+            Ok(Command::write(upd)?.goto("plan_research"))
         }
         Decision::Approve {
             brief: new_brief,
@@ -132,8 +131,8 @@ pub(super) async fn review(
         } => {
             let brief = new_brief.unwrap_or(brief);
             let topics = new_topics.unwrap_or(topics);
-            Ok(Command::update(approved(&deps, &state, &brief, &topics))
-                .goto("research_supervisor"))
+            let upd = approved(&deps, &ctx, &state, brief, topics);
+            Ok(Command::write(upd)?.goto("research_supervisor"))
         }
     }
 }
@@ -226,7 +225,13 @@ fn edit(args: &Value, max: usize) -> Result<Decision, String> {
 /// The update that starts the research on an approved plan: the supervisor's history gets the
 /// brief with the plan, and a first turn that delegates each approved topic, which its first
 /// round runs without asking the model.
-fn approved(deps: &Deps, state: &JsonMap, brief: &str, topics: &[String]) -> JsonMap {
+fn approved(
+    deps: &Deps,
+    ctx: &NodeContext,
+    state: &AgentState,
+    brief: String,
+    topics: Vec<String>,
+) -> AgentUpdate {
     let listed: String = topics
         .iter()
         .enumerate()
@@ -234,37 +239,31 @@ fn approved(deps: &Deps, state: &JsonMap, brief: &str, topics: &[String]) -> Jso
         .collect();
     let question = deps.prompts.render(
         "plan_approved",
-        &[("research_brief", brief), ("topics", &listed)],
+        &[("research_brief", &brief), ("topics", &listed)],
     );
-    let system = msg::slice(state, keys::SUPERVISOR_MESSAGES)
-        .first()
-        .cloned()
-        .unwrap_or(Value::Null);
     // A researcher sees only its topic: each carries the brief as context (a small model's
     // plan names topics in two words).
-    let mut delegate = ai_message(&format!("run-{}", Uuid::new_v4()), "");
-    delegate["tool_calls"] = topics
-        .iter()
-        .map(|t| {
+    let mut delegate = Message::ai(&format!("run-{}", Uuid::new_v4()), "");
+    delegate.set_calls(
+        "ConductResearch",
+        topics.iter().map(|t| {
             let topic = deps
                 .prompts
-                .render("plan_topic", &[("topic", t), ("research_brief", brief)]);
-            json!({"name": "ConductResearch", "args": {"research_topic": topic.trim()},
-                   "id": format!("call_{}", Uuid::new_v4().simple()), "type": "tool_call"})
-        })
-        .collect();
-    let history: Vec<Value> = [system, human(&question), delegate]
-        .into_iter()
-        .filter(|m| !m.is_null())
-        .collect();
-    let mut upd = JsonMap::new();
-    upd.insert(keys::RESEARCH_BRIEF.into(), json!(brief));
-    upd.insert(keys::RESEARCH_PLAN.into(), json!(topics));
-    upd.insert(
-        keys::SUPERVISOR_MESSAGES.into(),
-        json!({"type": "override", "value": history}),
+                .render("plan_topic", &[("topic", t), ("research_brief", &brief)]);
+            json!({"research_topic": topic.trim()})
+        }),
     );
-    upd
+    let system = state.supervisor_messages.first().cloned();
+    let history: Vec<Message> = system
+        .into_iter()
+        .chain([Message::human(question), delegate])
+        .collect();
+    AgentUpdate {
+        research_brief: Some(brief),
+        research_plan: Some(Some(topics)),
+        supervisor_messages: Some(Write::Replace(history)),
+        ..metered(ctx)
+    }
 }
 
 #[cfg(test)]

@@ -4,13 +4,12 @@
 use super::config::SearchApi;
 use super::cost::over_cap;
 use super::fallbacks::{self, AgentFallback};
-use super::keys;
-use super::messages::{self as msg, ToolCall, human, system, tool};
+use super::messages::{self as msg, Kind, Message, ToolCall};
 use super::model::{Caller, Deps, Role, node_error, run_config};
+use super::state::{ResearcherState, ResearcherUpdate, Source, SourceKind};
 use super::{ResearchDeps, research_complete_tool, think_tool};
-use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
+use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use crate::llm::{NativeTool, ResponseSchema, ToolSpec};
-use crate::store::JsonMap;
 use crate::tools::mcp::{self, Toolbox};
 use crate::tools::{
     PageSummarizer, PageSummary, QueryOptions, SearchOptions, Searcher, SummaryLedger, web_search,
@@ -19,20 +18,14 @@ use async_trait::async_trait;
 use futures::future::join_all;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::sync::Arc;
 
 pub fn graph(deps: Deps) -> Graph {
     let (d1, d2, d3) = (deps.clone(), deps.clone(), deps);
     Graph::builder("researcher")
-        .channel(keys::RESEARCHER_MESSAGES, Reducer::Append, json!([]))
-        .channel(keys::TOOL_CALL_ITERATIONS, Reducer::Override, json!(0))
-        .channel(keys::RESEARCH_TOPIC, Reducer::Override, Value::Null)
-        .channel(keys::COMPRESSED_RESEARCH, Reducer::Override, Value::Null)
-        .channel(keys::RAW_NOTES, Reducer::AppendOrOverride, json!([]))
-        .channel(keys::SOURCES, Reducer::AppendOrOverride, json!([]))
-        .node("researcher", move |s, c| researcher(d1.clone(), s, c))
-        .node("researcher_tools", move |s, c| tools(d2.clone(), s, c))
-        .node("compress_research", move |s, c| compress(d3.clone(), s, c))
+        .state::<ResearcherState>()
+        .typed_node("researcher", move |s, c| researcher(d1.clone(), s, c))
+        .typed_node("researcher_tools", move |s, c| tools(d2.clone(), s, c))
+        .typed_node("compress_research", move |s, c| compress(d3.clone(), s, c))
         .start("researcher")
         .edge("researcher", "researcher_tools")
         .may_goto("researcher_tools", &["researcher", "compress_research"])
@@ -91,7 +84,7 @@ fn search_tool(caller: &Caller<'_>) -> Option<&'static str> {
 
 async fn researcher(
     deps: Deps,
-    state: Arc<JsonMap>,
+    state: ResearcherState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
@@ -105,7 +98,7 @@ async fn researcher(
         note = describe_corpus(&deps, &cfg.corpus, &mut tools);
     }
     tools.splice(0..0, [research_complete_tool(), think_tool()]);
-    let history = msg::slice(&state, keys::RESEARCHER_MESSAGES);
+    let history = &state.researcher_messages;
     let toolbox = mcp_tools(&caller).await;
     if history.len() <= 1 {
         // Once per researcher: a server that cannot be used is news, not a failure.
@@ -132,44 +125,44 @@ async fn researcher(
             ("search_tools", &note),
         ],
     );
-    let mut messages = vec![system(&prompt)];
+    let mut messages = vec![Message::system(prompt)];
     messages.extend(history.iter().cloned());
     let search_name = search_tool(&caller);
     let offers_search = search_name.is_some();
     let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
-    let mut message = caller.act(req).await?.message;
-    let iterations = state
-        .get(keys::TOOL_CALL_ITERATIONS)
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
-        + 1;
-    let last_turn = iterations >= u64::from(cfg.max_react_tool_calls);
+    let mut message = Message::from_model(caller.act(req).await?.message);
+    let iterations = state.tool_call_iterations + 1;
+    let last_turn = iterations >= cfg.max_react_tool_calls;
     let researched = |name: &str| Some(name) == search_name || toolbox.find(name).is_some();
+    let searched_before = history
+        .iter()
+        .any(|m| m.tool_name().is_some_and(researched));
     if offers_search
-        && !history
-            .iter()
-            .any(|m| msg::kind(m) == "tool" && m["name"].as_str().is_some_and(researched))
+        && !searched_before
         && finishes_without_searching(&message, last_turn, &researched)
     {
-        search_the_plan(&ctx, &state, &mut message, search_name.unwrap_or_default());
+        let topic = state.research_topic.as_deref().unwrap_or_default();
+        search_the_plan(&ctx, topic, &mut message, search_name.unwrap_or_default());
     }
-    let mut upd = JsonMap::new();
-    upd.insert(keys::RESEARCHER_MESSAGES.into(), json!([message]));
-    upd.insert(keys::TOOL_CALL_ITERATIONS.into(), json!(iterations));
-    Ok(Command::update(upd).goto("researcher_tools"))
+    let upd = ResearcherUpdate {
+        researcher_messages: Some(vec![message]),
+        tool_call_iterations: Some(iterations),
+        ..ResearcherUpdate::default()
+    };
+    Ok(Command::write(upd)?.goto("researcher_tools"))
 }
 
 /// Whether this turn would end a researcher that has not searched yet: it answered in prose,
 /// or called `ResearchComplete` (or used its last turn) without a search.
 fn finishes_without_searching(
-    message: &Value,
+    message: &Message,
     last_turn: bool,
     researches: &dyn Fn(&str) -> bool,
 ) -> bool {
-    if !msg::acted(message) {
+    if !message.acted() {
         return true;
     }
-    let calls = msg::tool_calls(message);
+    let calls = message.tool_calls();
     let searches = calls.iter().any(|c| researches(&c.name));
     let completes = calls.iter().any(|c| c.name == "ResearchComplete");
     !searches && (completes || last_turn)
@@ -179,11 +172,11 @@ fn finishes_without_searching(
 /// following queries: …") even after a corrective turn, or declared its research complete
 /// before searching. The queries it listed are searched for it (its topic when it listed none),
 /// so the research rests on real sources. The run says so.
-fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value, search_name: &str) {
-    let said = msg::text(message);
+fn search_the_plan(ctx: &NodeContext, topic: &str, message: &mut Message, search_name: &str) {
+    let said = message.text();
     let mut queries = listed_queries(&said);
     if queries.is_empty() {
-        queries.push(msg::excerpt(&msg::string(state, keys::RESEARCH_TOPIC), 300));
+        queries.push(msg::excerpt(topic, 300));
     }
     if queries.iter().all(|q| q.trim().is_empty()) {
         return;
@@ -194,12 +187,7 @@ fn search_the_plan(ctx: &NodeContext, state: &JsonMap, message: &mut Value, sear
         msg::excerpt(&said, 160),
         serde_json::to_string(&queries).unwrap_or_default()
     );
-    msg::add_call(
-        message,
-        search_name,
-        json!({ "queries": queries }),
-        fallback,
-    );
+    message.add_call(search_name, json!({ "queries": queries }), fallback);
     fallbacks::record(ctx, fallback, &detail);
 }
 
@@ -271,15 +259,16 @@ fn listed_queries(text: &str) -> Vec<String> {
         .collect()
 }
 
-async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn tools(deps: Deps, state: ResearcherState, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
-    let last = msg::slice(&state, keys::RESEARCHER_MESSAGES)
+    let last = state
+        .researcher_messages
         .last()
         .cloned()
-        .unwrap_or(Value::Null);
-    let calls = msg::tool_calls(&last);
-    let invalid = msg::invalid_tool_calls(&last);
-    if calls.is_empty() && invalid.is_empty() && !msg::used_native_search(&last) {
+        .unwrap_or_default();
+    let calls = last.tool_calls();
+    let invalid = last.invalid_tool_calls();
+    if calls.is_empty() && invalid.is_empty() && !last.used_native_search() {
         return Ok(Command::default().goto("compress_research"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
@@ -291,17 +280,14 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
     let outcomes = join_all(calls.iter().map(|c| run_tool(&caller, &toolbox, c))).await;
     let mut messages = Vec::new();
     // Pages the provider's own web search returned count as retrieved sources too.
-    let mut sources: Vec<Value> = last["response_metadata"]["web_search_results"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let mut sources = last.web_search_results();
     for (call, outcome) in calls.iter().zip(outcomes) {
         let (content, found) = outcome?;
-        messages.push(tool(content, &call.name, &call.id));
+        messages.push(Message::tool_result(content, &call.name, &call.id));
         sources.extend(found);
     }
     for call in &invalid {
-        messages.push(tool(
+        messages.push(Message::tool_result(
             format!(
                 "Error executing tool: the arguments were not valid JSON ({})",
                 call.args["error"]
@@ -310,17 +296,15 @@ async fn tools(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Comm
             &call.id,
         ));
     }
-    let iterations = state
-        .get(keys::TOOL_CALL_ITERATIONS)
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let done = iterations >= u64::from(cfg.max_react_tool_calls)
+    let done = state.tool_call_iterations >= cfg.max_react_tool_calls
         || calls.iter().any(|c| c.name == "ResearchComplete")
         || over_cap(&ctx).is_some();
-    let mut upd = JsonMap::new();
-    upd.insert(keys::RESEARCHER_MESSAGES.into(), Value::Array(messages));
-    upd.insert(keys::SOURCES.into(), Value::Array(sources));
-    Ok(Command::update(upd).goto(if done {
+    let upd = ResearcherUpdate {
+        researcher_messages: Some(messages),
+        sources: Some(Write::Add(sources)),
+        ..ResearcherUpdate::default()
+    };
+    Ok(Command::write(upd)?.goto(if done {
         "compress_research"
     } else {
         "researcher"
@@ -337,19 +321,16 @@ async fn run_tool(
     caller: &Caller<'_>,
     toolbox: &Toolbox,
     call: &ToolCall,
-) -> Result<(String, Vec<Value>), NodeError> {
+) -> Result<(String, Vec<Source>), NodeError> {
     match call.name.as_str() {
         "think_tool" => Ok((
-            format!(
-                "Reflection recorded: {}",
-                call.args["reflection"].as_str().unwrap_or_default()
-            ),
+            format!("Reflection recorded: {}", call.text_arg("reflection")),
             vec![],
         )),
         "ResearchComplete" => Ok((String::new(), vec![])),
         name if Some(name) == search_tool(caller) => search(caller, call).await,
         other => match toolbox.find(other) {
-            Some(tool) => call_mcp(caller, tool, &call.args).await,
+            Some(tool) => call_mcp(caller, tool, call).await,
             None => Ok((
                 format!("Error executing tool: there is no tool named '{other}'"),
                 vec![],
@@ -363,14 +344,14 @@ async fn run_tool(
 async fn call_mcp(
     caller: &Caller<'_>,
     tool: &mcp::OfferedTool,
-    args: &Value,
-) -> Result<(String, Vec<Value>), NodeError> {
+    call: &ToolCall,
+) -> Result<(String, Vec<Source>), NodeError> {
     let outcome = tokio::select! {
-        o = mcp::call(&caller.deps.mcp, tool, args) => o,
+        o = mcp::call(&caller.deps.mcp, tool, &call.args) => o,
         () = caller.ctx.cancelled().cancelled() => return Err(NodeError::Cancelled),
     };
     Ok(match outcome {
-        Ok(o) => (o.text, o.sources),
+        Ok(o) => (o.text, mcp_sources(o.sources)),
         Err(e) => {
             caller.ctx.emit_run_custom(json!({
                 "type": "mcp_error", "server": tool.server, "tool": tool.remote, "error": e.0,
@@ -386,7 +367,7 @@ async fn call_mcp(
     })
 }
 
-async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Value>), NodeError> {
+async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Source>), NodeError> {
     // A small model often sends one query as a string, or names it `query`: take it.
     let given = match &call.args["queries"] {
         Value::Null => &call.args["query"],
@@ -487,15 +468,24 @@ fn searcher(caller: &Caller<'_>) -> Result<(Searcher, &'static str, &'static str
 
 /// A source as the state keeps it: where, its title, the text the citation check reads, and
 /// the summary shown (so a later run on the thread need not pay for it again).
-fn source_entry(source: crate::tools::Source, corpus: Option<&str>) -> Value {
-    let mut entry = json!({"url": source.url, "title": source.title, "text": source.text});
-    if let Some(summary) = source.summary {
-        entry["summary"] = json!(summary);
+fn source_entry(source: crate::tools::Source, corpus: Option<&str>) -> Source {
+    Source {
+        url: source.url,
+        title: source.title,
+        text: source.text,
+        summary: source.summary,
+        kind: corpus.map(|_| SourceKind::Document),
+        ..Source::default()
     }
-    if corpus.is_some() {
-        entry["kind"] = json!("document");
-    }
-    entry
+}
+
+/// The sources an MCP tool call returned (`{url, title, kind, server, tool}` each); an entry
+/// without a URL cannot be cited and is left out.
+fn mcp_sources(found: Vec<serde_json::Value>) -> Vec<Source> {
+    found
+        .into_iter()
+        .filter_map(|s| serde_json::from_value(s).ok())
+        .collect()
 }
 
 /// Page summaries by the run's summarisation model.
@@ -521,7 +511,7 @@ impl PageSummarizer for ModelSummarizer<'_> {
         drop(content);
         let req = self
             .caller
-            .request(Role::Summarization, vec![human(prompt)])
+            .request(Role::Summarization, vec![Message::human(prompt)])
             .map_err(|e| e.to_string())?;
         let schema = ResponseSchema {
             name: "Summary".into(),
@@ -543,19 +533,23 @@ impl PageSummarizer for ModelSummarizer<'_> {
 }
 
 /// Everything except the prefix before the last AI message (ODR's trimming after an overflow).
-fn before_last_ai(messages: &[Value]) -> Vec<Value> {
-    match messages.iter().rposition(|m| msg::kind(m) == "ai") {
+fn before_last_ai(messages: &[Message]) -> Vec<Message> {
+    match messages.iter().rposition(|m| m.kind() == Kind::Ai) {
         Some(i) => messages[..i].to_vec(),
         None => messages.to_vec(),
     }
 }
 
-async fn compress(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn compress(
+    deps: Deps,
+    state: ResearcherState,
+    ctx: NodeContext,
+) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let mut history = msg::list(&state, keys::RESEARCHER_MESSAGES);
+    let mut history = state.researcher_messages;
     if over_cap(&ctx).is_some() {
-        return Ok(compressed(&history, &uncompressed(&history)));
+        return compressed(&history, uncompressed(&history));
     }
     let system_prompt = deps
         .prompts
@@ -563,13 +557,16 @@ async fn compress(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<C
     let request = deps.prompts.render("compress_request", &[]);
     let mut last_error = None;
     for _ in 0..3 {
-        let mut messages = vec![system(&system_prompt)];
+        let mut messages = vec![Message::system(system_prompt.clone())];
         messages.extend(history.iter().cloned());
         // The instruction stays after trimming (ODR trimmed it away with the last AI turn).
-        messages.push(human(&request));
+        messages.push(Message::human(request.clone()));
         let req = caller.request(Role::Compression, messages)?;
         match caller.call(req, false).await {
-            Ok(resp) => return Ok(compressed(&history, &msg::text(&resp.message))),
+            Ok(resp) => {
+                let text = Message::from_model(resp.message).text();
+                return compressed(&history, text);
+            }
             Err(NodeError::Failed { kind, message }) if kind == "ContextOverflowError" => {
                 history = before_last_ai(&history);
                 last_error = Some(NodeError::Failed { kind, message });
@@ -583,11 +580,11 @@ async fn compress(deps: Deps, state: Arc<JsonMap>, ctx: NodeContext) -> Result<C
 
 /// The search results as they came, for a researcher stopped by the spend cap before its notes
 /// could be summarised.
-fn uncompressed(history: &[Value]) -> String {
+fn uncompressed(history: &[Message]) -> String {
     let found: Vec<String> = history
         .iter()
-        .filter(|m| msg::kind(m) == "tool" && m["name"] != "think_tool")
-        .map(msg::text)
+        .filter(|m| m.kind() == Kind::Tool && !m.is_result_of("think_tool"))
+        .map(Message::text)
         .collect();
     if found.is_empty() {
         return "(The spend cap was reached before this topic was searched.)".into();
@@ -598,16 +595,18 @@ fn uncompressed(history: &[Value]) -> String {
     )
 }
 
-fn compressed(history: &[Value], text: &str) -> Command {
+fn compressed(history: &[Message], text: String) -> Result<Command, NodeError> {
     let raw: Vec<String> = history
         .iter()
-        .filter(|m| matches!(msg::kind(m), "tool" | "ai"))
-        .map(msg::text)
+        .filter(|m| matches!(m.kind(), Kind::Tool | Kind::Ai))
+        .map(Message::text)
         .collect();
-    let mut upd = JsonMap::new();
-    upd.insert(keys::COMPRESSED_RESEARCH.into(), json!(text));
-    upd.insert(keys::RAW_NOTES.into(), json!([raw.join("\n")]));
-    Command::update(upd).goto(END)
+    let upd = ResearcherUpdate {
+        compressed_research: Some(text),
+        raw_notes: Some(Write::Add(vec![raw.join("\n")])),
+        ..ResearcherUpdate::default()
+    };
+    Ok(Command::write(upd)?.goto(END))
 }
 
 #[cfg(test)]
@@ -617,15 +616,18 @@ mod tests {
     #[test]
     fn finishing_before_any_search_is_caught() {
         let with = |names: &[&str]| {
-            let calls: Vec<Value> = names
+            let calls: Vec<serde_json::Value> = names
                 .iter()
                 .map(|n| json!({"name": n, "args": {}, "id": n, "type": "tool_call"}))
                 .collect();
-            json!({"type": "ai", "content": "", "tool_calls": calls})
+            Message::from_model(json!({"type": "ai", "content": "", "tool_calls": calls}))
         };
         let researches = |n: &str| n == "tavily_search" || n == "read_text_file";
-        let finishes = |m: &Value, last| finishes_without_searching(m, last, &researches);
-        assert!(finishes(&json!({"type": "ai", "content": "plan"}), false));
+        let finishes = |m: &Message, last| finishes_without_searching(m, last, &researches);
+        assert!(finishes(
+            &Message::from_model(json!({"type": "ai", "content": "plan"})),
+            false
+        ));
         assert!(finishes(&with(&["ResearchComplete"]), false));
         assert!(finishes(&with(&["think_tool"]), true));
         assert!(!finishes(&with(&["think_tool"]), false));

@@ -3,31 +3,22 @@
 
 use super::cost::over_cap;
 use super::fallbacks::{self, AgentFallback};
-use super::keys;
-use super::messages::{self as msg, ToolCall, tool};
+use super::messages::{self as msg, Kind, Message, ToolCall};
 use super::model::{Caller, Deps, Role, run_config};
+use super::state::{ResearcherInput, ResearcherState, Source, SupervisorState, SupervisorUpdate};
 use super::{research_complete_tool, researcher, think_tool};
-use crate::graph::{Command, END, Graph, NodeContext, NodeError, Reducer};
+use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use futures::future::join_all;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 
 pub fn graph(deps: Deps) -> Graph {
     let researcher = Arc::new(researcher::graph(deps.clone()));
     let (d1, d2) = (deps.clone(), deps);
     Graph::builder("supervisor")
-        .channel(
-            keys::SUPERVISOR_MESSAGES,
-            Reducer::AppendOrOverride,
-            json!([]),
-        )
-        .channel(keys::RESEARCH_BRIEF, Reducer::Override, Value::Null)
-        .channel(keys::NOTES, Reducer::AppendOrOverride, json!([]))
-        .channel(keys::RESEARCH_ITERATIONS, Reducer::Override, json!(0))
-        .channel(keys::RAW_NOTES, Reducer::AppendOrOverride, json!([]))
-        .channel(keys::SOURCES, Reducer::AppendOrOverride, json!([]))
-        .node("supervisor", move |s, c| supervisor(d1.clone(), s, c))
-        .node("supervisor_tools", move |s, c| {
+        .state::<SupervisorState>()
+        .typed_node("supervisor", move |s, c| supervisor(d1.clone(), s, c))
+        .typed_node("supervisor_tools", move |s, c| {
             tools(d2.clone(), researcher.clone(), s, c)
         })
         .start("supervisor")
@@ -48,36 +39,34 @@ fn conduct_research_tool() -> crate::llm::ToolSpec {
 
 async fn supervisor(
     deps: Deps,
-    state: Arc<crate::store::JsonMap>,
+    state: SupervisorState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
-    let iterations = state
-        .get(keys::RESEARCH_ITERATIONS)
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
-        + 1;
+    let iterations = state.research_iterations + 1;
     if over_cap(&ctx).is_some() {
         // No more model calls: the tools step finds no delegation and ends the research.
         return Ok(Command::default());
     }
     let cfg = run_config(&deps, &ctx)?;
-    if iterations > u64::from(cfg.max_researcher_iterations) {
+    if iterations > cfg.max_researcher_iterations {
         // The rounds are spent: ODR calls the model once more here and then discards its
         // answer (its tools step ends the research first). That call is not made.
         return Ok(Command::default());
     }
     // A history that ends in calls nobody answered yet holds an approved plan's delegations:
     // they are this round, without a model call.
-    if let Some(last) = msg::slice(&state, keys::SUPERVISOR_MESSAGES).last()
-        && msg::kind(last) == "ai"
-        && !msg::tool_calls(last).is_empty()
+    if let Some(last) = state.supervisor_messages.last()
+        && last.kind() == Kind::Ai
+        && !last.tool_calls().is_empty()
     {
-        let mut upd = crate::store::JsonMap::new();
-        upd.insert(keys::RESEARCH_ITERATIONS.into(), json!(iterations));
-        return Ok(Command::update(upd).goto("supervisor_tools"));
+        let upd = SupervisorUpdate {
+            research_iterations: Some(iterations),
+            ..SupervisorUpdate::default()
+        };
+        return Ok(Command::write(upd)?.goto("supervisor_tools"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let req = caller.request(Role::Research, msg::list(&state, keys::SUPERVISOR_MESSAGES))?;
+    let req = caller.request(Role::Research, state.supervisor_messages.clone())?;
     let req = caller.with_tools(
         req,
         vec![
@@ -87,29 +76,29 @@ async fn supervisor(
         ],
         vec![],
     );
-    let mut message = caller.act(req).await?.message;
-    let history = msg::slice(&state, keys::SUPERVISOR_MESSAGES);
-    if !msg::acted(&message) && !msg::has_result_of(history, "ConductResearch") {
+    let mut message = Message::from_model(caller.act(req).await?.message);
+    if !message.acted() && !msg::has_result_of(&state.supervisor_messages, "ConductResearch") {
         delegate_brief(&ctx, &state, &mut message);
     }
-    let mut upd = crate::store::JsonMap::new();
-    upd.insert(keys::SUPERVISOR_MESSAGES.into(), json!([message]));
-    upd.insert(keys::RESEARCH_ITERATIONS.into(), json!(iterations));
-    Ok(Command::update(upd).goto("supervisor_tools"))
+    let upd = SupervisorUpdate {
+        supervisor_messages: Some(Write::Add(vec![message])),
+        research_iterations: Some(iterations),
+        ..SupervisorUpdate::default()
+    };
+    Ok(Command::write(upd)?.goto("supervisor_tools"))
 }
 
 /// A supervisor that would end the research before delegating anything (it answered in prose
 /// even after a corrective turn): rather than a run with no sources, the brief is researched as
 /// one topic, and the run says so.
-fn delegate_brief(ctx: &NodeContext, state: &crate::store::JsonMap, message: &mut Value) {
-    let brief = msg::string(state, keys::RESEARCH_BRIEF);
+fn delegate_brief(ctx: &NodeContext, state: &SupervisorState, message: &mut Message) {
+    let brief = state.research_brief.as_deref().unwrap_or_default();
     if brief.trim().is_empty() {
         return;
     }
-    let said = msg::excerpt(&msg::text(message), 160);
+    let said = msg::excerpt(&message.text(), 160);
     let fallback = AgentFallback::BriefAsOneTopic.as_str();
-    msg::add_call(
-        message,
+    message.add_call(
         "ConductResearch",
         json!({"research_topic": brief}),
         fallback,
@@ -125,55 +114,49 @@ fn delegate_brief(ctx: &NodeContext, state: &crate::store::JsonMap, message: &mu
 
 /// The research results in the supervisor's history: what the report is written from. (ODR also
 /// passed on think-tool echoes and over-limit errors.)
-fn notes(messages: &[Value]) -> Vec<Value> {
+fn notes(messages: &[Message]) -> Vec<String> {
     messages
         .iter()
-        .filter(|m| {
-            msg::kind(m) == "tool" && m["name"] == "ConductResearch" && m["status"] != "error"
-        })
-        .map(|m| json!(msg::text(m)))
+        .filter(|m| m.is_result_of("ConductResearch") && !m.failed())
+        .map(Message::text)
         .collect()
 }
 
-fn finish(messages: &[Value]) -> Command {
-    let mut upd = crate::store::JsonMap::new();
-    upd.insert(
-        keys::NOTES.into(),
-        json!({"type": "override", "value": notes(messages)}),
-    );
-    Command::update(upd).goto(END)
+fn finish(messages: &[Message]) -> Result<Command, NodeError> {
+    let upd = SupervisorUpdate {
+        notes: Some(Write::Replace(notes(messages))),
+        ..SupervisorUpdate::default()
+    };
+    Ok(Command::write(upd)?.goto(END))
 }
 
 /// One round's results.
 #[derive(Default)]
 struct Round {
-    messages: Vec<Value>,
-    raw_notes: Vec<Value>,
-    sources: Vec<Value>,
+    messages: Vec<Message>,
+    raw_notes: Vec<String>,
+    sources: Vec<Source>,
 }
 
 async fn tools(
     deps: Deps,
     researcher: Arc<Graph>,
-    state: Arc<crate::store::JsonMap>,
+    state: SupervisorState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     let cfg = run_config(&deps, &ctx)?;
-    let history = msg::slice(&state, keys::SUPERVISOR_MESSAGES);
-    let last = history.last().cloned().unwrap_or(Value::Null);
-    let calls = msg::tool_calls(&last);
-    let invalid = msg::invalid_tool_calls(&last);
-    let iterations = state
-        .get(keys::RESEARCH_ITERATIONS)
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let exhausted = iterations > u64::from(cfg.max_researcher_iterations);
+    let history = &state.supervisor_messages;
+    let (calls, invalid) = history
+        .last()
+        .map(|m| (m.tool_calls(), m.invalid_tool_calls()))
+        .unwrap_or_default();
+    let exhausted = state.research_iterations > cfg.max_researcher_iterations;
     if exhausted
         || over_cap(&ctx).is_some()
         || (calls.is_empty() && invalid.is_empty())
         || calls.iter().any(|c| c.name == "ResearchComplete")
     {
-        return Ok(finish(history));
+        return finish(history);
     }
     let cap = cfg.max_concurrent_research_units as usize;
     let research: Vec<&ToolCall> = calls
@@ -195,23 +178,23 @@ async fn tools(
     for call in &calls {
         match call.name.as_str() {
             "think_tool" => {
-                let reflection = call.args["reflection"].as_str().unwrap_or_default();
-                round.messages.push(tool(format!("Reflection recorded: {reflection}"), "think_tool", &call.id));
+                let reflection = call.text_arg("reflection");
+                round.messages.push(Message::tool_result(format!("Reflection recorded: {reflection}"), "think_tool", &call.id));
             }
             "ConductResearch" => {}
-            other => round.messages.push(error_tool(&format!(
+            other => round.messages.push(Message::tool_error(format!(
                 "Error: there is no tool named '{other}'. Use ConductResearch, think_tool or ResearchComplete."
             ), other, &call.id)),
         }
     }
     for call in overflow {
-        round.messages.push(error_tool(&format!(
+        round.messages.push(Message::tool_error(format!(
             "Error: Did not run this research as you have already exceeded the maximum number of concurrent research units. Please try again with {cap} or fewer research units."
         ), "ConductResearch", &call.id));
     }
     for call in &invalid {
-        round.messages.push(error_tool(
-            &format!(
+        round.messages.push(Message::tool_error(
+            format!(
                 "Error: the arguments of this call were not valid JSON ({}).",
                 call.args["error"]
             ),
@@ -219,49 +202,37 @@ async fn tools(
             &call.id,
         ));
     }
-    let mut upd = crate::store::JsonMap::new();
-    upd.insert(
-        keys::SUPERVISOR_MESSAGES.into(),
-        Value::Array(round.messages),
-    );
-    upd.insert(keys::RAW_NOTES.into(), Value::Array(round.raw_notes));
-    upd.insert(keys::SOURCES.into(), Value::Array(round.sources));
-    Ok(Command::update(upd).goto("supervisor"))
-}
-
-fn error_tool(content: &str, name: &str, id: &str) -> Value {
-    let mut m = tool(content, name, id);
-    m["status"] = json!("error");
-    m
+    let upd = SupervisorUpdate {
+        supervisor_messages: Some(Write::Add(round.messages)),
+        raw_notes: Some(Write::Add(round.raw_notes)),
+        sources: Some(Write::Add(round.sources)),
+        ..SupervisorUpdate::default()
+    };
+    Ok(Command::write(upd)?.goto("supervisor"))
 }
 
 impl Round {
     /// Records one researcher's outcome; a failed researcher is reported, not swallowed.
-    fn absorb(&mut self, call: &ToolCall, outcome: Result<crate::store::JsonMap, NodeError>) {
+    fn absorb(&mut self, call: &ToolCall, outcome: Result<ResearcherState, NodeError>) {
         match outcome {
             Ok(out) => {
-                let compressed = out
-                    .get(keys::COMPRESSED_RESEARCH)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                self.messages
-                    .push(tool(compressed, "ConductResearch", &call.id));
-                let raw: Vec<String> = msg::slice(&out, keys::RAW_NOTES)
-                    .iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect();
-                if !raw.is_empty() {
-                    self.raw_notes.push(json!(raw.join("\n")));
+                let compressed = out.compressed_research.unwrap_or_default();
+                self.messages.push(Message::tool_result(
+                    compressed,
+                    "ConductResearch",
+                    &call.id,
+                ));
+                if !out.raw_notes.is_empty() {
+                    self.raw_notes.push(out.raw_notes.join("\n"));
                 }
-                self.sources
-                    .extend(msg::slice(&out, keys::SOURCES).iter().cloned());
+                self.sources.extend(out.sources);
             }
             Err(e) => {
                 let text = format!(
                     "Error: the research assistant for this topic failed, so no findings were gathered for it ({e})."
                 );
                 self.messages
-                    .push(error_tool(&text, "ConductResearch", &call.id));
+                    .push(Message::tool_error(text, "ConductResearch", &call.id));
             }
         }
     }
@@ -275,12 +246,8 @@ async fn run_researcher(
     ctx: &NodeContext,
     index: usize,
     call: &ToolCall,
-) -> Result<Result<crate::store::JsonMap, NodeError>, NodeError> {
-    let topic = call.args["research_topic"]
-        .as_str()
-        .unwrap_or_default()
-        .trim()
-        .to_owned();
+) -> Result<Result<ResearcherState, NodeError>, NodeError> {
+    let topic = call.text_arg("research_topic").trim().to_owned();
     if topic.is_empty() {
         return Ok(Err(NodeError::new(
             "ValueError",
@@ -291,13 +258,17 @@ async fn run_researcher(
         permit = deps.researcher_slots.clone().acquire_owned() => permit.map_err(|_| NodeError::Cancelled)?,
         () = ctx.cancelled().cancelled() => return Err(NodeError::Cancelled),
     };
-    let input =
-        json!({(keys::RESEARCHER_MESSAGES): [msg::human(&topic)], (keys::RESEARCH_TOPIC): topic});
+    let input = ResearcherInput {
+        researcher_messages: vec![Message::human(topic.clone())],
+        research_topic: topic.clone(),
+    };
     // The call's position and id name its researcher's checkpoints: a resumed run re-running
     // this step finds finished researchers done and goes on with the others. (Weak models
     // repeat or omit ids; the position keeps keys apart.)
     let key = format!("{index}:{}", call.id);
-    let outcome = ctx.subgraph_keyed("researcher", &key, graph, input).await;
+    let outcome = ctx
+        .typed_subgraph_keyed("researcher", &key, graph, &input)
+        .await;
     drop(permit);
     match outcome {
         Err(NodeError::Cancelled) => Err(NodeError::Cancelled),

@@ -295,7 +295,7 @@ fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 }
 
 /// A model's digest of one web page.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PageSummary {
     pub summary: String,
     pub key_excerpts: String,

@@ -11,8 +11,7 @@
 //! the words found must be distinctive (in at most half of the sources). The Sources section is then written from the citations that remain,
 //! numbered in order of first use, so a report never lists a reference nobody retrieved.
 
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use tantivy::tokenizer::{
     Language, LowerCaser, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer, TokenStream,
@@ -86,18 +85,19 @@ pub fn source_key(url: &str) -> String {
 
 impl Sources {
     /// From the state's `sources` entries (`url`, `title`, `text`), first occurrence first.
-    pub fn from_state(entries: &[Value]) -> Self {
+    pub fn from_state(entries: &[crate::research::state::Source]) -> Self {
         let mut me = Self::default();
         let mut analyzer = analyzer();
         for e in entries {
-            let Some(url) = e["url"].as_str().filter(|u| !u.trim().is_empty()) else {
+            let url = e.url.as_str();
+            if url.trim().is_empty() {
                 continue;
-            };
+            }
             let key = source_key(url);
             if me.by_key.contains_key(&key) {
                 continue;
             }
-            let text = e["text"].as_str().unwrap_or_default();
+            let text = e.text.as_str();
             let (text_terms, numbers) = terms(&mut analyzer, text);
             for word in &text_terms {
                 *me.document_frequency.entry(word.clone()).or_insert(0) += 1;
@@ -106,7 +106,7 @@ impl Sources {
             me.by_key.insert(key, me.list.len());
             me.list.push(Source {
                 url: url.trim().to_owned(),
-                title: e["title"].as_str().unwrap_or_default().trim().to_owned(),
+                title: e.title.trim().to_owned(),
                 has_text: !text.trim().is_empty(),
                 text_terms,
                 numbers,
@@ -283,7 +283,8 @@ impl Claim {
 // The report
 
 /// What the check found in the report as the model wrote it, and what it changed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
 pub struct SupportCounts {
     /// Body paragraphs (and list items) that make at least one claim.
     pub paragraphs: usize,

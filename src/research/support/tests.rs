@@ -3,8 +3,17 @@
 use super::*;
 use serde_json::json;
 
+/// The state's sources as JSON, the way a checkpoint holds them.
+fn from_json(list: &[serde_json::Value]) -> Sources {
+    let sources: Vec<crate::research::state::Source> = list
+        .iter()
+        .map(|v| serde_json::from_value(v.clone()).unwrap())
+        .collect();
+    Sources::from_state(&sources)
+}
+
 fn sources() -> Sources {
-    Sources::from_state(&[
+    from_json(&[
         json!({"url": "file:///docs/vacuum.html#basics", "title": "Vacuuming",
                "text": "VACUUM reclaims storage occupied by dead tuples. The autovacuum daemon runs every 60 seconds by default."}),
         json!({"url": "https://example.org/wal", "title": "WAL",
@@ -118,7 +127,7 @@ fn markers_are_found_in_every_common_form() {
 /// configuration, as every section of a product manual does.
 fn manual() -> Sources {
     let common = "The database server reads each value from its configuration.";
-    Sources::from_state(&[
+    from_json(&[
         json!({"url": "file:///m/memory.html#shared-buffers", "title": "Memory",
                "text": format!("{common} shared_buffers sets the amount of memory used for shared memory buffers; the default is 128 megabytes.")}),
         json!({"url": "file:///m/textsearch.html#configurations", "title": "Configurations",

@@ -1,0 +1,294 @@
+//! The research graphs' state, one struct per graph, and the updates their nodes write. Each
+//! field is a channel: its name is the state key clients see, its `x-reducer` how writes
+//! combine (overwrite when absent), its default the channel's. Changing a field here changes
+//! the channel, the published schema and every reader at once (the compiler finds them).
+
+use super::cost::RunUsage;
+use super::messages::Message;
+use super::support::SupportCounts;
+use crate::graph::Write;
+use crate::tools::PageSummary;
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::BTreeMap;
+
+/// A `null` where a list or a count is expected reads as empty (a client may have written it
+/// through `update_state`).
+fn or_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(
+    d: D,
+) -> Result<T, D::Error> {
+    Option::<T>::deserialize(d).map(Option::unwrap_or_default)
+}
+
+/// What a retrieved source is, when it is not a web page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// A section of the operator's documents (`search_api: "local"`).
+    Document,
+    /// A tool call or resource of an MCP server.
+    Mcp,
+}
+
+/// A source a search (or a tool) returned: what a report may cite.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Source {
+    pub url: String,
+    #[serde(default, deserialize_with = "or_default")]
+    pub title: String,
+    /// The text the citation check reads a cited sentence against (empty: not checkable).
+    #[serde(default, deserialize_with = "or_default")]
+    pub text: String,
+    /// The summary the researcher was shown (so a later run on the thread need not pay for
+    /// it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<PageSummary>,
+    /// Absent for a web page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<SourceKind>,
+    /// The MCP server and tool, for an MCP source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+}
+
+/// Why a run stopped before finishing its research (its spend cap), and what it had spent.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StoppedEarly {
+    pub reason: String,
+    pub usage: RunUsage,
+}
+
+/// The main graph's state.
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+#[schemars(title = "AgentState")]
+pub struct AgentState {
+    /// The conversation with the user.
+    #[schemars(extend("x-reducer" = "messages"))]
+    #[serde(deserialize_with = "or_default")]
+    pub messages: Vec<Message>,
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub supervisor_messages: Vec<Message>,
+    pub research_brief: Option<String>,
+    /// The planned research topics (plan review only).
+    pub research_plan: Option<Vec<String>>,
+    /// What the user said when they rejected a plan (plan review only).
+    pub plan_feedback: Option<String>,
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub raw_notes: Vec<String>,
+    /// The researchers' findings the report is written from.
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub notes: Vec<String>,
+    pub final_report: Option<String>,
+    /// Everything the run's searches and tools returned.
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub sources: Vec<Source>,
+    /// Tokens and estimated cost so far.
+    pub usage: Option<RunUsage>,
+    /// How often the run had to work around its model (`fallbacks.rs`), by fallback.
+    pub fallbacks: Option<BTreeMap<String, u64>>,
+    /// Set when the run stopped early; its report is then partial.
+    pub stopped_early: Option<StoppedEarly>,
+    /// What the citation check found in the report and changed.
+    pub citations: Option<SupportCounts>,
+}
+
+/// A write to the main graph's state: the fields left `None` are not written.
+#[derive(Debug, Default, Serialize)]
+pub struct AgentUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Message>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub supervisor_messages: Option<Write<Vec<Message>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub research_brief: Option<String>,
+    /// `Some(None)` clears the plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub research_plan: Option<Option<Vec<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_feedback: Option<Option<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_notes: Option<Write<Vec<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notes: Option<Write<Vec<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub final_report: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Write<Vec<Source>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<RunUsage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallbacks: Option<BTreeMap<String, u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<StoppedEarly>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub citations: Option<SupportCounts>,
+}
+
+/// The supervisor subgraph's state.
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct SupervisorState {
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub supervisor_messages: Vec<Message>,
+    pub research_brief: Option<String>,
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub notes: Vec<String>,
+    /// Supervisor rounds so far.
+    #[serde(deserialize_with = "or_default")]
+    pub research_iterations: u32,
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub raw_notes: Vec<String>,
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub sources: Vec<Source>,
+}
+
+/// What the main graph hands the supervisor.
+#[derive(Debug, Serialize)]
+pub struct SupervisorInput {
+    pub supervisor_messages: Vec<Message>,
+    pub research_brief: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct SupervisorUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub supervisor_messages: Option<Write<Vec<Message>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notes: Option<Write<Vec<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub research_iterations: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_notes: Option<Write<Vec<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Write<Vec<Source>>>,
+}
+
+/// One researcher subgraph's state.
+#[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ResearcherState {
+    #[schemars(extend("x-reducer" = "append"))]
+    #[serde(deserialize_with = "or_default")]
+    pub researcher_messages: Vec<Message>,
+    /// Model turns so far.
+    #[serde(deserialize_with = "or_default")]
+    pub tool_call_iterations: u32,
+    pub research_topic: Option<String>,
+    /// The findings, cleaned up for the supervisor.
+    pub compressed_research: Option<String>,
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub raw_notes: Vec<String>,
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[serde(deserialize_with = "or_default")]
+    pub sources: Vec<Source>,
+}
+
+/// What the supervisor hands a researcher.
+#[derive(Debug, Serialize)]
+pub struct ResearcherInput {
+    pub researcher_messages: Vec<Message>,
+    pub research_topic: String,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct ResearcherUpdate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub researcher_messages: Option<Vec<Message>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_iterations: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compressed_research: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_notes: Option<Write<Vec<String>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Write<Vec<Source>>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Reducer;
+    use serde_json::json;
+
+    /// The channels a state declares are its fields, with the reducers ODR gives them.
+    #[test]
+    fn the_channels_are_the_fields() {
+        let reducers = |channels: Vec<crate::graph::Channel>| -> Vec<(String, Reducer)> {
+            channels.into_iter().map(|c| (c.name, c.reducer)).collect()
+        };
+        let main = reducers(crate::graph::channels_of::<AgentState>());
+        assert_eq!(main.len(), 13);
+        assert!(main.contains(&("messages".into(), Reducer::Messages)));
+        assert!(main.contains(&("sources".into(), Reducer::AppendOrOverride)));
+        assert!(main.contains(&("stopped_early".into(), Reducer::Override)));
+        let researcher = reducers(crate::graph::channels_of::<ResearcherState>());
+        assert_eq!(
+            researcher[0],
+            ("researcher_messages".into(), Reducer::Append)
+        );
+    }
+
+    /// Every key an update writes is a channel of its graph.
+    #[test]
+    fn updates_write_only_channels() {
+        let full = AgentUpdate {
+            messages: Some(vec![]),
+            supervisor_messages: Some(Write::Add(vec![])),
+            research_brief: Some(String::new()),
+            research_plan: Some(None),
+            plan_feedback: Some(None),
+            raw_notes: Some(Write::Add(vec![])),
+            notes: Some(Write::Add(vec![])),
+            final_report: Some(String::new()),
+            sources: Some(Write::Add(vec![])),
+            usage: Some(RunUsage::default()),
+            fallbacks: Some(BTreeMap::new()),
+            stopped_early: Some(StoppedEarly::default()),
+            citations: Some(SupportCounts::default()),
+        };
+        let written: Vec<String> = json!(full).as_object().unwrap().keys().cloned().collect();
+        let channels: Vec<String> = crate::graph::channels_of::<AgentState>()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(written, channels);
+        let supervisor = json!(SupervisorUpdate {
+            supervisor_messages: Some(Write::Add(vec![])),
+            notes: Some(Write::Add(vec![])),
+            research_iterations: Some(1),
+            raw_notes: Some(Write::Add(vec![])),
+            sources: Some(Write::Add(vec![])),
+        });
+        for key in supervisor.as_object().unwrap().keys() {
+            assert!(
+                crate::graph::channels_of::<SupervisorState>()
+                    .iter()
+                    .any(|c| &c.name == key),
+                "{key}"
+            );
+        }
+    }
+
+    /// A state a client wrote nulls into still reads; one of the wrong shape is refused.
+    #[test]
+    fn lenient_about_nulls_strict_about_shapes() {
+        let state: AgentState =
+            serde_json::from_value(json!({"notes": null, "sources": [{"url": "https://a"}]}))
+                .unwrap();
+        assert!(state.notes.is_empty());
+        assert_eq!(state.sources[0].url, "https://a");
+        assert!(serde_json::from_value::<AgentState>(json!({"notes": 5})).is_err());
+    }
+}
