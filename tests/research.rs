@@ -1776,3 +1776,80 @@ async fn the_supervisor_is_not_asked_again_once_its_rounds_are_spent() {
         .count();
     assert_eq!(asked, 1, "one round, one supervisor call");
 }
+
+/// The research state is a type: values that do not fit it are refused where they come in
+/// (`update_state`, a run's input) with the key that does not fit, and nothing is written.
+/// Before, they were stored and the thread's next run failed in its first step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_that_do_not_fit_the_research_state_are_refused() {
+    let ra = r::start(scripted(Script::default()), "").await;
+    let client = &ra.app.client;
+    let created: Value = client
+        .post(ra.app.url("/threads"))
+        .json(&json!({"metadata": {"graph_id": "deep_research"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tid = created["thread_id"].as_str().unwrap().to_owned();
+    let update = |values: Value| {
+        client
+            .post(ra.app.url(&format!("/threads/{tid}/state")))
+            .json(&json!({"values": values}))
+            .send()
+    };
+    for (values, key) in [
+        (json!({"notes": 5}), "notes"),
+        (json!({"sources": [{"title": "no url"}]}), "sources"),
+        (json!({"research_brief": ["not", "text"]}), "research_brief"),
+    ] {
+        let resp = update(values.clone()).await.unwrap();
+        assert_eq!(resp.status(), 422, "{values}");
+        let body: Value = resp.json().await.unwrap();
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(&format!("{key}:")), "{values}: {detail}");
+    }
+    assert!(
+        thread(&ra, &tid).await["values"].is_null(),
+        "nothing was written"
+    );
+    let history = ra.app.get_json(&format!("/threads/{tid}/history")).await;
+    assert_eq!(history, json!([]), "no checkpoint was written");
+
+    let resp = client
+        .post(ra.app.url(&format!("/threads/{tid}/runs")))
+        .json(&json!({"assistant_id": "deep_research",
+                      "input": {"messages": [{"role": "user", "content": "q"}],
+                                "research_brief": 7}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("research_brief"),
+        "{body}"
+    );
+    let runs: Value = client
+        .get(ra.app.url(&format!("/threads/{tid}/runs")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(runs, json!([]), "no run was created");
+
+    // What fits is written.
+    let resp = update(json!({"notes": ["a finding"]})).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        thread(&ra, &tid).await["values"]["notes"],
+        json!(["a finding"])
+    );
+}

@@ -102,7 +102,12 @@ pub struct Graph {
     edges: HashMap<String, Vec<String>>,
     branches: HashMap<String, Vec<String>>,
     config_check: Option<ConfigCheck>,
+    /// Whether state values fit the graph's state type (typed graphs only).
+    state_check: Option<StateCheck>,
 }
+
+/// Reads state values as the graph's state type; the error says what does not fit.
+pub type StateCheck = Arc<dyn Fn(&JsonMap) -> Result<(), String> + Send + Sync>;
 
 /// Checks a run's config before the run is created; the error names the bad field.
 pub type ConfigCheck = Arc<dyn Fn(&Value) -> Result<(), String> + Send + Sync>;
@@ -127,6 +132,7 @@ impl Graph {
                 edges: HashMap::new(),
                 branches: HashMap::new(),
                 config_check: None,
+                state_check: None,
             },
             channels: Vec::new(),
         }

@@ -74,9 +74,16 @@ fn read<S: DeserializeOwned>(state: &JsonMap) -> Result<S, NodeError> {
 }
 
 impl GraphBuilder {
-    /// Declares every channel of the state type `S` (see the module's comment).
-    pub fn state<S: Serialize + Default + JsonSchema>(mut self) -> Self {
+    /// Declares every channel of the state type `S` (see the module's comment). Writes from
+    /// outside the graph's nodes (run input, `update_state`, a command's update) must then
+    /// leave values that read as `S`.
+    pub fn state<S: Serialize + DeserializeOwned + Default + JsonSchema>(mut self) -> Self {
         self.channels.extend(channels_of::<S>());
+        self.graph.state_check = Some(Arc::new(|values: &JsonMap| {
+            S::deserialize(values)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }));
         self
     }
 
@@ -122,6 +129,28 @@ impl NodeContext {
             .subgraph_keyed(name, key, graph, to_input(input)?)
             .await?;
         read(&out)
+    }
+}
+
+impl super::Graph {
+    /// Checks that `writes`, applied to `state`, leave values of the graph's state type. Only
+    /// the written channels are read (the state type fills the others with defaults), so a
+    /// long thread's history is not copied for a small update.
+    pub fn check_writes(&self, state: &JsonMap, writes: &[(String, Value)]) -> Result<(), String> {
+        let Some(check) = &self.state_check else {
+            return Ok(());
+        };
+        let mut touched: JsonMap = writes
+            .iter()
+            .filter_map(|(key, _)| state.get(key).map(|v| (key.clone(), v.clone())))
+            .collect();
+        self.channels.apply(&mut touched, writes);
+        // One key at a time, so the error names the key.
+        for (key, value) in touched {
+            let one = JsonMap::from_iter([(key.clone(), value)]);
+            check(&one).map_err(|e| format!("{key}: {e}"))?;
+        }
+        Ok(())
     }
 }
 

@@ -70,6 +70,29 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+impl ToolSpec {
+    /// A tool whose arguments are the fields of `T` (their doc comments describe them).
+    pub fn of<T: schemars::JsonSchema>(name: &str, description: &str) -> Self {
+        let mut parameters = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+        if let Some(map) = parameters.as_object_mut() {
+            // Providers want the arguments' schema, not a schema document.
+            // (The struct's doc comment is for the reader; the tool has its own description.)
+            map.remove("$schema");
+            map.remove("title");
+            map.remove("description");
+            map.entry("properties")
+                .or_insert_with(|| serde_json::json!({}));
+            map.entry("required")
+                .or_insert_with(|| serde_json::json!([]));
+        }
+        Self {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            parameters,
+        }
+    }
+}
+
 /// Which tools the model must or may call.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum ToolChoice {

@@ -6,7 +6,6 @@
 //! answer.
 
 use crate::graph::NodeContext;
-use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -73,14 +72,19 @@ pub fn record(ctx: &NodeContext, name: &'static str, detail: &str) {
     ctx.scope.local::<FallbackMeter>().add(name);
     let stage = stage(&ctx.node);
     tracing::info!(stage, fallback = name, detail, "research fallback");
-    ctx.emit_run_custom(json!({
-        "type": "fallback", "stage": stage, "node": ctx.node, "fallback": name, "detail": detail,
-    }));
+    super::events::ResearchEvent::Fallback {
+        stage: stage.to_owned(),
+        node: ctx.node.to_string(),
+        fallback: name.to_owned(),
+        detail: detail.to_owned(),
+    }
+    .send(ctx);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn counts_are_kept_by_name() {

@@ -3,6 +3,7 @@
 
 use super::citations::{self, normalize};
 use super::cost::CostMeter;
+use super::events::ResearchEvent;
 use super::fallbacks::FallbackMeter;
 use super::messages::{self as msg, Message};
 use super::model::{Caller, Deps, Role, run_config};
@@ -359,10 +360,13 @@ fn check_citations(
     if let Some(note) = checked.note() {
         repaired.report.push_str(&note);
     }
-    ctx.emit_custom(json!({"type": "citations", "verified": checked.verified,
-                           "removed": checked.removed,
-                           "mcp_cited": mcp_cited(&repaired.report, sources),
-                           "support": repaired.counts}));
+    ResearchEvent::Citations {
+        verified: checked.verified,
+        removed: checked.removed,
+        mcp_cited: mcp_cited(&repaired.report, sources),
+        support: repaired.counts.clone(),
+    }
+    .send_here(ctx);
     CheckedReport {
         report: repaired.report,
         support: repaired.counts,

@@ -6,6 +6,7 @@
 pub mod citations;
 pub mod config;
 pub mod cost;
+pub mod events;
 pub mod fallbacks;
 mod main_graph;
 mod messages;
@@ -240,35 +241,29 @@ fn check_private_models(
     Ok(())
 }
 
-/// Tool schema helper.
-fn tool(
-    name: &str,
-    description: &str,
-    properties: Value,
-    required: &[&str],
-) -> crate::llm::ToolSpec {
-    crate::llm::ToolSpec {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        parameters: json!({"type": "object", "properties": properties, "required": required}),
-    }
+/// The arguments of `think_tool`.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)] // Read as JSON: a small model's arguments are taken leniently.
+struct Think {
+    /// Your reflection
+    reflection: String,
 }
 
+/// `ResearchComplete` takes no arguments.
+#[derive(schemars::JsonSchema)]
+struct NoArguments {}
+
 fn think_tool() -> crate::llm::ToolSpec {
-    tool(
+    crate::llm::ToolSpec::of::<Think>(
         "think_tool",
         "Record a reflection on the research so far: what was found, what is missing, what to do next.",
-        json!({"reflection": {"type": "string", "description": "Your reflection"}}),
-        &["reflection"],
     )
 }
 
 fn research_complete_tool() -> crate::llm::ToolSpec {
-    tool(
+    crate::llm::ToolSpec::of::<NoArguments>(
         "ResearchComplete",
         "Signal that the research is complete.",
-        json!({}),
-        &[],
     )
 }
 

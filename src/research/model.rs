@@ -4,6 +4,7 @@
 use super::ResearchDeps;
 use super::config::ResearchConfig;
 use super::cost::CostMeter;
+use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, Message};
 use super::stream_fields::FieldStreamer;
@@ -13,7 +14,6 @@ use crate::llm::{
     ToolChoice, ToolSpec, chat_with_retry, structured,
 };
 use serde::de::DeserializeOwned;
-use serde_json::json;
 use std::sync::{Arc, OnceLock};
 
 /// The model roles of ODR's configuration.
@@ -210,18 +210,20 @@ impl<'a> Caller<'a> {
             && let Some(reason) = meter.over_cap()
         {
             tracing::info!(%reason, "run reached its spend cap; finishing with what it has");
-            self.ctx.emit_run_custom(json!({
-                "type": "spend_cap", "reason": reason, "run": totals.clone(),
-            }));
+            ResearchEvent::SpendCap {
+                reason,
+                run: totals.clone(),
+            }
+            .send(self.ctx);
         }
-        self.ctx.emit_run_custom(json!({
-            "type": "usage",
-            "node": self.ctx.node,
-            "model": model,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "run": totals,
-        }));
+        ResearchEvent::Usage {
+            node: self.ctx.node.to_string(),
+            model: model.to_owned(),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            run: totals,
+        }
+        .send(self.ctx);
     }
 
     /// Tool specs plus the provider-native search when configured.

@@ -3,7 +3,12 @@
 //! far. Each event yields the lines that changed: the terminal view redraws those in place,
 //! A2A sends them as status updates.
 
+use super::cost::RunUsage;
+use super::events::ResearchEvent;
+use super::messages::Message;
+use serde::Deserialize;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// One line of the run's tree.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -47,7 +52,7 @@ pub struct RunProgress {
     searches: usize,
     pages: usize,
     /// The run's `usage` totals (the latest `usage` custom event).
-    usage: Value,
+    usage: Option<RunUsage>,
     stage: &'static str,
     /// The step shown as running (announced when the step before it ended), if any.
     running: Option<&'static str>,
@@ -64,12 +69,34 @@ fn excerpt(text: &str, max: usize) -> String {
     format!("{cut}…")
 }
 
-/// A list that may come as `{"type": "override", "value": [...]}`.
-fn list(value: &Value) -> &[Value] {
-    value
-        .as_array()
-        .or_else(|| value["value"].as_array())
-        .map_or(&[], Vec::as_slice)
+/// A list written to a channel: appended, or `{"type": "override", "value": [...]}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Written<T> {
+    List(Vec<T>),
+    Override { value: Vec<T> },
+}
+
+impl<T> Written<T> {
+    fn items(&self) -> &[T] {
+        match self {
+            Self::List(items) | Self::Override { value: items } => items,
+        }
+    }
+}
+
+/// What one node wrote, as far as progress cares. (A source is counted, not read.)
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct NodeWrites {
+    research_brief: Option<String>,
+    research_plan: Option<Written<String>>,
+    researcher_messages: Option<Written<Message>>,
+    sources: Option<Written<serde::de::IgnoredAny>>,
+}
+
+fn count<T>(written: &Option<Written<T>>) -> usize {
+    written.as_ref().map_or(0, |w| w.items().len())
 }
 
 fn plural(n: usize, one: &str, many: &str) -> String {
@@ -80,7 +107,7 @@ impl RunProgress {
     pub fn new() -> Self {
         Self {
             stage: "Starting",
-            usage: Value::Null,
+            usage: None,
             ..Self::default()
         }
     }
@@ -93,18 +120,16 @@ impl RunProgress {
         }
         parts.push(plural(self.searches, "search", "searches"));
         parts.push(format!("{} read", plural(self.pages, "page", "pages")));
-        if let Some(tokens) = self.tokens() {
-            parts.push(format!("{tokens} tokens"));
-            if let Some(usd) = self.usage["estimated_usd"].as_f64().filter(|u| *u > 0.0) {
-                parts.push(format!("≈ ${usd:.4}"));
+        if let Some(usage) = &self.usage {
+            parts.push(format!(
+                "{} tokens",
+                usage.input_tokens + usage.output_tokens
+            ));
+            if usage.estimated_usd > 0.0 {
+                parts.push(format!("≈ ${:.4}", usage.estimated_usd));
             }
         }
         parts.join(" · ")
-    }
-
-    fn tokens(&self) -> Option<u64> {
-        let input = self.usage["input_tokens"].as_u64()?;
-        Some(input + self.usage["output_tokens"].as_u64().unwrap_or(0))
     }
 
     /// The run reached its end: the stage says so. Returns the step that was shown as
@@ -114,28 +139,36 @@ impl RunProgress {
         self.running.take().map(LineId::Step)
     }
 
-    /// One stream event (`updates` and `custom`; others change nothing).
+    /// One stream event (`updates` and `custom`; others, and events this code does not know,
+    /// change nothing).
     pub fn on_event(&mut self, mode: &str, namespace: &str, data: &Value) -> Vec<Change> {
         match mode {
-            "updates" => self.on_update(namespace, data),
+            "updates" => match BTreeMap::<String, Option<NodeWrites>>::deserialize(data) {
+                Ok(nodes) => self.on_update(namespace, nodes),
+                Err(_) => Vec::new(),
+            },
             "custom" => {
-                self.on_custom(data);
+                if let Ok(event) = ResearchEvent::deserialize(data) {
+                    self.on_custom(event);
+                }
                 Vec::new()
             }
             _ => Vec::new(),
         }
     }
 
-    fn on_update(&mut self, namespace: &str, update: &Value) -> Vec<Change> {
-        let Some(nodes) = update.as_object() else {
-            return Vec::new();
-        };
+    fn on_update(
+        &mut self,
+        namespace: &str,
+        nodes: BTreeMap<String, Option<NodeWrites>>,
+    ) -> Vec<Change> {
         let mut changes = Vec::new();
-        for (node, data) in nodes {
+        for (node, writes) in nodes {
+            let writes = writes.unwrap_or_default();
             if namespace.contains("researcher:") {
-                changes.extend(self.researcher_update(namespace, node, data));
+                changes.extend(self.researcher_update(namespace, &node, &writes));
             } else if namespace.is_empty() {
-                changes.extend(self.step_update(node, data));
+                changes.extend(self.step_update(&node, &writes));
             } else if node == "supervisor" {
                 self.stage = "Researching";
             }
@@ -144,7 +177,7 @@ impl RunProgress {
     }
 
     /// A main-graph node finished: its line is done, and the next step's line starts.
-    fn step_update(&mut self, node: &str, data: &Value) -> Vec<Change> {
+    fn step_update(&mut self, node: &str, data: &NodeWrites) -> Vec<Change> {
         let Some(index) = STEPS.iter().position(|(n, _)| *n == node) else {
             return Vec::new();
         };
@@ -156,11 +189,11 @@ impl RunProgress {
             "clarify_with_user" => "Question checked".to_owned(),
             "write_research_brief" => format!(
                 "Brief: {}",
-                excerpt(data["research_brief"].as_str().unwrap_or_default(), 160)
+                excerpt(data.research_brief.as_deref().unwrap_or_default(), 160)
             ),
             "plan_research" => format!(
                 "Plan: {}",
-                plural(list(&data["research_plan"]).len(), "topic", "topics")
+                plural(count(&data.research_plan), "topic", "topics")
             ),
             "review_plan" => "Plan approved".to_owned(),
             "research_supervisor" => format!(
@@ -221,17 +254,18 @@ impl RunProgress {
         self.researchers.len() - 1
     }
 
-    fn researcher_update(&mut self, namespace: &str, node: &str, data: &Value) -> Vec<Change> {
+    fn researcher_update(&mut self, namespace: &str, node: &str, data: &NodeWrites) -> Vec<Change> {
         let i = self.researcher_index(namespace);
         self.stage = "Researching";
         match node {
             "researcher" => {
-                let queries = queries(list(&data["researcher_messages"]));
+                let written = data.researcher_messages.as_ref();
+                let queries = queries(written.map_or(&[], Written::items));
                 self.searches += queries.len();
                 self.researchers[i].queries.extend(queries);
             }
             "researcher_tools" => {
-                let read = list(&data["sources"]).len();
+                let read = count(&data.sources);
                 self.pages += read;
                 self.researchers[i].pages += read;
             }
@@ -262,50 +296,49 @@ impl RunProgress {
         }
     }
 
-    fn on_custom(&mut self, data: &Value) {
-        match data["type"].as_str() {
-            Some("usage") => self.usage = data["run"].clone(),
-            Some("researcher_error") => self
+    fn on_custom(&mut self, event: ResearchEvent) {
+        match event {
+            ResearchEvent::Usage { run, .. } => self.usage = Some(run),
+            ResearchEvent::ResearcherError { error, .. } => {
+                self.notes.push(format!("! a researcher failed: {error}"));
+            }
+            ResearchEvent::SearchError { error, .. } => {
+                self.notes.push(format!("! a search failed: {error}"));
+            }
+            ResearchEvent::Fallback {
+                stage, fallback, ..
+            } => self
                 .notes
-                .push(format!("! a researcher failed: {}", data["error"])),
-            Some("search_error") => self
-                .notes
-                .push(format!("! a search failed: {}", data["error"])),
-            Some("fallback") => self.notes.push(format!(
-                "! fell back ({}): {}",
-                data["stage"].as_str().unwrap_or("?"),
-                data["fallback"].as_str().unwrap_or("?")
-            )),
-            Some("citations") => {
-                let s = &data["support"];
+                .push(format!("! fell back ({stage}): {fallback}")),
+            ResearchEvent::Citations {
+                removed, support, ..
+            } => {
                 self.notes.push(format!(
                     "citations checked: {} of {} supported, {} moved, {} removed, {} added; {} \
                      sources cited ({} unretrieved links removed)",
-                    s["supported"],
-                    s["citations"],
-                    s["moved"],
-                    s["removed"],
-                    s["attached"],
-                    s["sources_cited"],
-                    data["removed"].as_array().map_or(0, Vec::len)
+                    support.supported,
+                    support.citations,
+                    support.moved,
+                    support.removed,
+                    support.attached,
+                    support.sources_cited,
+                    removed.len()
                 ));
             }
-            _ => {}
+            ResearchEvent::SpendCap { .. } | ResearchEvent::McpError { .. } => {}
         }
     }
 }
 
 /// The search queries in a turn's tool calls (`queries` lists or one `query`).
-fn queries(messages: &[Value]) -> Vec<String> {
+fn queries(messages: &[Message]) -> Vec<String> {
     let mut out = Vec::new();
-    for message in messages {
-        for call in message["tool_calls"].as_array().into_iter().flatten() {
-            let args = &call["args"];
-            if let Some(list) = args["queries"].as_array() {
-                out.extend(list.iter().filter_map(Value::as_str).map(str::to_owned));
-            } else if let Some(one) = args["query"].as_str() {
-                out.push(one.to_owned());
-            }
+    for call in messages.iter().flat_map(Message::tool_calls) {
+        let args = &call.args;
+        if let Some(list) = args["queries"].as_array() {
+            out.extend(list.iter().filter_map(Value::as_str).map(str::to_owned));
+        } else if let Some(one) = args["query"].as_str() {
+            out.push(one.to_owned());
         }
     }
     out

@@ -3,6 +3,7 @@
 
 use super::config::SearchApi;
 use super::cost::over_cap;
+use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, Kind, Message, ToolCall};
 use super::model::{Caller, Deps, Role, node_error, run_config};
@@ -103,7 +104,12 @@ async fn researcher(
     if history.len() <= 1 {
         // Once per researcher: a server that cannot be used is news, not a failure.
         for u in &toolbox.unavailable {
-            ctx.emit_run_custom(json!({"type": "mcp_error", "server": u.server, "error": u.error}));
+            ResearchEvent::McpError {
+                server: u.server.clone(),
+                tool: None,
+                error: u.error.clone(),
+            }
+            .send(&ctx);
         }
     }
     let note = format!("{note}{}", mcp_note(&toolbox));
@@ -280,7 +286,7 @@ async fn tools(deps: Deps, state: ResearcherState, ctx: NodeContext) -> Result<C
     let outcomes = join_all(calls.iter().map(|c| run_tool(&caller, &toolbox, c))).await;
     let mut messages = Vec::new();
     // Pages the provider's own web search returned count as retrieved sources too.
-    let mut sources = last.web_search_results();
+    let mut sources: Vec<Source> = last.metadata_list("web_search_results");
     for (call, outcome) in calls.iter().zip(outcomes) {
         let (content, found) = outcome?;
         messages.push(Message::tool_result(content, &call.name, &call.id));
@@ -353,9 +359,12 @@ async fn call_mcp(
     Ok(match outcome {
         Ok(o) => (o.text, mcp_sources(o.sources)),
         Err(e) => {
-            caller.ctx.emit_run_custom(json!({
-                "type": "mcp_error", "server": tool.server, "tool": tool.remote, "error": e.0,
-            }));
+            ResearchEvent::McpError {
+                server: tool.server.clone(),
+                tool: Some(tool.remote.clone()),
+                error: e.0.clone(),
+            }
+            .send(caller.ctx);
             (
                 format!(
                     "Error executing tool: {} ({} server): {}",
@@ -436,10 +445,12 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Sou
         }
         Err(crate::tools::SearchError::Cancelled) => Err(NodeError::Cancelled),
         Err(e) => {
-            caller
-                .ctx
-                .emit_run_custom(json!({"type": "search_error", "engine": engine_id,
-                "queries": queries, "error": e.to_string()}));
+            ResearchEvent::SearchError {
+                engine: engine_id.to_owned(),
+                queries,
+                error: e.to_string(),
+            }
+            .send(caller.ctx);
             Ok((format!("Error executing tool: {engine_name}: {e}"), vec![]))
         }
     }

@@ -2,6 +2,7 @@
 //! (reflections, parallel researchers, exit checks).
 
 use super::cost::over_cap;
+use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, Kind, Message, ToolCall};
 use super::model::{Caller, Deps, Role, run_config};
@@ -27,13 +28,18 @@ pub fn graph(deps: Deps) -> Graph {
         .build()
 }
 
+/// The arguments of `ConductResearch`.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)] // Read as JSON: a small model's arguments are taken leniently.
+struct ConductResearch {
+    /// The topic to research: a single topic, described in full detail (at least a paragraph).
+    research_topic: String,
+}
+
 fn conduct_research_tool() -> crate::llm::ToolSpec {
-    super::tool(
+    crate::llm::ToolSpec::of::<ConductResearch>(
         "ConductResearch",
         "Delegate research on one topic to a research assistant.",
-        json!({"research_topic": {"type": "string", "description":
-            "The topic to research: a single topic, described in full detail (at least a paragraph)."}}),
-        &["research_topic"],
     )
 }
 
@@ -273,12 +279,35 @@ async fn run_researcher(
     match outcome {
         Err(NodeError::Cancelled) => Err(NodeError::Cancelled),
         Err(e) => {
-            ctx.emit_run_custom(
-                json!({"type": "researcher_error", "topic": topic, "error": e.to_string()}),
-            );
+            ResearchEvent::ResearcherError {
+                topic,
+                error: e.to_string(),
+            }
+            .send(ctx);
             tracing::warn!(error = %e, "a researcher failed; the supervisor continues without it");
             Ok(Err(e))
         }
         Ok(out) => Ok(Ok(out)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tools' argument schemas come from their structs, in the shape providers take.
+    #[test]
+    fn tool_schemas_come_from_the_argument_types() {
+        assert_eq!(
+            conduct_research_tool().parameters,
+            json!({"type": "object", "properties": {"research_topic": {"type": "string",
+                "description": "The topic to research: a single topic, described in full detail (at least a paragraph)."}},
+                "required": ["research_topic"]})
+        );
+        assert_eq!(
+            research_complete_tool().parameters,
+            json!({"type": "object", "properties": {}, "required": []})
+        );
+        assert_eq!(think_tool().parameters["required"], json!(["reflection"]));
     }
 }

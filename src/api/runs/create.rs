@@ -90,6 +90,27 @@ pub(in crate::api) struct NewRun {
     feedback_keys: Option<Value>,
 }
 
+/// The input's values must fit the graph's state (`{"notes": 5}` would fail the run's first
+/// step, after the run was accepted). Checked as written on a fresh state, so the thread's
+/// history is not read here; keys the graph does not have are left to the run.
+fn check_input(graph: &crate::graph::Graph, input: Option<&Value>) -> ApiResult<()> {
+    let Some(Value::Object(input)) = input else {
+        return Ok(());
+    };
+    let known: JsonMap = input
+        .iter()
+        .filter(|(key, _)| graph.channels.get(key).is_some())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let writes = graph
+        .channels
+        .prepare_update(known)
+        .map_err(|e| AppError::Invalid(format!("input: {e}")))?;
+    graph
+        .check_writes(&JsonMap::new(), &writes)
+        .map_err(|e| AppError::Invalid(format!("input: {e}")))
+}
+
 /// Where the run's thread comes from.
 #[derive(Clone, Copy)]
 pub(in crate::api) enum Target {
@@ -502,6 +523,7 @@ fn build_run(
     // Checked with the run's keys still in: a missing server key is fine when the run brings it.
     if let Some(graph) = state.registry.get(&assistant.graph_id) {
         graph.check_config(&config).map_err(AppError::Invalid)?;
+        check_input(&graph, body.input.as_ref())?;
     }
     let run_keys = take_run_keys(&mut config, state.settings.allow_run_keys)?;
     let mut metadata = object(config.get("metadata").cloned(), "config.metadata")?;

@@ -97,6 +97,9 @@ impl<'a> CheckpointWriter<'a> {
                     return Err(RunError::Input(format!("expected an object, got {input}")));
                 };
                 let writes = self.graph.channels.prepare_update(update)?;
+                self.graph
+                    .check_writes(state, &writes)
+                    .map_err(RunError::Input)?;
                 let next = vec![START.to_owned()];
                 let input = writes_to_json(&writes);
                 self.write("input", &[], &next, state, Some(input)).await?;
@@ -146,6 +149,9 @@ impl<'a> CheckpointWriter<'a> {
             Some(update) => self.graph.channels.prepare_update(update.clone())?,
             None => Vec::new(),
         };
+        self.graph
+            .check_writes(state, &writes)
+            .map_err(RunError::Input)?;
         self.graph.channels.apply(state, &writes);
         let (next, tasks) = if command.goto.is_empty() {
             let tasks = answered_tasks(&head_tasks, command.resume.as_ref());
@@ -327,6 +333,9 @@ pub async fn update_state(
         return Err(RunError::Input(format!("expected an object, got {values}")));
     };
     let writes = graph.channels.prepare_update(update)?;
+    graph
+        .check_writes(&state, &writes)
+        .map_err(RunError::Input)?;
     graph.channels.apply(&mut state, &writes);
     let next = match as_node {
         Some(node) if node != START => graph.successors(node),
