@@ -104,7 +104,13 @@ pub struct Graph {
     config_check: Option<ConfigCheck>,
     /// Whether state values fit the graph's state type (typed graphs only).
     state_check: Option<StateCheck>,
+    /// Run once when a run of this graph starts, before its first step.
+    prepare: Option<PrepareRun>,
 }
+
+/// Readies what a run's nodes share (its parsed settings, say) in the run's scope, once,
+/// when the run starts; the error fails the run before any step.
+pub type PrepareRun = Arc<dyn Fn(&RunScope) -> Result<(), String> + Send + Sync>;
 
 /// Reads state values as the graph's state type; the error says what does not fit.
 pub type StateCheck = Arc<dyn Fn(&JsonMap) -> Result<(), String> + Send + Sync>;
@@ -133,6 +139,7 @@ impl Graph {
                 branches: HashMap::new(),
                 config_check: None,
                 state_check: None,
+                prepare: None,
             },
             channels: Vec::new(),
         }
@@ -238,6 +245,12 @@ impl GraphBuilder {
     }
 
     /// Validates run configs before runs are created (a bad value is a 422, not a failed run).
+    /// Sets what is done once when a run of this graph starts (see `PrepareRun`).
+    pub fn prepare(mut self, prepare: PrepareRun) -> Self {
+        self.graph.prepare = Some(prepare);
+        self
+    }
+
     pub fn config_check(mut self, check: ConfigCheck) -> Self {
         self.graph.config_check = Some(check);
         self

@@ -6,7 +6,7 @@ use super::cost::CostMeter;
 use super::events::ResearchEvent;
 use super::fallbacks::FallbackMeter;
 use super::messages::{self as msg, Message};
-use super::model::{Caller, Deps, Role, run_config};
+use super::model::{Caller, Deps, Role, prepare_run, run_config};
 use super::state::{
     AgentState, AgentUpdate, Source, SourceKind, StoppedEarly, SupervisorInput, SupervisorState,
 };
@@ -54,6 +54,7 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .edge("final_report_generation", END)
         .schemas(super::schemas(&deps))
         .config_check(super::config_check(&deps))
+        .prepare(Arc::new(move |scope| prepare_run(&deps, scope)))
         .build()
 }
 
@@ -97,7 +98,7 @@ fn clarify_schema() -> ResponseSchema {
 
 async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state);
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     if !cfg.allow_clarification {
         return Ok(Command::write(metered(&ctx))?.goto("write_research_brief"));
     }
@@ -137,7 +138,7 @@ struct ResearchQuestion {
 
 async fn brief(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state);
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let history = msg::buffer_string(&state.messages);
     let date = msg::today();
@@ -292,7 +293,7 @@ fn cut(text: &str, chars: usize) -> &str {
 
 async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state);
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     if let Some(reason) = super::cost::over_cap(&ctx) {
         return partial_report(&ctx, &state, &reason);
     }

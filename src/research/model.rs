@@ -8,7 +8,7 @@ use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, Message};
 use super::stream_fields::FieldStreamer;
-use crate::graph::{NodeContext, NodeError};
+use crate::graph::{NodeContext, NodeError, RunScope};
 use crate::llm::{
     ChatRequest, ChatResponse, Delta, LlmError, ModelName, NativeTool, ResponseSchema, RetryPolicy,
     ToolChoice, ToolSpec, chat_with_retry, structured,
@@ -281,30 +281,37 @@ impl Drop for Abandoned<'_> {
     }
 }
 
-/// The run's research settings, worked out once per run: every node call needs them and the
-/// run's config never changes while it runs.
+/// The run's research settings, parsed once when the run starts (`prepare_run`): every node
+/// call needs them and the run's config never changes while it runs.
 #[derive(Default)]
-struct RunSettings(OnceLock<Result<Arc<ResearchConfig>, String>>);
+struct RunSettings(OnceLock<Arc<ResearchConfig>>);
 
-/// The run's research settings (validated when the run was created).
-pub fn run_config(
-    deps: &ResearchDeps,
-    ctx: &NodeContext,
-) -> Result<Arc<ResearchConfig>, NodeError> {
-    let settings = ctx.scope.local::<RunSettings>();
-    let parsed = settings.0.get_or_init(|| {
-        ctx.scope.local::<CostMeter>().set_cap(deps.spend_cap);
-        let configurable = ctx.config()["configurable"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
-        deps.defaults
-            .with_overrides(&configurable, &deps.locked)
-            .map(Arc::new)
-    });
-    parsed
-        .clone()
-        .map_err(|e| NodeError::new("ConfigurationError", e))
+/// Parses the run's settings into its scope and sets its spend cap; run once per run, before
+/// its first step. The settings were checked when the run was created; an error here means
+/// the operator's configuration changed since.
+pub fn prepare_run(deps: &ResearchDeps, scope: &RunScope) -> Result<(), String> {
+    let empty = serde_json::Map::new();
+    let configurable = scope.config["configurable"].as_object().unwrap_or(&empty);
+    let cfg = deps.defaults.with_overrides(configurable, &deps.locked)?;
+    scope.local::<CostMeter>().set_cap(deps.spend_cap);
+    // A run resumed in the same process keeps the settings it started with.
+    let _ = scope.local::<RunSettings>().0.set(Arc::new(cfg));
+    Ok(())
+}
+
+/// The run's research settings.
+pub fn run_config(ctx: &NodeContext) -> Result<Arc<ResearchConfig>, NodeError> {
+    ctx.scope
+        .local::<RunSettings>()
+        .0
+        .get()
+        .cloned()
+        .ok_or_else(|| {
+            NodeError::new(
+                "ConfigurationError",
+                "the run's research settings were not prepared before its first step",
+            )
+        })
 }
 
 /// Shared handle type for node closures.

@@ -29,7 +29,7 @@ pub(super) async fn plan(
     state: AgentState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let brief = state.research_brief.unwrap_or_default();
     let feedback = state.plan_feedback.unwrap_or_default();
@@ -104,7 +104,7 @@ pub(super) async fn review(
     state: AgentState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     let max = cfg.max_concurrent_research_units as usize;
     let brief = state.research_brief.clone().unwrap_or_default();
     let topics = state.research_plan.clone().unwrap_or_default();

@@ -88,7 +88,7 @@ async fn researcher(
     state: ResearcherState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     if over_cap(&ctx).is_some() {
         // No more model calls: the tools step finds nothing to run and compresses.
         return Ok(Command::default());
@@ -266,7 +266,7 @@ fn listed_queries(text: &str) -> Vec<String> {
 }
 
 async fn tools(deps: Deps, state: ResearcherState, ctx: NodeContext) -> Result<Command, NodeError> {
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     let last = state
         .researcher_messages
         .last()
@@ -556,7 +556,7 @@ async fn compress(
     state: ResearcherState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let mut history = state.researcher_messages;
     if over_cap(&ctx).is_some() {

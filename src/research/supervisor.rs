@@ -53,7 +53,7 @@ async fn supervisor(
         // No more model calls: the tools step finds no delegation and ends the research.
         return Ok(Command::default());
     }
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     if iterations > cfg.max_researcher_iterations {
         // The rounds are spent: ODR calls the model once more here and then discards its
         // answer (its tools step ends the research first). That call is not made.
@@ -150,7 +150,7 @@ async fn tools(
     state: SupervisorState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
-    let cfg = run_config(&deps, &ctx)?;
+    let cfg = run_config(&ctx)?;
     let history = &state.supervisor_messages;
     let (calls, invalid) = history
         .last()

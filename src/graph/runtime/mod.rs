@@ -80,6 +80,11 @@ fn without_writes(mut cp: Checkpoint) -> Checkpoint {
 /// Runs one graph invocation to its end, to a pause (an interrupt or a breakpoint), or to an
 /// error / cancellation.
 pub async fn invoke(scope: &Arc<RunScope>, inv: Invocation<'_>) -> Result<Outcome, RunError> {
+    if inv.ns.is_empty()
+        && let Some(prepare) = &inv.graph.prepare
+    {
+        prepare(scope).map_err(RunError::Prepare)?;
+    }
     let (mut state, head) = load(scope, &inv).await?;
     let mut writer = CheckpointWriter::new(scope, &inv, head);
     let Some(begun) = writer.begin(&mut state, &inv).await? else {

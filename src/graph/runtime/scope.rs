@@ -168,6 +168,10 @@ pub enum RunError {
     Recursion(i64),
     #[error("invalid input: {0}")]
     Input(String),
+    /// The graph could not prepare the run (its settings no longer hold: the operator's
+    /// configuration changed since the run was accepted).
+    #[error("{0}")]
+    Prepare(String),
     #[error("checkpoint {0} not found")]
     CheckpointNotFound(Uuid),
     /// The run ran past `[limits] run_deadline_secs`.
@@ -195,6 +199,7 @@ impl RunError {
                 ..
             } => (kind.clone(), message.clone()),
             Self::Recursion(_) => ("GraphRecursionError".into(), self.to_string()),
+            Self::Prepare(_) => ("ConfigurationError".into(), self.to_string()),
             Self::Input(_) | Self::Channel(_) => ("InvalidUpdateError".into(), self.to_string()),
             Self::CheckpointNotFound(_) => ("EmptyInputError".into(), self.to_string()),
             Self::Drained => ("CancelledError".into(), self.to_string()),
