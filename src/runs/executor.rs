@@ -2,7 +2,8 @@
 //! ended (final status before the stream closes, as clients expect).
 
 use super::ending::{Ending, flush_or_log, summary};
-use super::{Active, RunKwargs, Runner, lock, webhook};
+use super::pool::Active;
+use super::{RunKwargs, Runner, lock, webhook};
 use crate::graph::Start as GraphStart;
 use crate::graph::interrupts::{self, Breakpoints, ResumeCommand};
 use crate::graph::{
@@ -13,7 +14,7 @@ use crate::store::{
     CancelAction, EventId, Fence, JsonMap, Lease, LeaseState, Owner, Run, RunEnd, RunStatus, Store,
     StoreError, ThreadStatus,
 };
-use crate::stream::{Bus, Encoder, RunChannel, StreamModes};
+use crate::stream::{Bus, Encoder, RunChannel};
 use crate::telemetry::metrics;
 use crate::time::Timestamp;
 use serde_json::{Value, json};
@@ -146,7 +147,7 @@ impl Runner {
         };
         drop(keeper);
         lock(&self.active).remove(&run.run_id);
-        self.drop_run_keys(run.run_id);
+        self.keys.drop_keys(run.run_id);
 
         let ending = match ending {
             _ if lost.load(Ordering::Acquire) => Ending::Lost,
@@ -170,7 +171,7 @@ impl Runner {
                 None
             }
         };
-        if let Value::String(url) = &kwargs.webhook {
+        if let Some(url) = &kwargs.webhook {
             self.send_webhook(run.run_id, url, result.as_ref()).await;
         }
         // A stateless run's thread goes before the stream closes, so a client that saw the end
@@ -309,9 +310,7 @@ impl Runner {
             let id = kwargs.graph_id().unwrap_or_default().to_owned();
             return Ending::Failed(RunError::Input(format!("graph '{id}' is not registered")));
         };
-        let names: Vec<Value> = kwargs.stream_mode.iter().map(|m| json!(m)).collect();
-        let modes = StreamModes::from_json(Some(&Value::Array(names)))
-            .unwrap_or_else(|_| StreamModes::values_only());
+        let modes = kwargs.stream_mode.clone();
         let sink = Arc::new(RunSink {
             encoder: Mutex::new(Encoder::new(modes, kwargs.subgraphs, kwargs.temporary)),
             channel: channel.clone(),
@@ -328,14 +327,14 @@ impl Runner {
         metadata.insert("graph_id".into(), json!(graph.id));
         let mut config = kwargs.config.clone();
         if kwargs.run_keys {
-            let Some(keys) = self.held_run_keys(run.run_id) else {
+            let Some(keys) = self.keys.get(run.run_id) else {
                 return Ending::Failed(RunError::KeysUnavailable);
             };
             if let Some(configurable) = config
                 .get_mut("configurable")
                 .and_then(Value::as_object_mut)
             {
-                configurable.insert("apiKeys".into(), keys);
+                configurable.insert("apiKeys".into(), keys.to_config());
             }
         }
         let scope = RunScope::new(

@@ -136,7 +136,29 @@ impl StreamModes {
     pub fn names(&self) -> Vec<&'static str> {
         self.0.iter().map(StreamMode::as_str).collect()
     }
+}
 
+impl Default for StreamModes {
+    fn default() -> Self {
+        Self::values_only()
+    }
+}
+
+/// Stored with the run as the list of wire names.
+impl serde::Serialize for StreamModes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.names().serialize(s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StreamModes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let names = Vec::<String>::deserialize(d)?;
+        Self::from_names(names.iter().map(String::as_str)).map_err(serde::de::Error::custom)
+    }
+}
+
+impl StreamModes {
     /// Whether a stored frame named `event` belongs to one of these modes (join-stream filter).
     pub fn matches_event(&self, event: &str) -> bool {
         let base = event.split('|').next().unwrap_or(event);

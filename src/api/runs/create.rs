@@ -11,6 +11,7 @@ use crate::graph::Graph;
 use crate::graph::interrupts::{Breakpoints, ResumeCommand, ResumeError, check_resume};
 use crate::ids;
 use crate::runs::RunKwargs;
+use crate::runs::keys::RunKeys;
 use crate::runs::options::{Durability, IfNotExists, OnCompletion, OnDisconnect};
 use crate::runs::webhook;
 use crate::store::{
@@ -332,11 +333,11 @@ pub(super) async fn start_ticked(
     let resumable = body.stream_resumable.unwrap_or(false);
     // Held before the insert: a worker here may claim the run the moment it is committed.
     if let Some(keys) = run_keys {
-        state.runner.hold_run_keys(insert.run.run_id, keys);
+        state.runner.keys.hold(insert.run.run_id, keys);
     }
     let inserted = insert_subscribed(state, &insert, options.strategy, resumable).await;
     let (subscription, result) = inserted.inspect_err(|_| {
-        state.runner.drop_run_keys(insert.run.run_id);
+        state.runner.keys.drop_keys(insert.run.run_id);
     })?;
     Ok(Started {
         run: insert.run,
@@ -508,7 +509,7 @@ fn build_run(
     thread_id: Uuid,
     stateless: bool,
     checkpoint_id: Option<Uuid>,
-) -> ApiResult<(Run, Option<Value>)> {
+) -> ApiResult<(Run, Option<RunKeys>)> {
     let run_id = ids::new_id();
     let mut id_fields = JsonMap::new();
     id_fields.insert("run_id".into(), json!(run_id));
@@ -545,15 +546,10 @@ fn build_run(
             context.remove("apiKeys");
             context
         }),
-        stream_mode: options
-            .modes
-            .names()
-            .into_iter()
-            .map(str::to_owned)
-            .collect(),
+        stream_mode: options.modes.clone(),
         interrupt_before: human.interrupt_before.clone(),
         interrupt_after: human.interrupt_after.clone(),
-        webhook: body.webhook.clone().map_or(Value::Null, Value::String),
+        webhook: body.webhook.clone(),
         feedback_keys: body.feedback_keys.clone().unwrap_or(Value::Null),
         temporary: stateless,
         delete_on_completion: stateless && options.on_completion == OnCompletion::Delete,
@@ -581,7 +577,7 @@ fn build_run(
 /// Takes `configurable.apiKeys` (provider keys a run brings, ODR's per-run keys) out of the
 /// config, so they are never stored, echoed, checkpointed or logged: the run gets them from
 /// memory. Refused unless the operator allows runs to bring keys.
-fn take_run_keys(config: &mut Value, allowed: bool) -> ApiResult<Option<Value>> {
+fn take_run_keys(config: &mut Value, allowed: bool) -> ApiResult<Option<RunKeys>> {
     let Some(keys) = config
         .get_mut("configurable")
         .and_then(Value::as_object_mut)
@@ -614,7 +610,12 @@ fn take_run_keys(config: &mut Value, allowed: bool) -> ApiResult<Option<Value>> 
                 .into(),
         ));
     }
-    Ok(Some(Value::Object(given)))
+    Ok(Some(RunKeys::new(given.into_iter().filter_map(
+        |(k, v)| match v {
+            Value::String(key) => Some((k, key)),
+            _ => None,
+        },
+    ))))
 }
 
 /// The insert, tried again a few times when it lost to a concurrent transaction: on Postgres a
