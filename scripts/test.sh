@@ -3,12 +3,12 @@
 #
 # 1. Python venvs: .venv-compat with the LangGraph SDK compat suite's
 #    requirements; exported as DR_COMPAT_PYTHON (with DR_REQUIRE_COMPAT=1) for
-#    tests/sdk_compat.rs, which runs tests/compat against a live server; .venv-schemathesis,
-#    exported as DR_SCHEMATHESIS (with DR_REQUIRE_SCHEMATHESIS=1) for tests/schemathesis.rs;
+#    tests/clients/sdk_compat.rs, which runs tests/compat against a live server; .venv-schemathesis,
+#    exported as DR_SCHEMATHESIS (with DR_REQUIRE_SCHEMATHESIS=1) for tests/clients/schemathesis.rs;
 # 2. the browser pages of tests/browser (npm ci, bundled with esbuild) and Debian's chromium,
-#    exported as DR_CHROMIUM with DR_REQUIRE_BROWSER=1 for tests/browser.rs; the real MCP
+#    exported as DR_CHROMIUM with DR_REQUIRE_BROWSER=1 for tests/clients/browser.rs; the real MCP
 #    servers of tests/mcp-servers (npm ci), exported as DR_MCP_SERVERS with DR_REQUIRE_MCP=1
-#    for tests/mcp.rs; Debian's searx for tests/searx.rs (DR_REQUIRE_SEARX=1);
+#    for tests/research/mcp.rs; Debian's searx for tests/research/searx.rs (DR_REQUIRE_SEARX=1);
 # 3. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
 #    exported as TEST_DATABASE_URL, with DR_REQUIRE_POSTGRES=1 so the Postgres
 #    tests fail instead of skipping;
@@ -104,7 +104,7 @@ else
     echo "$want" >"$stamp"
 fi
 export DR_COMPAT_PYTHON=$VENV/bin/python
-export DR_REQUIRE_COMPAT=1 # tests/sdk_compat.rs fails instead of skipping without it
+export DR_REQUIRE_COMPAT=1 # tests/clients/sdk_compat.rs fails instead of skipping without it
 "$DR_COMPAT_PYTHON" -c 'import importlib.metadata as m; print("langgraph-sdk", m.version("langgraph-sdk"), "| pytest", m.version("pytest"))'
 
 # ---------------------------------------------------------------------------
@@ -124,7 +124,7 @@ else
     echo "$want" >"$stamp"
 fi
 export DR_SCHEMATHESIS=$ST_VENV/bin/schemathesis
-export DR_REQUIRE_SCHEMATHESIS=1 # tests/schemathesis.rs fails instead of skipping without it
+export DR_REQUIRE_SCHEMATHESIS=1 # tests/clients/schemathesis.rs fails instead of skipping without it
 "$DR_SCHEMATHESIS" --version
 
 # ---------------------------------------------------------------------------
@@ -146,11 +146,11 @@ else
 fi
 (cd "$BROWSER" && node build.mjs)
 export DR_CHROMIUM=$CHROMIUM
-export DR_REQUIRE_BROWSER=1 # tests/browser.rs fails instead of skipping without it
+export DR_REQUIRE_BROWSER=1 # tests/clients/browser.rs fails instead of skipping without it
 echo "node $(node --version), $("$CHROMIUM" --version 2>/dev/null || echo "$CHROMIUM")"
 
 # ---------------------------------------------------------------------------
-section "MCP servers (tests/mcp-servers: the real npm servers tests/mcp.rs runs over stdio and HTTP)"
+section "MCP servers (tests/mcp-servers: the real npm servers tests/research/mcp.rs runs over stdio and HTTP)"
 MCP=$ROOT/tests/mcp-servers
 want=$(sha256sum "$MCP/package-lock.json" | cut -d' ' -f1)
 stamp=$MCP/node_modules/.lock.sha256
@@ -161,15 +161,15 @@ else
     echo "$want" >"$stamp"
 fi
 export DR_MCP_SERVERS=$MCP/node_modules
-export DR_REQUIRE_MCP=1 # tests/mcp.rs fails instead of skipping without them
+export DR_REQUIRE_MCP=1 # tests/research/mcp.rs fails instead of skipping without them
 
 # ---------------------------------------------------------------------------
-section "searx (Debian's; tests/searx.rs runs the searxng backend against it)"
+section "searx (Debian's; tests/research/searx.rs runs the searxng backend against it)"
 if [ ! -f /usr/share/doc/searx/examples/settings.yml ]; then
     apt_install searx
 fi
 export DR_SEARX_PYTHON=/usr/bin/python3
-export DR_REQUIRE_SEARX=1 # tests/searx.rs fails instead of skipping without it
+export DR_REQUIRE_SEARX=1 # tests/research/searx.rs fails instead of skipping without it
 echo "searx $(dpkg-query -W -f='${Version}' searx 2>/dev/null || echo '?')"
 
 # ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The service's A2A endpoint through the official Python client (a2a-sdk 1.x), v1.0 and v0.3.
 
-Run by tests/agent_protocols.rs against a live server with the research graph on the provider fakes
+Run by tests/clients/agent_protocols.rs against a live server with the research graph on the provider fakes
 (env DR_URL, DR_KEY_A, DR_KEY_B: two owners).
 """
 

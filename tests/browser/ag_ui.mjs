@@ -1,6 +1,6 @@
 // The service's AG-UI endpoint (/ag-ui/{assistant_id}) through the official client,
 // @ag-ui/client's HttpAgent, which validates every event against the AG-UI 1.0 schemas and
-// its ordering rules (a bad event makes runAgent reject). Run by tests/agent_protocols.rs
+// its ordering rules (a bad event makes runAgent reject). Run by tests/clients/agent_protocols.rs
 // against a live server with the research graph on the provider fakes (env DR_URL, DR_KEY_A,
 // DR_KEY_B: two owners). Exits non-zero on the first failure.
 import { HttpAgent } from "@ag-ui/client";

@@ -1,6 +1,6 @@
 """The service as an MCP server (/mcp) through the official Python client (mcp 2.x).
 
-Run by tests/agent_protocols.rs against a live server with the research graph on the provider
+Run by tests/clients/agent_protocols.rs against a live server with the research graph on the provider
 fakes (env DR_URL, DR_KEY_A, DR_KEY_B: two owners). Both ways the client connects are used:
 "auto" (the stateless 2026-07-28 protocol, found by server/discover) and "legacy" (the
 initialize handshake).

@@ -1,5 +1,5 @@
 //! Throwaway Postgres databases for tests and the load driver: one helper, included by
-//! `tests/support`, `tests/store_contract.rs` and `benches/load.rs` (with `#[path]`).
+//! `tests/support`, `tests/execution/store_contract.rs` and `benches/load.rs` (with `#[path]`).
 #![allow(dead_code)]
 
 use sqlx::Connection;

@@ -4,7 +4,7 @@
 //! rotate (old ones still read, new writes use the new one). One test: the keys are the
 //! process's, so the steps run in order.
 
-mod support;
+use crate::support;
 
 use deep_research::store::crypt::{self, Keys};
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 //! without bound, and a long thread whose state reads would take the process's memory. Each
 //! test performs the attack and checks the guard holds.
 
-mod support;
+use crate::support;
 
 use deep_research::config::Settings;
 use serde_json::{Value, json};

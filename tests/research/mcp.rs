@@ -4,7 +4,7 @@
 //! scripted fake. Without the npm packages these tests skip, unless `DR_REQUIRE_MCP` is set
 //! (CI), when they fail.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

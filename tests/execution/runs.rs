@@ -1,7 +1,7 @@
 //! Run semantics through the HTTP API, on both storage backends: multitask strategies,
 //! cancellation, joining, forking, history and the thread stream.
 
-mod support;
+use crate::support;
 
 use deep_research::store::{EventId, StoredEvent};
 use serde_json::{Value, json};

@@ -2,7 +2,7 @@
 //! schedule starts exactly one run per tick (on Postgres when `TEST_DATABASE_URL` is set,
 //! else SQLite).
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};

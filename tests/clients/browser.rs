@@ -5,7 +5,7 @@
 //! command. The pages and the driver live in tests/browser (`npm ci && node build.mjs` there,
 //! done by scripts/test.sh, which also installs Debian's chromium).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! The research graph end to end through the HTTP API, against the scripted model and search
 //! fakes over real HTTP.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -362,7 +362,7 @@ async fn bad_per_run_settings_are_rejected_before_the_run() {
             "AZURE_OPENAI_ENDPOINT",
         ),
         (json!({"serch_api": "none"}), "serch_api"),
-        // A server the run brings, which this server does not allow (tests/mcp.rs has more).
+        // A server the run brings, which this server does not allow (tests/research/mcp.rs has more).
         (
             json!({"mcp_config": {"url": "http://localhost:8000", "tools": ["x"]}}),
             "allow_run_servers",

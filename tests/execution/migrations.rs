@@ -1,7 +1,7 @@
 //! Upgrades keep what the previous schema stored: a store written before a migration opens
 //! after it with the same data.
 
-mod support;
+use crate::support;
 
 use deep_research::store::EventLog;
 use deep_research::store::{EventId, SqlStore, StoredEvent};

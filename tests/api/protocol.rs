@@ -2,7 +2,7 @@
 //! `/threads/{id}/commands`, events at `/threads/{id}/stream/events`, as the SDK's stream
 //! client (1.11) sends and reads them.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};

@@ -2,8 +2,7 @@
 //! structured output, streaming, error classes, retries, timeouts, cancellation, the
 //! per-provider cap, and the Anthropic client.
 
-#[path = "support/fake_llm.rs"]
-mod fake_llm;
+use crate::support::fake_llm;
 
 use deep_research::llm::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, ModelName, NativeTool,

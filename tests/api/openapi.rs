@@ -1,11 +1,11 @@
 //! The committed `openapi/openapi.json` is what the code generates, and the server serves it
 //! with Swagger UI.
 
-mod support;
+use crate::support;
 
 #[test]
 fn committed_document_matches_the_code() {
-    let committed = include_str!("../openapi/openapi.json");
+    let committed = include_str!("../../openapi/openapi.json");
     // The graphs `serve` registers: the research graph under its own id and ODR's.
     let generated = deep_research::api::openapi::document(&[
         deep_research::research::GRAPH_ID,

@@ -2,7 +2,7 @@
 //! service, once per storage backend. The suite needs a Python with the SDK installed:
 //! `scripts/test.sh` makes one and sets `DR_COMPAT_PYTHON`.
 
-mod support;
+use crate::support;
 
 use deep_research::api::auth::key_digest;
 use std::process::Command;
@@ -43,7 +43,7 @@ async fn run_suite(backend: Backend) {
     let mut settings = test_settings();
     settings.auth.keys_file = Some(keys);
     // One owner runs the whole suite, hundreds of runs a minute: per-owner limits have tests of
-    // their own (tests/tenants.rs).
+    // their own (tests/api/tenants.rs).
     settings.auth.requests_per_minute = 0;
     settings.run_limits.owner_max_inflight_runs = 0;
     settings.run_limits.owner_runs_per_minute = 0;

@@ -2,7 +2,7 @@
 //! speak each engine's wire format (errors and retries included), and chosen per run through
 //! the research graph.
 
-mod support;
+use crate::support;
 
 use deep_research::tools::{
     Engine, QueryOptions, SearchConfig, SearchError, SearchOptions, WebSearch, web_search,

@@ -3,7 +3,7 @@
 //! report — resumed from its checkpoints, not redone — and the API must answer 503, never 500,
 //! while the database is away. Provider calls are counted at the fakes.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

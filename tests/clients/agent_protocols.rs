@@ -6,7 +6,7 @@
 //! tests skip unless `DR_REQUIRE_COMPAT=1` (Python) or `DR_REQUIRE_BROWSER=1` (npm).
 //! `DR_PROTOCOL_ARGS` narrows a suite: pytest arguments (`-k name`), or part of a test's name.
 
-mod support;
+use crate::support;
 
 use deep_research::api::auth::key_digest;
 use std::process::Command;

@@ -1,6 +1,6 @@
 //! Bad input gets a 4xx with a clear `{"detail"}` and changes nothing.
 
-mod support;
+use crate::support;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};

@@ -1,8 +1,7 @@
 //! Contract tests for `Store`, written once and run against SQLite (a temp file) and Postgres
 //! (a fresh database per test under `TEST_DATABASE_URL`).
 
-#[path = "support/pg.rs"]
-mod pg;
+use crate::support::pg;
 
 use deep_research::store::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery,
@@ -63,7 +62,7 @@ macro_rules! contract_tests {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    crate::run_sqlite(crate::contract::$name).await;
+                    crate::store_contract::run_sqlite(crate::store_contract::contract::$name).await;
                 }
             )+
         }
@@ -71,7 +70,7 @@ macro_rules! contract_tests {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    crate::run_postgres(crate::contract::$name).await;
+                    crate::store_contract::run_postgres(crate::store_contract::contract::$name).await;
                 }
             )+
         }

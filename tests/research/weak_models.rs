@@ -3,7 +3,7 @@
 //! answer, a context window to ask for. Each fallback of the ladder has a fast test here; the
 //! real model is `tests/real_model.rs`.
 
-mod support;
+use crate::support;
 
 use deep_research::llm::{
     ChatModel, ChatRequest, Fallback, FinishReason, LlmError, ModelName, ProviderConfig,

@@ -2,7 +2,7 @@
 //! receiver in this test that decodes the protobuf the way a collector does. One test per
 //! binary-wide subscriber: the trace test installs the global one.
 
-mod support;
+use crate::support;
 
 use axum::body::Bytes;
 use axum::routing::post;

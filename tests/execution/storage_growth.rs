@@ -1,7 +1,7 @@
 //! Checkpoints store what each step wrote, not the whole state, so a thread's stored bytes grow
 //! linearly with the conversation (LangGraph re-stores the message list every step).
 
-mod support;
+use crate::support;
 
 use deep_research::store::CheckpointQuery;
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! planned topics, nothing is researched until the user answers, a rejection plans again with
 //! the feedback, an edit is what gets researched.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::BTreeSet;

@@ -3,7 +3,7 @@
 //! changes nothing (404, never 403 or the resource). Also: failed-authentication and request
 //! rate limits, and the hygiene every request passes (Host, content type, read timeouts).
 
-mod support;
+use crate::support;
 
 use deep_research::api::auth::key_digest;
 use deep_research::config::{AuthSettings, Settings};

@@ -1,7 +1,6 @@
 //! The `tavily_search` tool over real HTTP against a local fake Tavily.
 
-#[path = "support/fake_tavily.rs"]
-mod fake_tavily;
+use crate::support::fake_tavily;
 
 use async_trait::async_trait;
 use deep_research::tools::web_search::{

@@ -3,7 +3,7 @@
 //! and `--json`. Each asks the clarifying question, takes the answer on stdin, and ends with
 //! the report.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Byte-level checks of the SSE wire format against the reference captures
 //! (langgraph-api.md §4 and Appendix B): framing, headers, event order and JSON key sets.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::BTreeSet;

@@ -4,7 +4,7 @@
 //! schemas, invalid requests refused and valid ones accepted. What it runs and the few
 //! operation-specific exceptions (with their reasons) are in tests/schemathesis/schemathesis.toml.
 
-mod support;
+use crate::support;
 
 use deep_research::api::auth::key_digest;
 use std::process::Command;
