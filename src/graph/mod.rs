@@ -15,7 +15,7 @@ pub use channels::{Channel, Channels, Reducer};
 pub use events::{EventKind, EventSink, GraphEvent, MessageMeta, NullSink, Sink};
 pub use interrupts::{Breakpoints, Interrupt, Pause, Resume, ResumeCommand};
 pub use runtime::{
-    Invocation, NodeContext, Outcome, RunError, RunScope, Start, invoke, update_state,
+    Invocation, NodeContext, Outcome, RunError, RunScope, Spent, Start, invoke, update_state,
 };
 pub use typed::{Write, channels_of, schema_of};
 

@@ -60,9 +60,10 @@ pub fn build(id: &str, deps: Deps) -> Graph {
 
 /// A run resumed after a crash or a deploy goes on counting what it spent from its state.
 fn resume_meter(ctx: &NodeContext, state: &AgentState) {
-    ctx.scope
-        .local::<CostMeter>()
-        .resume_from(state.usage.as_ref());
+    let meter = ctx.scope.local::<CostMeter>();
+    meter.resume_from(state.usage.as_ref());
+    let (tokens, usd) = meter.spent();
+    ctx.scope.local::<crate::graph::Spent>().report(tokens, usd);
 }
 
 /// An update that carries the run's usage and fallback counts so far (every main-graph step

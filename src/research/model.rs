@@ -206,6 +206,10 @@ impl<'a> Caller<'a> {
     fn record_usage(&self, model: &str, usage: crate::llm::Usage) {
         let meter = self.ctx.scope.local::<CostMeter>();
         let totals = meter.record(model, usage, self.deps.prices.get(model).copied());
+        self.ctx.scope.local::<crate::graph::Spent>().report(
+            totals.input_tokens + totals.output_tokens,
+            totals.estimated_usd,
+        );
         if meter.first_time_over()
             && let Some(reason) = meter.over_cap()
         {

@@ -5,7 +5,6 @@
 
 use super::cost::RunUsage;
 use super::messages::Message;
-use super::support::SupportCounts;
 use crate::graph::Write;
 use crate::tools::PageSummary;
 use schemars::JsonSchema;
@@ -58,6 +57,30 @@ pub struct Source {
 pub struct StoppedEarly {
     pub reason: String,
     pub usage: RunUsage,
+}
+
+/// What the check found in the report as the model wrote it, and what it changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct SupportCounts {
+    /// Body paragraphs (and list items) that make at least one claim.
+    pub paragraphs: usize,
+    /// Of those, the ones citing a source after the repair.
+    pub cited_paragraphs: usize,
+    /// Citations as written.
+    pub citations: usize,
+    /// Citations as written that their source supports.
+    pub supported: usize,
+    /// Citations as written to sources without text to check (kept).
+    pub unchecked: usize,
+    /// Unsupported citations moved to a source that supports the sentence.
+    pub moved: usize,
+    /// Citations removed: to numbers not on the list, or unsupported by any source.
+    pub removed: usize,
+    /// Citations added to claims that had none, where a source supports them.
+    pub attached: usize,
+    /// Distinct sources the final report cites (its Sources section).
+    pub sources_cited: usize,
 }
 
 /// The main graph's state.

@@ -4,6 +4,7 @@
 use super::ending::{Ending, flush_or_log, summary};
 use super::pool::Active;
 use super::{RunKwargs, Runner, lock, webhook};
+use crate::graph::Spent;
 use crate::graph::Start as GraphStart;
 use crate::graph::interrupts::{self, Breakpoints, ResumeCommand};
 use crate::graph::{
@@ -463,7 +464,7 @@ impl Runner {
                     _ = tick.tick() => {}
                     () = stopped.cancelled() => return,
                 }
-                let (tokens, _) = scope.local::<crate::research::cost::CostMeter>().spent();
+                let (tokens, _) = scope.local::<Spent>().get();
                 if tokens != recorded {
                     record_spend(&*store, run_id, &owner, &scope).await;
                     recorded = tokens;
@@ -556,7 +557,7 @@ const SPEND_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 /// Records (replaces) what the run spent in all its attempts, as its cost meter counts them,
 /// under its owner, for per-owner spend limits.
 async fn record_spend(store: &dyn Store, run_id: uuid::Uuid, owner: &Owner, scope: &RunScope) {
-    let (tokens, usd) = scope.local::<crate::research::cost::CostMeter>().spent();
+    let (tokens, usd) = scope.local::<Spent>().get();
     if tokens == 0 {
         return;
     }

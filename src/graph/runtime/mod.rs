@@ -23,7 +23,7 @@ mod writer;
 
 pub use node::NodeContext;
 use node::message_meta;
-pub use scope::{Invocation, Outcome, RunError, RunScope, Start};
+pub use scope::{Invocation, Outcome, RunError, RunScope, Spent, Start};
 use writer::CheckpointWriter;
 pub use writer::update_state;
 

@@ -155,6 +155,29 @@ pub struct Outcome {
 }
 
 /// Why an invocation stopped early.
+/// What a run has spent so far (tokens, estimated USD), as its graph reports it into the run's
+/// scope (`local::<Spent>()`): the runner records it against the run's owner without knowing
+/// which graph counted it or how.
+#[derive(Debug, Default)]
+pub struct Spent(Mutex<(u64, f64)>);
+
+impl Spent {
+    /// The run's totals so far (replacing what was reported before).
+    pub fn report(&self, tokens: u64, usd: f64) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = (tokens, usd);
+    }
+
+    pub fn get(&self) -> (u64, f64) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("node '{node}' failed: {error}")]

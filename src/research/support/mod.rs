@@ -11,7 +11,7 @@
 //! the words found must be distinctive (in at most half of the sources). The Sources section is then written from the citations that remain,
 //! numbered in order of first use, so a report never lists a reference nobody retrieved.
 
-use serde::{Deserialize, Serialize};
+pub use crate::research::state::SupportCounts;
 use std::collections::{HashMap, HashSet};
 use tantivy::tokenizer::{
     Language, LowerCaser, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer, TokenStream,
@@ -281,30 +281,6 @@ impl Claim {
 
 // ---------------------------------------------------------------------------------------------
 // The report
-
-/// What the check found in the report as the model wrote it, and what it changed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(default)]
-pub struct SupportCounts {
-    /// Body paragraphs (and list items) that make at least one claim.
-    pub paragraphs: usize,
-    /// Of those, the ones citing a source after the repair.
-    pub cited_paragraphs: usize,
-    /// Citations as written.
-    pub citations: usize,
-    /// Citations as written that their source supports.
-    pub supported: usize,
-    /// Citations as written to sources without text to check (kept).
-    pub unchecked: usize,
-    /// Unsupported citations moved to a source that supports the sentence.
-    pub moved: usize,
-    /// Citations removed: to numbers not on the list, or unsupported by any source.
-    pub removed: usize,
-    /// Citations added to claims that had none, where a source supports them.
-    pub attached: usize,
-    /// Distinct sources the final report cites (its Sources section).
-    pub sources_cited: usize,
-}
 
 /// The repaired report and the counts.
 #[derive(Clone, Debug, PartialEq)]
