@@ -17,7 +17,7 @@ pub use interrupts::{Breakpoints, Interrupt, Pause, Resume, ResumeCommand};
 pub use runtime::{
     Invocation, NodeContext, Outcome, RunError, RunScope, Spent, Start, invoke, update_state,
 };
-pub use typed::{Write, channels_of, schema_of};
+pub use typed::{Write, WriteOnly, channels_of, schema_of};
 
 use crate::store::JsonMap;
 use serde_json::{Value, json};

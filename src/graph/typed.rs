@@ -169,6 +169,46 @@ impl Command {
     }
 }
 
+/// A channel the graph's nodes write but never read (a subgraph's sources, say, which only its
+/// parent reads from the final state): it is a channel like any other, but not read into the
+/// state struct, because copying a growing list into every step's struct costs CPU and memory
+/// for nothing. It reads as absent and declares `T`'s default and schema.
+pub struct WriteOnly<T>(std::marker::PhantomData<T>);
+
+impl<T> Default for WriteOnly<T> {
+    fn default() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<T> std::fmt::Debug for WriteOnly<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteOnly")
+    }
+}
+
+impl<T: Default + Serialize> Serialize for WriteOnly<T> {
+    fn serialize<Ser: serde::Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
+        T::default().serialize(s)
+    }
+}
+
+impl<'de, T> serde::Deserialize<'de> for WriteOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| Self::default())
+    }
+}
+
+impl<T: JsonSchema> JsonSchema for WriteOnly<T> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+}
+
 /// A write to an `append_or_override` channel: added to what it holds, or replacing it.
 #[derive(Debug)]
 pub enum Write<T> {

@@ -8,7 +8,7 @@ use super::fallbacks::FallbackMeter;
 use super::messages::{self as msg, Message};
 use super::model::{Caller, Deps, Role, prepare_run, run_config};
 use super::state::{
-    AgentState, AgentUpdate, Source, SourceKind, StoppedEarly, SupervisorInput, SupervisorState,
+    AgentState, AgentUpdate, Source, SourceKind, StoppedEarly, SupervisorInput, SupervisorOutput,
 };
 use super::stream_fields::FieldStreamer;
 use super::support::{self, Sources};
@@ -204,17 +204,23 @@ async fn research(
 ) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state);
     // Pages earlier runs on this thread summarised are not paid for again.
+    // What the supervisor does not need (the conversation, earlier raw notes) is let go here,
+    // not held while it researches.
+    let (sources, input) = {
+        let s = state;
+        let input = SupervisorInput {
+            supervisor_messages: s.supervisor_messages,
+            research_brief: s.research_brief,
+        };
+        (s.sources, input)
+    };
     let ledger = ctx.scope.local::<SummaryLedger>();
-    for source in state.sources {
+    for source in sources {
         if let Some(summary) = source.summary {
             ledger.remember(&source.url, summary);
         }
     }
-    let input = SupervisorInput {
-        supervisor_messages: state.supervisor_messages,
-        research_brief: state.research_brief,
-    };
-    let out: SupervisorState = ctx.typed_subgraph(&sup, &input).await?;
+    let out: SupervisorOutput = ctx.typed_subgraph(&sup, &input).await?;
     // Only what this round added flows back (ODR re-applied the whole subgraph state through
     // the parent's reducers, duplicating raw notes and supervisor messages on later turns).
     let upd = AgentUpdate {

@@ -5,7 +5,7 @@
 
 use super::cost::RunUsage;
 use super::messages::Message;
-use crate::graph::Write;
+use crate::graph::{Write, WriteOnly};
 use crate::tools::PageSummary;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -169,9 +169,21 @@ pub struct SupervisorState {
     #[serde(deserialize_with = "or_default")]
     pub research_iterations: u32,
     #[schemars(extend("x-reducer" = "append_or_override"))]
+    pub raw_notes: WriteOnly<Vec<String>>,
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    pub sources: WriteOnly<Vec<Source>>,
+}
+
+/// What the main graph reads from the supervisor's final state.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct SupervisorOutput {
+    #[serde(deserialize_with = "or_default")]
+    pub supervisor_messages: Vec<Message>,
+    #[serde(deserialize_with = "or_default")]
+    pub notes: Vec<String>,
     #[serde(deserialize_with = "or_default")]
     pub raw_notes: Vec<String>,
-    #[schemars(extend("x-reducer" = "append_or_override"))]
     #[serde(deserialize_with = "or_default")]
     pub sources: Vec<Source>,
 }
@@ -211,9 +223,18 @@ pub struct ResearcherState {
     /// The findings, cleaned up for the supervisor.
     pub compressed_research: Option<String>,
     #[schemars(extend("x-reducer" = "append_or_override"))]
+    pub raw_notes: WriteOnly<Vec<String>>,
+    #[schemars(extend("x-reducer" = "append_or_override"))]
+    pub sources: WriteOnly<Vec<Source>>,
+}
+
+/// What the supervisor reads from a researcher's final state.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct ResearcherOutput {
+    pub compressed_research: Option<String>,
     #[serde(deserialize_with = "or_default")]
     pub raw_notes: Vec<String>,
-    #[schemars(extend("x-reducer" = "append_or_override"))]
     #[serde(deserialize_with = "or_default")]
     pub sources: Vec<Source>,
 }

@@ -6,7 +6,7 @@ use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, Kind, Message, ToolCall};
 use super::model::{Caller, Deps, Role, run_config};
-use super::state::{ResearcherInput, ResearcherState, Source, SupervisorState, SupervisorUpdate};
+use super::state::{ResearcherInput, ResearcherOutput, Source, SupervisorState, SupervisorUpdate};
 use super::{research_complete_tool, researcher, think_tool};
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use futures::future::join_all;
@@ -164,6 +164,8 @@ async fn tools(
     {
         return finish(history);
     }
+    // The history is not needed while the researchers run.
+    drop(state);
     let cap = cfg.max_concurrent_research_units as usize;
     let research: Vec<&ToolCall> = calls
         .iter()
@@ -219,7 +221,7 @@ async fn tools(
 
 impl Round {
     /// Records one researcher's outcome; a failed researcher is reported, not swallowed.
-    fn absorb(&mut self, call: &ToolCall, outcome: Result<ResearcherState, NodeError>) {
+    fn absorb(&mut self, call: &ToolCall, outcome: Result<ResearcherOutput, NodeError>) {
         match outcome {
             Ok(out) => {
                 let compressed = out.compressed_research.unwrap_or_default();
@@ -252,7 +254,7 @@ async fn run_researcher(
     ctx: &NodeContext,
     index: usize,
     call: &ToolCall,
-) -> Result<Result<ResearcherState, NodeError>, NodeError> {
+) -> Result<Result<ResearcherOutput, NodeError>, NodeError> {
     let topic = call.text_arg("research_topic").trim().to_owned();
     if topic.is_empty() {
         return Ok(Err(NodeError::new(
