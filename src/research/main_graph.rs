@@ -317,6 +317,19 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
     }
     let numbered = Sources::from_state(&state.sources);
     let findings = findings(&state.notes, &numbered);
+    // Past this point the pages' texts, the notes and the supervisor's history are not read:
+    // they are let go before the long model call (runs writing reports at once held them all).
+    let state = AgentState {
+        sources: state
+            .sources
+            .into_iter()
+            .map(Source::without_text)
+            .collect(),
+        notes: Vec::new(),
+        raw_notes: Vec::new(),
+        supervisor_messages: Vec::new(),
+        ..state
+    };
     let resp = write_report(&deps, &ctx, &cfg, &state, &findings, &numbered).await?;
     let mut message = Message::from_model(resp.message);
     let mut checked = check_citations(&ctx, &message.text(), &state.sources, &numbered);

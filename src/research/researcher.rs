@@ -7,7 +7,7 @@ use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, Kind, Message, ToolCall};
 use super::model::{Caller, Deps, Role, node_error, run_config};
-use super::state::{ResearcherState, ResearcherUpdate, Source, SourceKind};
+use super::state::{LastTurn, ResearcherState, ResearcherUpdate, Source, SourceKind};
 use super::{ResearchDeps, research_complete_tool, think_tool};
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use crate::llm::{NativeTool, ResponseSchema, ToolSpec};
@@ -25,7 +25,9 @@ pub fn graph(deps: Deps) -> Graph {
     Graph::builder("researcher")
         .state::<ResearcherState>()
         .typed_node("researcher", move |s, c| researcher(d1.clone(), s, c))
-        .typed_node("researcher_tools", move |s, c| tools(d2.clone(), s, c))
+        .typed_node("researcher_tools", move |s: LastTurn, c| {
+            tools(d2.clone(), s, c)
+        })
         .typed_node("compress_research", move |s, c| compress(d3.clone(), s, c))
         .start("researcher")
         .edge("researcher", "researcher_tools")
@@ -131,23 +133,30 @@ async fn researcher(
             ("search_tools", &note),
         ],
     );
-    let mut messages = vec![Message::system(prompt)];
-    messages.extend(history.iter().cloned());
     let search_name = search_tool(&caller);
     let offers_search = search_name.is_some();
-    let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
-    let mut message = Message::from_model(caller.act(req).await?.message);
-    let iterations = state.tool_call_iterations + 1;
-    let last_turn = iterations >= cfg.max_react_tool_calls;
     let researched = |name: &str| Some(name) == search_name || toolbox.find(name).is_some();
     let searched_before = history
         .iter()
         .any(|m| m.tool_name().is_some_and(researched));
+    let ResearcherState {
+        researcher_messages,
+        tool_call_iterations,
+        research_topic,
+        ..
+    } = state;
+    // The history moves into the request: the node holds one copy while the model answers.
+    let mut messages = vec![Message::system(prompt)];
+    messages.extend(researcher_messages);
+    let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
+    let mut message = Message::from_model(caller.act(req).await?.message);
+    let iterations = tool_call_iterations + 1;
+    let last_turn = iterations >= cfg.max_react_tool_calls;
     if offers_search
         && !searched_before
         && finishes_without_searching(&message, last_turn, &researched)
     {
-        let topic = state.research_topic.as_deref().unwrap_or_default();
+        let topic = research_topic.as_deref().unwrap_or_default();
         search_the_plan(&ctx, topic, &mut message, search_name.unwrap_or_default());
     }
     let upd = ResearcherUpdate {
@@ -265,13 +274,9 @@ fn listed_queries(text: &str) -> Vec<String> {
         .collect()
 }
 
-async fn tools(deps: Deps, state: ResearcherState, ctx: NodeContext) -> Result<Command, NodeError> {
+async fn tools(deps: Deps, state: LastTurn, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&ctx)?;
-    let last = state
-        .researcher_messages
-        .last()
-        .cloned()
-        .unwrap_or_default();
+    let last = state.researcher_messages.unwrap_or_default();
     let calls = last.tool_calls();
     let invalid = last.invalid_tool_calls();
     if calls.is_empty() && invalid.is_empty() && !last.used_native_search() {

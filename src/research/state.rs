@@ -52,6 +52,17 @@ pub struct Source {
     pub tool: Option<String>,
 }
 
+impl Source {
+    /// The source without its page text and summary (what a citation check of links reads).
+    pub fn without_text(self) -> Self {
+        Self {
+            text: String::new(),
+            summary: None,
+            ..self
+        }
+    }
+}
+
 /// Why a run stopped before finishing its research (its spend cap), and what it had spent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct StoppedEarly {
@@ -239,6 +250,46 @@ pub struct ResearcherOutput {
     pub sources: Vec<Source>,
 }
 
+/// What the researcher's tools step reads: the last turn only (the history, with every search
+/// result so far, is not copied for it).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct LastTurn {
+    #[serde(deserialize_with = "last_only")]
+    pub researcher_messages: Option<Message>,
+    #[serde(deserialize_with = "or_default")]
+    pub tool_call_iterations: u32,
+}
+
+/// The last element of a list; the others are skipped without being copied.
+fn last_only<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    struct Last<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Last<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut last = None;
+            loop {
+                // A JSON array knows how many items are left: read only the last one.
+                if seq.size_hint() == Some(1) {
+                    last = seq.next_element::<T>()?;
+                } else if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                    return Ok(last);
+                }
+            }
+        }
+    }
+    d.deserialize_any(Last(std::marker::PhantomData))
+}
+
 /// What the supervisor hands a researcher.
 #[derive(Debug, Serialize)]
 pub struct ResearcherInput {
@@ -322,6 +373,24 @@ mod tests {
                     .any(|c| &c.name == key),
                 "{key}"
             );
+        }
+    }
+
+    #[test]
+    fn the_tools_step_reads_only_the_last_turn() {
+        let turn: LastTurn = serde_json::from_value(json!({"researcher_messages": [
+            {"type": "human", "content": "topic"}, {"type": "ai", "content": "last"}],
+            "tool_call_iterations": 2}))
+        .unwrap();
+        assert_eq!(turn.researcher_messages.unwrap().text(), "last");
+        assert_eq!(turn.tool_call_iterations, 2);
+        for empty in [
+            json!({"researcher_messages": []}),
+            json!({"researcher_messages": null}),
+            json!({}),
+        ] {
+            let turn: LastTurn = serde_json::from_value(empty).unwrap();
+            assert!(turn.researcher_messages.is_none());
         }
     }
 

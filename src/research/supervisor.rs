@@ -72,7 +72,10 @@ async fn supervisor(
         return Ok(Command::write(upd)?.goto("supervisor_tools"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
-    let req = caller.request(Role::Research, state.supervisor_messages.clone())?;
+    let delegated = msg::has_result_of(&state.supervisor_messages, "ConductResearch");
+    let brief = state.research_brief.clone().unwrap_or_default();
+    // The history moves into the request: one copy while the model answers.
+    let req = caller.request(Role::Research, state.supervisor_messages)?;
     let req = caller.with_tools(
         req,
         vec![
@@ -83,8 +86,8 @@ async fn supervisor(
         vec![],
     );
     let mut message = Message::from_model(caller.act(req).await?.message);
-    if !message.acted() && !msg::has_result_of(&state.supervisor_messages, "ConductResearch") {
-        delegate_brief(&ctx, &state, &mut message);
+    if !message.acted() && !delegated {
+        delegate_brief(&ctx, &brief, &mut message);
     }
     let upd = SupervisorUpdate {
         supervisor_messages: Some(Write::Add(vec![message])),
@@ -97,8 +100,7 @@ async fn supervisor(
 /// A supervisor that would end the research before delegating anything (it answered in prose
 /// even after a corrective turn): rather than a run with no sources, the brief is researched as
 /// one topic, and the run says so.
-fn delegate_brief(ctx: &NodeContext, state: &SupervisorState, message: &mut Message) {
-    let brief = state.research_brief.as_deref().unwrap_or_default();
+fn delegate_brief(ctx: &NodeContext, brief: &str, message: &mut Message) {
     if brief.trim().is_empty() {
         return;
     }
