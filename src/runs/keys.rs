@@ -16,10 +16,6 @@ impl RunKeys {
         Self(keys.into_iter().map(|(k, v)| (k, v.into())).collect())
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// The `apiKeys` object the run's nodes read from their config.
     pub fn to_config(&self) -> Value {
         Value::Object(
