@@ -14,6 +14,7 @@ use super::assistants::resolve;
 use super::auth::Principal;
 use super::error::{ApiResult, AppError};
 use super::turns::{self, Outcome, Turn};
+use crate::ids::{AssistantId, ThreadId};
 use crate::research::progress::{LineId, RunProgress};
 use crate::store::{CancelAction, Run, RunStatus};
 use crate::stream::Frame;
@@ -25,7 +26,6 @@ use axum::routing::post;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 use tokio::sync::mpsc;
-use uuid::Uuid;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new().route("/ag-ui/{assistant_id}", post(run_agent))
@@ -78,7 +78,7 @@ pub(super) async fn run_agent(
 
 /// The parts of a `RunAgentInput` this server reads.
 struct RunInput {
-    thread_id: Uuid,
+    thread_id: ThreadId,
     run_id: String,
     /// The last user message's text, if the last message is the user's.
     text: Option<String>,
@@ -105,7 +105,7 @@ impl RunInput {
         let thread_id = input["threadId"]
             .as_str()
             .ok_or_else(|| invalid("threadId is required (a string)"))?;
-        let thread_id = Uuid::parse_str(thread_id).map_err(|_| {
+        let thread_id = thread_id.parse::<ThreadId>().map_err(|_| {
             AppError::Invalid(format!(
                 "threadId '{thread_id}' is not a UUID: this server's threads are named by UUIDs"
             ))
@@ -170,7 +170,7 @@ impl RunInput {
     /// The turn this input asks for. A resume must meet a thread that waits on that interrupt.
     /// A client state that differs from the thread's is not applied (the thread's state is the
     /// server's): it is reported as unused.
-    async fn turn(&mut self, state: &AppState, assistant_id: Uuid) -> ApiResult<Turn> {
+    async fn turn(&mut self, state: &AppState, assistant_id: AssistantId) -> ApiResult<Turn> {
         let thread = state.store.get_thread(self.thread_id).await?;
         let current = thread
             .as_ref()
@@ -575,6 +575,7 @@ async fn finish(state: &AppState, run: &Run, out: &Out) -> Sent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     #[test]
     fn a_delta_names_each_changed_key() {

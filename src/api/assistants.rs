@@ -3,12 +3,13 @@
 //! id does.
 
 use super::auth::Principal;
-use super::error::{ApiResult, AppError, Body, Params, parse_id};
+use super::error::{ApiResult, AppError, Body, Params};
+use super::params::parse_id;
 use super::params::{check_recursion_limit, parse_enum};
 use super::{AppState, SearchParams, paged, project};
 use crate::graph::Graph;
 use crate::graph::interrupts::Breakpoints;
-use crate::ids;
+use crate::ids::AssistantId;
 use crate::store::Owner;
 use crate::store::{
     Assistant, AssistantPatch, AssistantQuery, AssistantVersion, IfExists, JsonMap,
@@ -22,7 +23,6 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use uuid::Uuid;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -47,7 +47,7 @@ pub(super) fn router() -> Router<AppState> {
 /// The system assistant of a graph.
 pub fn system_assistant(graph_id: &str, now: Timestamp) -> Assistant {
     Assistant {
-        assistant_id: ids::default_assistant_id(graph_id),
+        assistant_id: AssistantId::default_for(graph_id),
         graph_id: graph_id.to_owned(),
         config: json!({}),
         context: json!({}),
@@ -66,9 +66,9 @@ pub fn system_assistant(graph_id: &str, now: Timestamp) -> Assistant {
 /// Finds the assistant an id names: an assistant UUID, or a registered graph id (its system
 /// assistant). Unknown names get the reference's 422 message listing the graphs.
 pub(crate) async fn resolve(state: &AppState, raw: &str, who: &Owner) -> ApiResult<Assistant> {
-    let id = match raw.parse::<Uuid>() {
+    let id = match raw.parse::<AssistantId>() {
         Ok(id) => id,
-        Err(_) if state.registry.get(raw).is_some() => ids::default_assistant_id(raw),
+        Err(_) if state.registry.get(raw).is_some() => AssistantId::default_for(raw),
         Err(_) => {
             let graphs: Vec<&str> = state.registry.ids().collect();
             return Err(AppError::Invalid(format!(
@@ -171,8 +171,8 @@ pub(super) async fn create(
     };
     let if_exists: IfExists = parse_enum(body.if_exists.as_deref(), "if_exists", IfExists::Raise)?;
     let assistant_id = match body.assistant_id.as_deref() {
-        Some(raw) => parse_id(raw, "assistant")?,
-        None => ids::new_id(),
+        Some(raw) => parse_id::<AssistantId>(raw)?,
+        None => AssistantId::new(),
     };
     let now = Timestamp::now();
     let config = object_or_empty(body.config, "config")?;

@@ -10,7 +10,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -110,12 +109,6 @@ impl IntoResponse for AppError {
 
 /// Result alias for handlers.
 pub type ApiResult<T> = Result<T, AppError>;
-
-/// Parses a path id, with the reference's message for a malformed one.
-pub fn parse_id(raw: &str, what: &str) -> ApiResult<Uuid> {
-    raw.parse()
-        .map_err(|_| AppError::Invalid(format!("Invalid {what} ID: must be a UUID")))
-}
 
 /// A JSON body. Unlike axum's `Json` it accepts a missing content type (the SDKs send bodiless
 /// POSTs), treats an empty body as `{}`, and reports problems as `{"detail"}` with 422

@@ -2,20 +2,15 @@
 
 use super::AppState;
 use super::auth::Principal;
-use super::error::{ApiResult, AppError, parse_id};
+use super::error::{ApiResult, AppError};
+use super::params::parse_id;
+use crate::ids::{CheckpointId, ThreadId};
 use crate::store::{Owner, Thread};
 use serde_json::Value;
-use uuid::Uuid;
 
-/// The caller's thread a path names, or the reference's 404 (also for another owner's: whether
+/// The caller's thread with this id, or the reference's 404 (also for another owner's: whether
 /// it exists is not theirs to learn).
-pub(super) async fn thread(state: &AppState, raw: &str, who: &Principal) -> ApiResult<Thread> {
-    let id = parse_id(raw, "thread")?;
-    owned_thread(state, id, who).await
-}
-
-/// `thread`, for an id already parsed.
-pub(super) async fn owned_thread(state: &AppState, id: Uuid, who: &Principal) -> ApiResult<Thread> {
+pub(super) async fn thread(state: &AppState, id: ThreadId, who: &Principal) -> ApiResult<Thread> {
     state
         .store
         .get_thread(id)
@@ -26,7 +21,7 @@ pub(super) async fn owned_thread(state: &AppState, id: Uuid, who: &Principal) ->
 
 /// Refuses a thread id that is another owner's (as a 404, like a missing one). A thread that
 /// does not exist yet is fine: runs and the protocol create threads on first use.
-pub(super) async fn not_anothers(state: &AppState, id: Uuid, owner: &Owner) -> ApiResult<()> {
+pub(super) async fn not_anothers(state: &AppState, id: ThreadId, owner: &Owner) -> ApiResult<()> {
     match state.store.get_thread(id).await? {
         Some(thread) if thread.owner != *owner => {
             Err(AppError::NotFound(format!("Thread with ID {id} not found")))
@@ -37,7 +32,7 @@ pub(super) async fn not_anothers(state: &AppState, id: Uuid, owner: &Owner) -> A
 
 /// Reads `checkpoint_id` from any of the shapes clients send: a string, `{checkpoint_id}` or
 /// `{configurable: {checkpoint_id}}`.
-pub(super) fn checkpoint_id_of(value: Option<&Value>) -> ApiResult<Option<Uuid>> {
+pub(super) fn checkpoint_id_of(value: Option<&Value>) -> ApiResult<Option<CheckpointId>> {
     let raw = match value {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::String(s)) => Some(s.as_str()),
@@ -51,5 +46,5 @@ pub(super) fn checkpoint_id_of(value: Option<&Value>) -> ApiResult<Option<Uuid>>
             .or_else(|| v.get("configurable").and_then(|c| c.get("checkpoint_id")))
             .and_then(Value::as_str),
     };
-    raw.map(|r| parse_id(r, "checkpoint")).transpose()
+    raw.map(parse_id::<CheckpointId>).transpose()
 }

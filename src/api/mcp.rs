@@ -11,6 +11,7 @@ use super::AppState;
 use super::auth::Principal;
 use super::error::AppError;
 use super::turns::{self, Outcome, Turn};
+use crate::ids::{AssistantId, RunId, ThreadId};
 use crate::research::progress::{LineId, RunProgress};
 use crate::store::{Assistant, AssistantQuery, CancelAction, Run, SortOrder};
 use axum::http::{StatusCode, header};
@@ -28,7 +29,6 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
-use uuid::Uuid;
 
 /// Tools listed per caller: the first hundred assistants, oldest first (the graphs' own first).
 const MAX_TOOLS: i64 = 100;
@@ -204,7 +204,7 @@ impl ResearchTools {
         for assistant in page.items {
             let mut name = tool_name(&assistant.name);
             if !taken.insert(name.clone()) {
-                let id = assistant.assistant_id.simple().to_string();
+                let id = assistant.assistant_id.uuid().simple().to_string();
                 name = format!("{}_{}", truncate(&name, 55), &id[..8]);
                 taken.insert(name.clone());
             }
@@ -240,7 +240,7 @@ impl ResearchTools {
 
     /// Follows the run's stream to its end and reports each finished step and each
     /// researcher's searches as a progress notification (when the call carries a token).
-    async fn send_progress(&self, run_id: Uuid, context: &RequestContext<RoleServer>) {
+    async fn send_progress(&self, run_id: RunId, context: &RequestContext<RoleServer>) {
         let state = &self.state;
         let token = context.meta.get_progress_token();
         let (mut frames, _following) = turns::follow(state, run_id);
@@ -321,7 +321,7 @@ impl ResearchTools {
 }
 
 /// The sources of the thread's state whose address the report cites, in the state's order.
-async fn cited_sources(state: &AppState, thread_id: Uuid, report: &str) -> Vec<Value> {
+async fn cited_sources(state: &AppState, thread_id: ThreadId, report: &str) -> Vec<Value> {
     let Ok(Some(thread)) = state.store.get_thread(thread_id).await else {
         return Vec::new();
     };
@@ -349,7 +349,7 @@ fn merge(mut a: Value, b: Value) -> Value {
 
 /// The tool's arguments as a turn: `question` (required), `thread_id` (to continue a thread or
 /// answer its question) and `configurable` (research settings). Anything else is refused.
-fn parse_arguments(assistant_id: Uuid, arguments: &JsonObject) -> Result<Turn, String> {
+fn parse_arguments(assistant_id: AssistantId, arguments: &JsonObject) -> Result<Turn, String> {
     if let Some(key) = arguments
         .keys()
         .find(|k| !matches!(k.as_str(), "question" | "thread_id" | "configurable"))
@@ -366,9 +366,10 @@ fn parse_arguments(assistant_id: Uuid, arguments: &JsonObject) -> Result<Turn, S
     };
     let thread_id = match arguments.get("thread_id") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => {
-            Some(Uuid::parse_str(s).map_err(|_| format!("thread_id '{s}' is not a UUID"))?)
-        }
+        Some(Value::String(s)) => Some(
+            s.parse::<ThreadId>()
+                .map_err(|_| format!("thread_id '{s}' is not a UUID"))?,
+        ),
         Some(_) => return Err("thread_id must be a string (a UUID)".into()),
     };
     let configurable = match arguments.get("configurable") {
@@ -481,6 +482,7 @@ fn principal(context: &RequestContext<RoleServer>) -> Result<Principal, ErrorDat
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     #[test]
     fn tool_names_are_safe_and_bounded() {
@@ -493,7 +495,7 @@ mod tests {
 
     #[test]
     fn arguments_are_checked() {
-        let id = Uuid::nil();
+        let id = AssistantId::from_uuid(Uuid::nil());
         let args = |v: Value| v.as_object().cloned().unwrap_or_default();
         assert!(parse_arguments(id, &args(json!({}))).is_err());
         assert!(parse_arguments(id, &args(json!({"question": " "}))).is_err());
@@ -506,6 +508,9 @@ mod tests {
                          "configurable": {"max_researcher_iterations": 1}}),
             ),
         );
-        assert!(turn.is_ok_and(|t| t.thread_id == Some(Uuid::nil()) && t.configurable.is_some()));
+        assert!(
+            turn.is_ok_and(|t| t.thread_id == Some(ThreadId::from_uuid(Uuid::nil()))
+                && t.configurable.is_some())
+        );
     }
 }

@@ -8,10 +8,12 @@
 
 use super::AppState;
 use super::auth::Principal;
-use super::error::{AppError, parse_id};
+use super::error::AppError;
+use super::params::parse_id;
 use super::responses::sse_response;
 use super::runs::start_on_thread;
 use crate::graph::state::StateBuilder;
+use crate::ids::{CheckpointId, ThreadId};
 use crate::runs::RunKwargs;
 use crate::store::{CheckpointQuery, Run, Thread, ThreadStatus};
 use crate::stream::protocol::{Filter, ThreadTape, events_sse_body};
@@ -23,7 +25,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Map, Value, json};
-use uuid::Uuid;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -92,7 +93,7 @@ pub(super) async fn command(
     body: Bytes,
 ) -> Response {
     // A malformed path is the transport's error, like on the events stream.
-    let thread_id = match parse_id(&raw_thread, "thread") {
+    let thread_id = match parse_id::<ThreadId>(&raw_thread) {
         Ok(id) => id,
         Err(error) => return error.into_response(),
     };
@@ -152,7 +153,7 @@ fn reply(id: i64, outcome: Outcome) -> Response {
 async fn dispatch(
     state: &AppState,
     who: &Principal,
-    thread_id: Uuid,
+    thread_id: ThreadId,
     method: &str,
     params: &Value,
 ) -> Outcome {
@@ -215,7 +216,7 @@ fn copy_fields(params: &Value, fields: &[(&str, &str)]) -> Map<String, Value> {
         .collect()
 }
 
-async fn thread_of(state: &AppState, thread_id: Uuid) -> Step<Option<Thread>> {
+async fn thread_of(state: &AppState, thread_id: ThreadId) -> Step<Option<Thread>> {
     state
         .store
         .get_thread(thread_id)
@@ -228,7 +229,7 @@ async fn thread_of(state: &AppState, thread_id: Uuid) -> Step<Option<Thread>> {
 async fn run_start(
     state: &AppState,
     who: &Principal,
-    thread_id: Uuid,
+    thread_id: ThreadId,
     params: &Value,
 ) -> Step<Value> {
     let Some(assistant) = params.get("assistant_id").filter(|v| v.is_string()) else {
@@ -270,7 +271,7 @@ async fn run_start(
 async fn input_respond(
     state: &AppState,
     who: &Principal,
-    thread_id: Uuid,
+    thread_id: ThreadId,
     params: &Value,
 ) -> Step<Value> {
     let answers: Vec<(String, Value)> = match params.get("responses") {
@@ -387,14 +388,14 @@ fn root_only(params: &Value) -> Step<()> {
     }
 }
 
-async fn known_thread(state: &AppState, thread_id: Uuid) -> Step<Thread> {
+async fn known_thread(state: &AppState, thread_id: ThreadId) -> Step<Thread> {
     thread_of(state, thread_id)
         .await?
         .ok_or_else(|| refuse("invalid_argument", format!("Thread {thread_id} not found")))
 }
 
 /// `state.get {namespace, keys?}` → `{values, checkpoint?: {id, ns}}`.
-async fn state_get(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Value> {
+async fn state_get(state: &AppState, thread_id: ThreadId, params: &Value) -> Step<Value> {
     root_only(params)?;
     let thread = known_thread(state, thread_id).await?;
     let store = &*state.store;
@@ -422,7 +423,7 @@ async fn state_get(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Va
 }
 
 /// `state.listCheckpoints {namespace?, limit?, before?}` → `{checkpoints: [...]}`, newest first.
-async fn list_checkpoints(state: &AppState, thread_id: Uuid, params: &Value) -> Step<Value> {
+async fn list_checkpoints(state: &AppState, thread_id: ThreadId, params: &Value) -> Step<Value> {
     root_only(params)?;
     known_thread(state, thread_id).await?;
     let limit = params["limit"].as_i64().unwrap_or(10);
@@ -433,7 +434,7 @@ async fn list_checkpoints(state: &AppState, thread_id: Uuid, params: &Value) -> 
         ));
     }
     let before = match params["before"].as_str() {
-        Some(raw) => Some(raw.parse::<Uuid>().map_err(|_| {
+        Some(raw) => Some(raw.parse::<CheckpointId>().map_err(|_| {
             refuse(
                 "invalid_argument",
                 format!("before must be a checkpoint id, got '{raw}'"),
@@ -464,7 +465,12 @@ async fn list_checkpoints(state: &AppState, thread_id: Uuid, params: &Value) -> 
 
 /// `state.fork {checkpoint_id, input?, config?}` → `{run_id, thread_id}`: a run from that
 /// checkpoint (with no input it re-runs the checkpoint's pending nodes).
-async fn fork(state: &AppState, who: &Principal, thread_id: Uuid, params: &Value) -> Step<Value> {
+async fn fork(
+    state: &AppState,
+    who: &Principal,
+    thread_id: ThreadId,
+    params: &Value,
+) -> Step<Value> {
     let Some(cid) = params["checkpoint_id"].as_str() else {
         return Err(refuse(
             "invalid_argument",
@@ -478,7 +484,7 @@ async fn fork(state: &AppState, who: &Principal, thread_id: Uuid, params: &Value
             "No run has used this thread yet: nothing to fork.",
         ));
     };
-    let known = match cid.parse::<Uuid>() {
+    let known = match cid.parse::<CheckpointId>() {
         Ok(id) => state
             .store
             .get_checkpoint(thread_id, "", id)
@@ -512,7 +518,7 @@ pub(super) async fn events(
     Path(raw_thread): Path<String>,
     body: Bytes,
 ) -> Response {
-    let thread_id = match parse_id(&raw_thread, "thread") {
+    let thread_id = match parse_id::<ThreadId>(&raw_thread) {
         Ok(id) => id,
         Err(error) => return error.into_response(),
     };

@@ -2,8 +2,9 @@
 //! history, state updates, and the thread-wide event stream.
 
 use super::auth::Principal;
-use super::error::{ApiResult, AppError, Body, Params, parse_id};
+use super::error::{ApiResult, AppError, Body, Params};
 use super::lookups::{self, checkpoint_id_of};
+use super::params::{Ids, parse_id};
 use super::params::{optional_enum, parse_enum};
 use super::query::{query_pairs, query_values};
 use super::responses::sse_response;
@@ -11,14 +12,14 @@ use super::{AppState, SearchParams, paged, project};
 use crate::graph::channels::writes_to_json;
 use crate::graph::state::{StateBuilder, empty_state};
 use crate::graph::{Graph, NullSink, RunScope, Start, update_state};
-use crate::ids;
+use crate::ids::{CheckpointId, RunId, ThreadId};
 use crate::store::{
     CancelAction, Checkpoint, CheckpointQuery, EventId, IfExists, JsonMap, Thread, ThreadQuery,
     ThreadStatus, ThreadSummary,
 };
 use crate::stream::{ThreadFollow, ThreadIdentity, ThreadModes, thread_sse_body};
 use crate::time::Timestamp;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,7 +28,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -90,8 +90,8 @@ pub(super) async fn create(
     }
     let if_exists = parse_enum(body.if_exists.as_deref(), "if_exists", IfExists::Raise)?;
     let thread_id = match body.thread_id.as_deref() {
-        Some(raw) => parse_id(raw, "thread")?,
-        None => ids::new_id(),
+        Some(raw) => parse_id::<ThreadId>(raw)?,
+        None => ThreadId::new(),
     };
     let mut metadata = body.metadata.unwrap_or_default();
     if let Some(g) = body.graph_id {
@@ -170,8 +170,8 @@ fn thread_query(body: ThreadSearch, who: &Principal) -> ApiResult<(ThreadQuery, 
         .ids
         .unwrap_or_default()
         .iter()
-        .map(|raw| parse_id(raw, "thread"))
-        .collect::<ApiResult<Vec<Uuid>>>()?;
+        .map(|raw| parse_id::<ThreadId>(raw))
+        .collect::<ApiResult<Vec<ThreadId>>>()?;
     let q = ThreadQuery {
         owner: who.owner.clone(),
         metadata,
@@ -253,12 +253,12 @@ pub(super) async fn prune(
     let ids = body
         .thread_ids
         .iter()
-        .map(|raw| parse_id(raw, "thread"))
-        .collect::<ApiResult<Vec<Uuid>>>()?;
+        .map(|raw| parse_id::<ThreadId>(raw))
+        .collect::<ApiResult<Vec<ThreadId>>>()?;
     let mut pruned = 0;
     for id in ids {
         // Another owner's thread is skipped as if it did not exist.
-        if lookups::owned_thread(&state, id, &who).await.is_err() {
+        if lookups::thread(&state, id, &who).await.is_err() {
             continue;
         }
         let done = if keep_latest {
@@ -278,7 +278,7 @@ pub(super) async fn prune(
 /// checkpoints store each step's writes, so the state is rebuilt first); subgraph checkpoints
 /// go. Threads with a run in flight or no checkpoint are left as they are; returns whether it
 /// pruned.
-async fn keep_latest_checkpoint(state: &AppState, id: Uuid) -> ApiResult<bool> {
+async fn keep_latest_checkpoint(state: &AppState, id: ThreadId) -> ApiResult<bool> {
     let Some(thread) = state.store.get_thread(id).await? else {
         return Ok(false);
     };
@@ -317,9 +317,9 @@ async fn keep_latest_checkpoint(state: &AppState, id: Uuid) -> ApiResult<bool> {
 pub(super) async fn fetch(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
 ) -> ApiResult<Json<Thread>> {
-    Ok(Json(lookups::thread(&state, &id, &who).await?))
+    Ok(Json(lookups::thread(&state, id, &who).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -361,11 +361,11 @@ fn parse_ttl(value: Option<&Value>) -> ApiResult<Option<f64>> {
 pub(super) async fn update(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
     headers: HeaderMap,
     Body(body): Body<ThreadPatch>,
 ) -> ApiResult<Response> {
-    let id = lookups::thread(&state, &id, &who).await?.thread_id;
+    let id = lookups::thread(&state, id, &who).await?.thread_id;
     let ttl = parse_ttl(body.ttl.as_ref())?;
     let thread = state
         .store
@@ -389,12 +389,12 @@ pub(super) async fn update(
 }
 
 /// Cancels whatever runs on a thread that is about to disappear.
-async fn stop_runs(state: &AppState, thread_id: Uuid) -> ApiResult<()> {
+async fn stop_runs(state: &AppState, thread_id: ThreadId) -> ApiResult<()> {
     let inflight = state.store.inflight_runs(thread_id).await?;
     if inflight.is_empty() {
         return Ok(());
     }
-    let ids: Vec<Uuid> = inflight.iter().map(|r| r.run_id).collect();
+    let ids: Vec<RunId> = inflight.iter().map(|r| r.run_id).collect();
     let affected = state
         .store
         .cancel_runs(&ids, CancelAction::Interrupt)
@@ -412,9 +412,9 @@ async fn stop_runs(state: &AppState, thread_id: Uuid) -> ApiResult<()> {
 pub(super) async fn remove(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
 ) -> ApiResult<StatusCode> {
-    let thread = lookups::thread(&state, &id, &who).await?;
+    let thread = lookups::thread(&state, id, &who).await?;
     stop_runs(&state, thread.thread_id).await?;
     state.store.delete_thread(thread.thread_id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -426,18 +426,22 @@ pub(super) async fn remove(
 pub(super) async fn copy(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
 ) -> ApiResult<Json<Thread>> {
-    let thread = lookups::thread(&state, &id, &who).await?;
+    let thread = lookups::thread(&state, id, &who).await?;
     state
         .store
-        .copy_thread(thread.thread_id, ids::new_id(), Timestamp::now())
+        .copy_thread(thread.thread_id, ThreadId::new(), Timestamp::now())
         .await?
         .map(Json)
         .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))
 }
 
-async fn state_of(state: &AppState, thread: &Thread, checkpoint: Option<Uuid>) -> ApiResult<Value> {
+async fn state_of(
+    state: &AppState,
+    thread: &Thread,
+    checkpoint: Option<CheckpointId>,
+) -> ApiResult<Value> {
     let store = &*state.store;
     let cp = match checkpoint {
         Some(cid) => Some(
@@ -468,10 +472,10 @@ pub(super) struct StateQuery {
 pub(super) async fn get_state(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
     Params(_q): Params<StateQuery>,
 ) -> ApiResult<Json<Value>> {
-    let thread = lookups::thread(&state, &id, &who).await?;
+    let thread = lookups::thread(&state, id, &who).await?;
     Ok(Json(state_of(&state, &thread, None).await?))
 }
 
@@ -482,11 +486,10 @@ pub(super) async fn get_state(
 pub(super) async fn state_at(
     State(state): State<AppState>,
     who: Principal,
-    Path((id, checkpoint)): Path<(String, String)>,
+    Ids((id, checkpoint)): Ids<(ThreadId, CheckpointId)>,
 ) -> ApiResult<Json<Value>> {
-    let thread = lookups::thread(&state, &id, &who).await?;
-    let cid = parse_id(&checkpoint, "checkpoint")?;
-    Ok(Json(state_of(&state, &thread, Some(cid)).await?))
+    let thread = lookups::thread(&state, id, &who).await?;
+    Ok(Json(state_of(&state, &thread, Some(checkpoint)).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -503,10 +506,10 @@ pub(super) struct CheckpointBody {
 pub(super) async fn state_at_body(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
     Body(body): Body<CheckpointBody>,
 ) -> ApiResult<Json<Value>> {
-    let thread = lookups::thread(&state, &id, &who).await?;
+    let thread = lookups::thread(&state, id, &who).await?;
     let cid = checkpoint_id_of(body.checkpoint.as_ref())?;
     Ok(Json(state_of(&state, &thread, cid).await?))
 }
@@ -527,10 +530,10 @@ pub(super) struct StateUpdate {
 pub(super) async fn post_state(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
     Body(body): Body<StateUpdate>,
 ) -> ApiResult<Json<Value>> {
-    let thread = lookups::thread(&state, &id, &who).await?;
+    let thread = lookups::thread(&state, id, &who).await?;
     let graph = graph_of(&state, &thread).ok_or_else(|| {
         AppError::BadRequest(
             "Thread has no graph yet: start a run on it before updating its state".into(),
@@ -554,13 +557,14 @@ pub(super) async fn post_state(
         ));
     }
     let cid = match body.checkpoint_id.as_deref() {
-        Some(raw) => Some(parse_id(raw, "checkpoint")?),
+        Some(raw) => Some(parse_id::<CheckpointId>(raw)?),
         None => checkpoint_id_of(body.checkpoint.as_ref())?,
     };
     let scope = Arc::new(RunScope::new(
         state.store.clone(),
         thread.thread_id,
-        Uuid::nil(),
+        // A state update is made by no run.
+        RunId::from_uuid(uuid::Uuid::nil()),
         json!({}),
         thread.metadata.clone(),
         Arc::new(NullSink),
@@ -615,10 +619,10 @@ pub(super) struct HistoryBody {
 async fn history(
     state: &AppState,
     who: &Principal,
-    raw_id: &str,
+    id: ThreadId,
     body: HistoryBody,
 ) -> ApiResult<Json<Vec<Value>>> {
-    let thread = lookups::thread(state, raw_id, who).await?;
+    let thread = lookups::thread(state, id, who).await?;
     let limit = body.limit.unwrap_or(1);
     if !(1..=1000).contains(&limit) {
         return Err(AppError::Invalid(format!(
@@ -662,10 +666,10 @@ async fn history(
 pub(super) async fn history_post(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
     Body(body): Body<HistoryBody>,
 ) -> ApiResult<Json<Vec<Value>>> {
-    history(&state, &who, &id, body).await
+    history(&state, &who, id, body).await
 }
 
 #[derive(Deserialize)]
@@ -680,7 +684,7 @@ pub(super) struct HistoryQuery {
 pub(super) async fn history_get(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
     Params(q): Params<HistoryQuery>,
 ) -> ApiResult<Json<Vec<Value>>> {
     let body = HistoryBody {
@@ -689,7 +693,7 @@ pub(super) async fn history_get(
         metadata: None,
         checkpoint: None,
     };
-    history(&state, &who, &id, body).await
+    history(&state, &who, id, body).await
 }
 
 /// Every event of every run on the thread, run after run, each followed by a `run_done`
@@ -703,11 +707,11 @@ pub(super) async fn history_get(
 pub(super) async fn stream(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<ThreadId>,
     headers: HeaderMap,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
-    let thread = lookups::thread(&state, &id, &who).await?;
+    let thread = lookups::thread(&state, id, &who).await?;
     let pairs = query_pairs(q.as_deref());
     let mut names = query_values(&pairs, "stream_mode");
     names.extend(query_values(&pairs, "stream_modes"));

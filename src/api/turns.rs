@@ -7,6 +7,7 @@ use super::AppState;
 use super::auth::Principal;
 use super::error::ApiResult;
 use super::runs::start_on_thread;
+use crate::ids::{AssistantId, RunId, ThreadId};
 use crate::store::{Run, RunStatus, StoreResult, Thread, ThreadStatus};
 use crate::stream::{Frame, STORE_POLL, follow_run};
 use axum::body::{Body, Bytes};
@@ -15,16 +16,15 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use uuid::Uuid;
 
 /// The stream modes a turn's run records, so a protocol can follow it live.
 pub(super) const RUN_MODES: [&str; 3] = ["values", "updates", "custom"];
 
 /// What a protocol hands over to start a turn.
 pub(super) struct Turn {
-    pub(super) assistant_id: Uuid,
+    pub(super) assistant_id: AssistantId,
     /// The thread to continue (it must be the caller's or not exist yet); none starts one.
-    pub(super) thread_id: Option<Uuid>,
+    pub(super) thread_id: Option<ThreadId>,
     pub(super) text: String,
     /// A structured answer to an interrupt (a plan review), used instead of `text` there.
     pub(super) data: Option<Value>,
@@ -42,7 +42,7 @@ pub(super) async fn start(state: &AppState, who: &Principal, turn: Turn) -> ApiR
             super::lookups::not_anothers(state, id, &who.owner).await?;
             id
         }
-        None => crate::ids::new_id(),
+        None => ThreadId::new(),
     };
     let thread = state.store.get_thread(thread_id).await?;
     let mut body = json!({"assistant_id": turn.assistant_id.to_string(),
@@ -63,7 +63,7 @@ pub(super) async fn start(state: &AppState, who: &Principal, turn: Turn) -> ApiR
 
 /// The run once it has ended (the store is read every `STORE_POLL`). `None` when it vanished
 /// or the server is shutting down: the run goes on, and the caller says how to read it later.
-pub(super) async fn wait_for_end(state: &AppState, run_id: Uuid) -> StoreResult<Option<Run>> {
+pub(super) async fn wait_for_end(state: &AppState, run_id: RunId) -> StoreResult<Option<Run>> {
     loop {
         match state.store.get_run(run_id).await? {
             Some(run) if !run.status.is_inflight() => return Ok(Some(run)),
@@ -124,7 +124,7 @@ impl Reading {
 /// returned guard is dropped.
 pub(super) fn follow(
     state: &AppState,
-    run_id: Uuid,
+    run_id: RunId,
 ) -> (
     mpsc::Receiver<Frame>,
     tokio_util::task::AbortOnDropHandle<bool>,

@@ -3,10 +3,10 @@
 
 use super::Graph;
 use super::channels::writes_from_json;
+use crate::ids::{CheckpointId, ThreadId};
 use crate::store::{Checkpoint, CheckpointQuery, JsonMap, Store, StoreResult};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use uuid::Uuid;
 
 /// The state of a thread that has no checkpoint yet.
 pub fn empty_state() -> Value {
@@ -19,12 +19,12 @@ pub fn empty_state() -> Value {
 pub struct StateBuilder<'a> {
     store: &'a dyn Store,
     graph: &'a Graph,
-    thread_id: Uuid,
-    cache: HashMap<Uuid, JsonMap>,
+    thread_id: ThreadId,
+    cache: HashMap<CheckpointId, JsonMap>,
 }
 
 impl<'a> StateBuilder<'a> {
-    pub fn new(store: &'a dyn Store, graph: &'a Graph, thread_id: Uuid) -> Self {
+    pub fn new(store: &'a dyn Store, graph: &'a Graph, thread_id: ThreadId) -> Self {
         Self {
             store,
             graph,
@@ -80,7 +80,7 @@ impl<'a> StateBuilder<'a> {
     }
 }
 
-fn cp_ref(thread_id: Uuid, ns: &str, id: Uuid) -> Value {
+fn cp_ref(thread_id: ThreadId, ns: &str, id: CheckpointId) -> Value {
     json!({"checkpoint_id": id, "thread_id": thread_id, "checkpoint_ns": ns})
 }
 

@@ -10,6 +10,7 @@ use crate::graph::interrupts::{self, Breakpoints, ResumeCommand};
 use crate::graph::{
     EventKind, EventSink, Graph, GraphEvent, Invocation, Outcome, RunError, RunScope, invoke,
 };
+use crate::ids::RunId;
 use crate::store::retry::patiently;
 use crate::store::{
     CancelAction, EventId, Fence, JsonMap, Lease, LeaseState, Owner, Run, RunEnd, RunStatus, Store,
@@ -188,7 +189,7 @@ impl Runner {
     }
 
     /// Posts the finished run, with its final values, to its webhook (in the background).
-    async fn send_webhook(&self, run_id: uuid::Uuid, url: &str, values: Option<&Value>) {
+    async fn send_webhook(&self, run_id: RunId, url: &str, values: Option<&Value>) {
         let run = match self.store.get_run(run_id).await {
             Ok(Some(run)) => run,
             Ok(None) => return,
@@ -448,7 +449,7 @@ impl Runner {
     /// Stops when the returned token is cancelled.
     fn record_spend_periodically(
         &self,
-        run_id: uuid::Uuid,
+        run_id: RunId,
         owner: Owner,
         scope: Arc<RunScope>,
     ) -> tokio_util::sync::DropGuard {
@@ -499,7 +500,7 @@ impl Runner {
     /// was lost.
     async fn keep_lease(
         self: Arc<Self>,
-        run_id: uuid::Uuid,
+        run_id: RunId,
         cancel: CancellationToken,
         action: Arc<Mutex<Option<CancelAction>>>,
         lost: Arc<AtomicBool>,
@@ -556,7 +557,7 @@ const SPEND_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Records (replaces) what the run spent in all its attempts, as its cost meter counts them,
 /// under its owner, for per-owner spend limits.
-async fn record_spend(store: &dyn Store, run_id: uuid::Uuid, owner: &Owner, scope: &RunScope) {
+async fn record_spend(store: &dyn Store, run_id: RunId, owner: &Owner, scope: &RunScope) {
     let (tokens, usd) = scope.local::<Spent>().get();
     if tokens == 0 {
         return;

@@ -1,11 +1,11 @@
 //! Provider keys a run brought (`configurable.apiKeys`): held in this process's memory for the
 //! run's lifetime, never stored, and handed to the run's nodes in its config.
 
+use crate::ids::RunId;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use uuid::Uuid;
 
 /// One run's keys: key name (`OPENAI_API_KEY`) to key.
 #[derive(Clone, Debug, Default)]
@@ -29,10 +29,10 @@ impl RunKeys {
 
 /// The keys of the runs this process accepted and has not finished.
 #[derive(Default)]
-pub struct KeyVault(Mutex<HashMap<Uuid, RunKeys>>);
+pub struct KeyVault(Mutex<HashMap<RunId, RunKeys>>);
 
 impl KeyVault {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, RunKeys>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, RunKeys>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -40,16 +40,16 @@ impl KeyVault {
 
     /// Keeps a run's keys until the run ends here (call before inserting the run: a worker
     /// may claim it at once).
-    pub fn hold(&self, run_id: Uuid, keys: RunKeys) {
+    pub fn hold(&self, run_id: RunId, keys: RunKeys) {
         self.lock().insert(run_id, keys);
     }
 
     /// Forgets a run's keys (its insert failed, or it ended).
-    pub fn drop_keys(&self, run_id: Uuid) {
+    pub fn drop_keys(&self, run_id: RunId) {
         self.lock().remove(&run_id);
     }
 
-    pub fn get(&self, run_id: Uuid) -> Option<RunKeys> {
+    pub fn get(&self, run_id: RunId) -> Option<RunKeys> {
         self.lock().get(&run_id).cloned()
     }
 }

@@ -19,6 +19,7 @@ pub mod webhook;
 
 use crate::config::Settings;
 use crate::graph::Registry;
+use crate::ids::RunId;
 use crate::store::Store;
 use crate::stream::Bus;
 use keys::KeyVault;
@@ -44,7 +45,7 @@ pub struct Runner {
     settings: Arc<Settings>,
     worker_id: String,
     wake: Notify,
-    active: Mutex<HashMap<Uuid, pool::Active>>,
+    active: Mutex<HashMap<RunId, pool::Active>>,
     /// Provider keys runs brought, by run, until the run ends here.
     pub keys: KeyVault,
     shutdown: CancellationToken,

@@ -2,6 +2,7 @@
 //! execute each in a task of its own; cancellation reaches the runs executing here.
 
 use super::{Runner, lock};
+use crate::ids::{RunId, ThreadId};
 use crate::store::{CancelAction, Run, RunStatus, ThreadStatus, ThreadSummary};
 use crate::time::Timestamp;
 use serde_json::json;
@@ -9,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use uuid::Uuid;
 
 /// Signals for a run executing in this process.
 pub(super) struct Active {
@@ -124,7 +124,7 @@ impl Runner {
     }
 
     /// Cancels a run executing in this process; other replicas see the store's flag.
-    fn signal(&self, run_id: Uuid, action: CancelAction) {
+    fn signal(&self, run_id: RunId, action: CancelAction) {
         if let Some(active) = lock(&self.active).get(&run_id) {
             *lock(&active.action) = Some(action);
             active.cancel.cancel();
@@ -132,7 +132,7 @@ impl Runner {
     }
 
     /// Marks an idle thread idle again once nothing is in flight on it.
-    async fn settle_thread(&self, thread_id: Uuid) -> Result<(), crate::store::StoreError> {
+    async fn settle_thread(&self, thread_id: ThreadId) -> Result<(), crate::store::StoreError> {
         if !self.store.inflight_runs(thread_id).await?.is_empty() {
             return Ok(());
         }

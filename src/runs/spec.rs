@@ -2,9 +2,9 @@
 //! `run.kwargs` (the reference server's key names) and executed as this type.
 
 use super::options;
+use crate::ids::CheckpointId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uuid::Uuid;
 
 /// A run's parameters as stored in `run.kwargs` (the reference server's key names).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -54,7 +54,7 @@ impl RunKwargs {
     }
 
     /// The checkpoint to start from, if any.
-    pub fn checkpoint_id(&self) -> Option<Uuid> {
+    pub fn checkpoint_id(&self) -> Option<CheckpointId> {
         self.configurable("checkpoint_id")?.parse().ok()
     }
 }

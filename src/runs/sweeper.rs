@@ -3,12 +3,12 @@
 //! and old events), and letting go of channels whose runs another replica took.
 
 use super::{Runner, lock};
+use crate::ids::RunId;
 use crate::store::{Run, RunStatus};
 use crate::time::Timestamp;
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
-use uuid::Uuid;
 
 impl Runner {
     /// Runs this process was not told about (created by another replica, or scheduled with
@@ -139,12 +139,12 @@ impl Runner {
             }
             match self.store.run_statuses(&ids).await {
                 Ok(statuses) => {
-                    let pending: HashSet<Uuid> = statuses
+                    let pending: HashSet<RunId> = statuses
                         .into_iter()
                         .filter(|(_, status)| *status == RunStatus::Pending)
                         .map(|(id, _)| id)
                         .collect();
-                    let gone: Vec<Uuid> =
+                    let gone: Vec<RunId> =
                         ids.into_iter().filter(|id| !pending.contains(id)).collect();
                     self.bus.release_foreign(&gone);
                 }
@@ -154,7 +154,7 @@ impl Runner {
     }
 
     async fn renew_local_leases(&self) {
-        let ids: Vec<Uuid> = lock(&self.active).keys().copied().collect();
+        let ids: Vec<RunId> = lock(&self.active).keys().copied().collect();
         for run_id in ids {
             if let Err(error) = self
                 .store

@@ -6,6 +6,7 @@
 //! loopback, private, link-local or other internal addresses.
 
 pub use crate::config::WebhookSettings;
+use crate::ids::RunId;
 use crate::net::is_internal;
 use hmac::{Hmac, KeyInit, Mac};
 use secrecy::ExposeSecret;
@@ -105,7 +106,7 @@ pub fn sign(secret: &str, unix_secs: i64, body: &[u8]) -> String {
 }
 
 /// Sends `body` to `url` in the background, retrying as the settings say.
-pub fn spawn_delivery(settings: WebhookSettings, url: String, run_id: uuid::Uuid, body: Vec<u8>) {
+pub fn spawn_delivery(settings: WebhookSettings, url: String, run_id: RunId, body: Vec<u8>) {
     tokio::spawn(async move {
         deliver(&settings, &url, run_id, &body).await;
     });
@@ -118,7 +119,7 @@ enum Attempt {
     GiveUp(String),
 }
 
-async fn deliver(settings: &WebhookSettings, url: &str, run_id: uuid::Uuid, body: &[u8]) {
+async fn deliver(settings: &WebhookSettings, url: &str, run_id: RunId, body: &[u8]) {
     let mut backoff = Duration::from_secs(1);
     for attempt in 1..=settings.attempts {
         let outcome = match vet(url, settings).await {
@@ -146,12 +147,7 @@ async fn deliver(settings: &WebhookSettings, url: &str, run_id: uuid::Uuid, body
     }
 }
 
-async fn send(
-    settings: &WebhookSettings,
-    target: &Target,
-    run_id: uuid::Uuid,
-    body: &[u8],
-) -> Attempt {
+async fn send(settings: &WebhookSettings, target: &Target, run_id: RunId, body: &[u8]) -> Attempt {
     let client = crate::net::guarded_client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(settings.timeout)

@@ -12,6 +12,7 @@
 //! hashes; a user string that itself starts with `'\0'` is stored with one more `'\0'` in front.
 //! Decoding strips that again, so every JSON value round-trips exactly.
 
+use crate::ids::ThreadId;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -19,7 +20,6 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
-use uuid::Uuid;
 
 /// Strings shorter than this stay inline.
 pub const MIN_BLOB: usize = 1024;
@@ -70,12 +70,12 @@ pub fn externalize(value: &Value) -> Result<(String, Vec<Blob>), serde_json::Err
 /// checkpoint's own insert fails on its foreign key.
 #[derive(Debug)]
 pub struct StoredChunks {
-    thread_id: Uuid,
+    thread_id: ThreadId,
     hashes: Mutex<HashSet<String>>,
 }
 
 impl StoredChunks {
-    pub fn new(thread_id: Uuid) -> Self {
+    pub fn new(thread_id: ThreadId) -> Self {
         Self {
             thread_id,
             hashes: Mutex::new(HashSet::new()),
@@ -83,7 +83,7 @@ impl StoredChunks {
     }
 
     /// `chunks` without those already stored for `thread_id` (all of them for another thread).
-    pub fn unsent(&self, thread_id: Uuid, mut chunks: Vec<Blob>) -> Vec<Blob> {
+    pub fn unsent(&self, thread_id: ThreadId, mut chunks: Vec<Blob>) -> Vec<Blob> {
         if thread_id == self.thread_id {
             let stored = self.lock();
             chunks.retain(|c| !stored.contains(&c.hash));
@@ -92,7 +92,7 @@ impl StoredChunks {
     }
 
     /// Notes chunks whose write to `thread_id` has succeeded.
-    pub fn record(&self, thread_id: Uuid, hashes: impl IntoIterator<Item = String>) {
+    pub fn record(&self, thread_id: ThreadId, hashes: impl IntoIterator<Item = String>) {
         if thread_id == self.thread_id {
             self.lock().extend(hashes);
         }
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     fn stored_chunks_drop_only_what_this_thread_recorded() {
-        let thread = Uuid::new_v4();
+        let thread = ThreadId::new();
         let stored = StoredChunks::new(thread);
         let (_, first) = externalize(&json!(text(2000, 4))).unwrap();
         let (_, second) = externalize(&json!([text(2000, 4), text(2000, 5)])).unwrap();
@@ -376,12 +376,12 @@ mod tests {
         assert_eq!(unsent.len(), second.len() - first.len());
         assert!(unsent.iter().all(|b| !first.contains(b)));
         assert_eq!(
-            stored.unsent(Uuid::new_v4(), second.clone()),
+            stored.unsent(ThreadId::new(), second.clone()),
             second,
             "another thread"
         );
 
-        stored.record(Uuid::new_v4(), second.iter().map(|b| b.hash.clone()));
+        stored.record(ThreadId::new(), second.iter().map(|b| b.hash.clone()));
         assert_eq!(
             stored.unsent(thread, second).len(),
             unsent.len(),

@@ -16,7 +16,6 @@ pub use sql::{SqlStore, SqliteSync, StoreOptions};
 use crate::time::Timestamp;
 use async_trait::async_trait;
 use std::time::Duration;
-use uuid::Uuid;
 
 /// Errors from the storage layer.
 #[derive(Debug, thiserror::Error)]
@@ -26,7 +25,7 @@ pub enum StoreError {
     Conflict(&'static str),
     /// The thread has a run in flight and the new run's strategy is `reject`.
     #[error("thread {0} is busy")]
-    Busy(Uuid),
+    Busy(ThreadId),
     /// A row the operation depends on does not exist.
     #[error("{0} not found")]
     NotFound(&'static str),
@@ -35,10 +34,10 @@ pub enum StoreError {
     Corrupt { what: &'static str, detail: String },
     /// A run was already created with this idempotency key.
     #[error("a run with this Idempotency-Key already exists: run {run_id} on thread {thread_id}")]
-    DuplicateRun { run_id: Uuid, thread_id: Uuid },
+    DuplicateRun { run_id: RunId, thread_id: ThreadId },
     /// A write for a run whose lease this worker no longer holds (fenced off).
     #[error("run {0} is no longer leased to this worker")]
-    LeaseLost(Uuid),
+    LeaseLost(RunId),
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
@@ -134,23 +133,23 @@ pub trait AssistantStore: Send + Sync {
     /// Inserts an assistant. With `IfExists::Raise` an existing id is `Conflict`; with
     /// `DoNothing` the existing row is returned unchanged.
     async fn create_assistant(&self, a: &Assistant, if_exists: IfExists) -> StoreResult<Assistant>;
-    async fn get_assistant(&self, id: Uuid) -> StoreResult<Option<Assistant>>;
+    async fn get_assistant(&self, id: AssistantId) -> StoreResult<Option<Assistant>>;
     /// Applies `patch` (metadata merged) as a new version, one past the highest the assistant
     /// ever had (so a patch after `/latest` pointed back never reuses a number).
     async fn update_assistant(
         &self,
-        id: Uuid,
+        id: AssistantId,
         patch: &AssistantPatch,
         now: Timestamp,
     ) -> StoreResult<Option<Assistant>>;
     /// Returns whether a row was deleted (its versions and crons go with it).
-    async fn delete_assistant(&self, id: Uuid) -> StoreResult<bool>;
+    async fn delete_assistant(&self, id: AssistantId) -> StoreResult<bool>;
     async fn search_assistants(&self, q: &AssistantQuery) -> StoreResult<Page<Assistant>>;
     /// The assistant's versions whose metadata contains `metadata`, newest version first.
     /// `None` when the assistant does not exist.
     async fn assistant_versions(
         &self,
-        id: Uuid,
+        id: AssistantId,
         metadata: &JsonMap,
         limit: i64,
         offset: i64,
@@ -159,7 +158,7 @@ pub trait AssistantStore: Send + Sync {
     /// and description), bumping `updated_at`. `NotFound` names what is missing.
     async fn set_latest_assistant(
         &self,
-        id: Uuid,
+        id: AssistantId,
         version: i64,
         now: Timestamp,
     ) -> StoreResult<Assistant>;
@@ -170,12 +169,12 @@ pub trait AssistantStore: Send + Sync {
 pub trait ThreadStore: Send + Sync {
     /// Inserts a thread; `IfExists` as for assistants.
     async fn create_thread(&self, t: &Thread, if_exists: IfExists) -> StoreResult<Thread>;
-    async fn get_thread(&self, id: Uuid) -> StoreResult<Option<Thread>>;
+    async fn get_thread(&self, id: ThreadId) -> StoreResult<Option<Thread>>;
     /// Merges `metadata` into the thread's metadata and bumps `updated_at`.
     /// Merges metadata into the thread and, with `ttl_minutes`, replaces its time-to-live.
     async fn patch_thread(
         &self,
-        id: Uuid,
+        id: ThreadId,
         metadata: &JsonMap,
         ttl_minutes: Option<f64>,
         now: Timestamp,
@@ -183,21 +182,21 @@ pub trait ThreadStore: Send + Sync {
     /// Deletes threads whose `ttl` ran out (minutes since their last update) and that have no
     /// run in flight, with everything on them, each in a transaction of its own; returns their
     /// ids.
-    async fn delete_expired_threads(&self, now: Timestamp) -> StoreResult<Vec<Uuid>>;
+    async fn delete_expired_threads(&self, now: Timestamp) -> StoreResult<Vec<ThreadId>>;
     /// Deletes the thread with its runs, checkpoints and events.
-    async fn delete_thread(&self, id: Uuid) -> StoreResult<bool>;
+    async fn delete_thread(&self, id: ThreadId) -> StoreResult<bool>;
     async fn search_threads(&self, q: &ThreadQuery) -> StoreResult<Page<Thread>>;
     /// Copies a thread (metadata, values, checkpoints) under a new id; runs are not copied.
     async fn copy_thread(
         &self,
-        from: Uuid,
-        to: Uuid,
+        from: ThreadId,
+        to: ThreadId,
         now: Timestamp,
     ) -> StoreResult<Option<Thread>>;
     /// Sets status, values, error and interrupts, bumping `updated_at` and `state_updated_at`.
     async fn set_thread_summary(
         &self,
-        id: Uuid,
+        id: ThreadId,
         summary: &ThreadSummary,
         now: Timestamp,
     ) -> StoreResult<()>;
@@ -213,26 +212,26 @@ pub trait RunStore: Send + Sync {
     /// The thread becomes `busy` and gains `thread_metadata`. A missing thread is `NotFound`
     /// unless `create_thread`.
     async fn insert_run(&self, ins: &RunInsert) -> StoreResult<Vec<Run>>;
-    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<Run>>;
+    async fn get_run(&self, run_id: RunId) -> StoreResult<Option<Run>>;
     /// The status of each of these runs that exists, in one statement (for sweeps over many
     /// runs at once). Missing runs are left out; the order is unspecified.
-    async fn run_statuses(&self, run_ids: &[Uuid]) -> StoreResult<Vec<(Uuid, RunStatus)>>;
+    async fn run_statuses(&self, run_ids: &[RunId]) -> StoreResult<Vec<(RunId, RunStatus)>>;
     /// A thread's runs, newest first.
     async fn list_runs(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         status: Option<RunStatus>,
         limit: i64,
         offset: i64,
     ) -> StoreResult<Vec<Run>>;
     /// Pending and running runs of a thread, oldest first.
-    async fn inflight_runs(&self, thread_id: Uuid) -> StoreResult<Vec<Run>>;
+    async fn inflight_runs(&self, thread_id: ThreadId) -> StoreResult<Vec<Run>>;
     /// Deletes a run and its events. Returns whether it existed.
-    async fn delete_run(&self, run_id: Uuid) -> StoreResult<bool>;
+    async fn delete_run(&self, run_id: RunId) -> StoreResult<bool>;
     /// Asks runs to stop: pending ones end at once (`interrupted`, or deleted for rollback),
     /// running ones get the cancel flag their worker sees on its next lease renewal.
     /// Returns the runs that were in flight and are now affected.
-    async fn cancel_runs(&self, run_ids: &[Uuid], action: CancelAction) -> StoreResult<Vec<Run>>;
+    async fn cancel_runs(&self, run_ids: &[RunId], action: CancelAction) -> StoreResult<Vec<Run>>;
     /// Claims a run for `worker` until the database's `now + lease`: first a running run whose
     /// lease lapsed (its worker died; another worker's, with fewer than `max_attempts`
     /// attempts), to be resumed from its checkpoints; otherwise the oldest pending run that may
@@ -250,7 +249,7 @@ pub trait RunStore: Send + Sync {
     /// requested.
     async fn renew_lease(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         worker: &str,
         lease: Duration,
     ) -> StoreResult<LeaseState>;
@@ -260,7 +259,7 @@ pub trait RunStore: Send + Sync {
     /// With a fence, the run must still be running under it (else `LeaseLost`, nothing written).
     async fn finish_run(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         fence: Option<&Fence>,
         end: &RunEnd,
         summary: Option<&ThreadSummary>,
@@ -276,7 +275,7 @@ pub trait RunStore: Send + Sync {
     /// not the thread's, and stays when the thread is deleted.
     async fn record_spend(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         owner: &Owner,
         tokens: u64,
         usd: f64,
@@ -291,7 +290,7 @@ pub trait RunStore: Send + Sync {
     /// Deletes spend records older than `cutoff`; returns how many.
     async fn delete_spend_before(&self, cutoff: Timestamp) -> StoreResult<u64>;
     /// Merges keys into a run's metadata (`stopped_early`, when it ended early).
-    async fn merge_run_metadata(&self, run_id: Uuid, metadata: &JsonMap) -> StoreResult<()>;
+    async fn merge_run_metadata(&self, run_id: RunId, metadata: &JsonMap) -> StoreResult<()>;
 }
 
 /// Checkpoints: one per graph step and namespace, chained by parent ids.
@@ -312,28 +311,31 @@ pub trait CheckpointStore: Send + Sync {
     async fn keep_only_checkpoint(&self, cp: &Checkpoint) -> StoreResult<()>;
     async fn get_checkpoint(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         ns: &str,
-        id: Uuid,
+        id: CheckpointId,
     ) -> StoreResult<Option<Checkpoint>>;
     /// The checkpoint with the greatest id in namespace `ns`.
-    async fn latest_checkpoint(&self, thread_id: Uuid, ns: &str)
-    -> StoreResult<Option<Checkpoint>>;
+    async fn latest_checkpoint(
+        &self,
+        thread_id: ThreadId,
+        ns: &str,
+    ) -> StoreResult<Option<Checkpoint>>;
     /// Newest first.
     async fn list_checkpoints(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         q: &CheckpointQuery,
     ) -> StoreResult<Vec<Checkpoint>>;
     /// Bytes the thread's checkpoints occupy as stored (their JSON columns plus the shared
     /// chunks of large strings), before any compression the database applies.
-    async fn checkpoint_bytes(&self, thread_id: Uuid) -> StoreResult<u64>;
+    async fn checkpoint_bytes(&self, thread_id: ThreadId) -> StoreResult<u64>;
     /// The chain from the root to `id` (inclusive) following parent links, oldest first.
     async fn checkpoint_lineage(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         ns: &str,
-        id: Uuid,
+        id: CheckpointId,
     ) -> StoreResult<Vec<Checkpoint>>;
 }
 
@@ -345,11 +347,11 @@ pub trait EventLog: Send + Sync {
     async fn delete_events_ended_before(&self, cutoff: Timestamp) -> StoreResult<u64>;
     /// The id of a run's newest stored event, if any (where a live join on a replica that does
     /// not execute the run starts, without reading the log).
-    async fn last_event_id(&self, run_id: Uuid) -> StoreResult<Option<EventId>>;
+    async fn last_event_id(&self, run_id: RunId) -> StoreResult<Option<EventId>>;
     /// A run's stored events with id greater than `after` (all when `None`), in id order.
     async fn run_events_after(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         after: Option<EventId>,
     ) -> StoreResult<Vec<StoredEvent>>;
 }
@@ -395,11 +397,11 @@ pub trait ItemStore: Send + Sync {
 #[async_trait]
 pub trait CronStore: Send + Sync {
     async fn create_cron(&self, cron: &Cron) -> StoreResult<()>;
-    async fn get_cron(&self, id: Uuid) -> StoreResult<Option<Cron>>;
+    async fn get_cron(&self, id: CronId) -> StoreResult<Option<Cron>>;
     /// Replaces the cron's row with `cron` (the API computed it from the patch); false when
     /// it no longer exists.
     async fn update_cron(&self, cron: &Cron) -> StoreResult<bool>;
-    async fn delete_cron(&self, id: Uuid) -> StoreResult<bool>;
+    async fn delete_cron(&self, id: CronId) -> StoreResult<bool>;
     async fn search_crons(&self, q: &CronQuery) -> StoreResult<Page<Cron>>;
     /// Enabled crons whose tick is due at `now` (and not past their `end_time`), oldest
     /// first, at most `limit`.

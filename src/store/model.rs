@@ -1,12 +1,12 @@
 //! The rows the service persists: assistants, threads, runs, checkpoints and run events.
 //! Shapes follow the LangGraph Server API so handlers can serialise them as they are.
 
+pub use crate::ids::{AssistantId, CheckpointId, CronId, RunId, ThreadId};
 use crate::time::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt;
 use std::str::FromStr;
-use uuid::Uuid;
 
 /// A JSON object.
 pub type JsonMap = Map<String, Value>;
@@ -137,7 +137,8 @@ impl fmt::Display for Owner {
 /// A named configuration preset of a graph.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Assistant {
-    pub assistant_id: Uuid,
+    #[schema(value_type = String, format = Uuid)]
+    pub assistant_id: AssistantId,
     pub graph_id: String,
     #[schema(value_type = Object)]
     pub config: Value,
@@ -169,7 +170,8 @@ impl Assistant {
 /// never changes once written).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AssistantVersion {
-    pub assistant_id: Uuid,
+    #[schema(value_type = String, format = Uuid)]
+    pub assistant_id: AssistantId,
     pub version: i64,
     pub graph_id: String,
     #[schema(value_type = Object)]
@@ -214,7 +216,8 @@ pub struct AssistantQuery {
 /// A conversation: the container of runs and checkpoints.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Thread {
-    pub thread_id: Uuid,
+    #[schema(value_type = String, format = Uuid)]
+    pub thread_id: ThreadId,
     #[schema(value_type = String)]
     pub created_at: Timestamp,
     #[schema(value_type = String)]
@@ -249,7 +252,7 @@ pub struct ThreadQuery {
     pub owner: Owner,
     pub metadata: JsonMap,
     pub values: JsonMap,
-    pub ids: Vec<Uuid>,
+    pub ids: Vec<ThreadId>,
     pub status: Option<ThreadStatus>,
     pub limit: i64,
     pub offset: i64,
@@ -270,9 +273,12 @@ pub struct ThreadSummary {
 /// One execution of a graph on a thread.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Run {
-    pub run_id: Uuid,
-    pub thread_id: Uuid,
-    pub assistant_id: Uuid,
+    #[schema(value_type = String, format = Uuid)]
+    pub run_id: RunId,
+    #[schema(value_type = String, format = Uuid)]
+    pub thread_id: ThreadId,
+    #[schema(value_type = String, format = Uuid)]
+    pub assistant_id: AssistantId,
     /// When the run may start (creation time plus `after_seconds`).
     #[schema(value_type = String)]
     pub created_at: Timestamp,
@@ -321,7 +327,7 @@ pub fn worker_lost(attempts: i64) -> serde_json::Value {
 /// its lease, or lost it), so an old worker can never overwrite a newer one's work.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fence {
-    pub run_id: Uuid,
+    pub run_id: RunId,
     pub worker: String,
     /// 1 for the first claim; a lease handed back on shutdown does not count.
     pub attempt: i64,
@@ -333,13 +339,13 @@ pub struct Fence {
 /// what the conversation adds; the graph runtime rebuilds values by replaying the lineage.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    pub thread_id: Uuid,
+    pub thread_id: ThreadId,
     /// `""` for the root graph, `node:task_id[|node:task_id…]` for subgraphs.
     pub checkpoint_ns: String,
     /// Time-ordered (UUIDv7), so ids sort in creation order.
-    pub checkpoint_id: Uuid,
-    pub parent_checkpoint_id: Option<Uuid>,
-    pub run_id: Option<Uuid>,
+    pub checkpoint_id: CheckpointId,
+    pub parent_checkpoint_id: Option<CheckpointId>,
+    pub run_id: Option<RunId>,
     pub step: i64,
     /// input | loop | update | fork
     pub source: String,
@@ -358,7 +364,7 @@ pub struct Checkpoint {
 pub struct CheckpointQuery {
     pub checkpoint_ns: String,
     /// Only checkpoints strictly older than this id.
-    pub before: Option<Uuid>,
+    pub before: Option<CheckpointId>,
     pub limit: i64,
     /// Containment filter on checkpoint metadata (top-level keys).
     pub metadata: JsonMap,
@@ -393,8 +399,8 @@ impl FromStr for EventId {
 /// One event of a run as it went out on the wire, kept for replay.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredEvent {
-    pub run_id: Uuid,
-    pub thread_id: Uuid,
+    pub run_id: RunId,
+    pub thread_id: ThreadId,
     pub id: EventId,
     /// The SSE event name, e.g. `values` or `updates|researcher:<id>`.
     pub event: String,
@@ -538,9 +544,12 @@ pub struct NamespaceQuery {
 /// A schedule that creates runs: on a thread, or stateless (a new thread each time).
 #[derive(Clone, Debug, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Cron {
-    pub cron_id: Uuid,
-    pub assistant_id: Uuid,
-    pub thread_id: Option<Uuid>,
+    #[schema(value_type = String, format = Uuid)]
+    pub cron_id: CronId,
+    #[schema(value_type = String, format = Uuid)]
+    pub assistant_id: AssistantId,
+    #[schema(value_type = Option<String>, format = Uuid)]
+    pub thread_id: Option<ThreadId>,
     /// The owner's identity (`None` for the local owner).
     pub user_id: Option<String>,
     /// Five-field cron expression.
@@ -572,8 +581,8 @@ pub struct Cron {
 #[derive(Clone, Debug, Default)]
 pub struct CronQuery {
     pub owner: Owner,
-    pub assistant_id: Option<Uuid>,
-    pub thread_id: Option<Uuid>,
+    pub assistant_id: Option<AssistantId>,
+    pub thread_id: Option<ThreadId>,
     pub enabled: Option<bool>,
     pub metadata: JsonMap,
     pub limit: i64,
@@ -588,7 +597,7 @@ pub struct CronQuery {
 /// `next_run_date` is still `due`, and that insert moves it to `next`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CronTick {
-    pub cron_id: Uuid,
+    pub cron_id: CronId,
     pub due: Timestamp,
     pub next: Option<Timestamp>,
 }

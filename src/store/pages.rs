@@ -8,8 +8,8 @@
 //! frames after an id starts at the first page whose largest id is past it.
 
 use super::{EventId, StoreError, StoreResult, StoredEvent};
+use crate::ids::{RunId, ThreadId};
 use std::fmt::Write;
-use uuid::Uuid;
 
 /// A page is cut once it holds this much text, so one flush after a long store outage does not
 /// become one huge statement.
@@ -17,8 +17,8 @@ const PAGE_BYTES: usize = 1 << 20;
 
 /// One page ready to store.
 pub struct Page {
-    pub run_id: Uuid,
-    pub thread_id: Uuid,
+    pub run_id: RunId,
+    pub thread_id: ThreadId,
     /// The largest frame id in the page.
     pub last: EventId,
     pub frames: String,
@@ -60,7 +60,7 @@ pub fn pack(events: &[StoredEvent]) -> Vec<Page> {
 }
 
 /// The frames of one stored page, in the order they were packed.
-pub fn unpack(run_id: Uuid, thread_id: Uuid, frames: &str) -> StoreResult<Vec<StoredEvent>> {
+pub fn unpack(run_id: RunId, thread_id: ThreadId, frames: &str) -> StoreResult<Vec<StoredEvent>> {
     let bad = |detail: &str| StoreError::Corrupt {
         what: "run event page",
         detail: detail.to_owned(),
@@ -119,11 +119,12 @@ pub fn merge(pages: Vec<Vec<StoredEvent>>, after: Option<EventId>) -> Vec<Stored
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     fn event(run: u128, ms: i64, seq: i64, event: &str, data: &str) -> StoredEvent {
         StoredEvent {
-            run_id: Uuid::from_u128(run),
-            thread_id: Uuid::from_u128(9),
+            run_id: Uuid::from_u128(run).into(),
+            thread_id: Uuid::from_u128(9).into(),
             id: EventId { ms, seq },
             event: event.into(),
             data: data.into(),
@@ -150,7 +151,12 @@ mod tests {
             EventId { ms: 5, seq: 1 },
             "keyed by the largest id"
         );
-        let back = unpack(Uuid::from_u128(1), Uuid::from_u128(9), &pages[0].frames).unwrap();
+        let back = unpack(
+            Uuid::from_u128(1).into(),
+            Uuid::from_u128(9).into(),
+            &pages[0].frames,
+        )
+        .unwrap();
         assert_eq!(back, events);
     }
 
@@ -166,7 +172,7 @@ mod tests {
         let pages = pack(&events);
         let shape: Vec<(u128, i64)> = pages
             .iter()
-            .map(|p| (p.run_id.as_u128(), p.last.seq))
+            .map(|p| (p.run_id.uuid().as_u128(), p.last.seq))
             .collect();
         assert_eq!(shape, vec![(1, 1), (1, 2), (2, 3)]);
     }
@@ -180,7 +186,10 @@ mod tests {
             "1 2 -1 0\n",
             "1 2 1 0\né",
         ] {
-            assert!(unpack(Uuid::nil(), Uuid::nil(), text).is_err(), "{text:?}");
+            assert!(
+                unpack(Uuid::nil().into(), Uuid::nil().into(), text).is_err(),
+                "{text:?}"
+            );
         }
     }
 

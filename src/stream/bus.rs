@@ -5,6 +5,7 @@
 //! in-memory unflushed frames, then live frames; ids are strictly increasing so duplicates
 //! across the seams are dropped by comparing ids.
 
+use crate::ids::{RunId, ThreadId};
 use crate::store::{EventId, StoredEvent};
 use bytes::Bytes;
 use serde_json::Value;
@@ -14,7 +15,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
-use uuid::Uuid;
 
 /// How many frames a slow subscriber may fall behind before it has to re-read the log (each
 /// slot costs memory in every live run; lagging subscribers of resumable runs re-read the log).
@@ -24,7 +24,7 @@ const CHANNEL_CAPACITY: usize = 1024;
 #[derive(Clone, Debug)]
 pub struct Frame {
     pub id: EventId,
-    pub run_id: Uuid,
+    pub run_id: RunId,
     pub event: String,
     /// Compact one-line JSON.
     pub data: Arc<str>,
@@ -40,7 +40,7 @@ impl PartialEq for Frame {
 }
 
 impl Frame {
-    pub fn new(id: EventId, run_id: Uuid, event: String, data: Arc<str>) -> Self {
+    pub fn new(id: EventId, run_id: RunId, event: String, data: Arc<str>) -> Self {
         Self {
             id,
             run_id,
@@ -72,7 +72,7 @@ impl Frame {
             .clone()
     }
 
-    pub fn to_stored(&self, thread_id: Uuid) -> StoredEvent {
+    pub fn to_stored(&self, thread_id: ThreadId) -> StoredEvent {
         StoredEvent {
             run_id: self.run_id,
             thread_id,
@@ -101,8 +101,8 @@ struct RunState {
 
 /// The live channel of one run.
 pub struct RunChannel {
-    pub run_id: Uuid,
-    pub thread_id: Uuid,
+    pub run_id: RunId,
+    pub thread_id: ThreadId,
     pub resumable: bool,
     /// Set once a worker of this process executes the run. A channel opened by the API for a
     /// run that another replica then claims never gets frames here.
@@ -230,8 +230,8 @@ pub type ThreadSender = broadcast::Sender<Arc<Frame>>;
 /// All live runs of this process.
 #[derive(Clone, Default)]
 pub struct Bus {
-    runs: Arc<Mutex<HashMap<Uuid, Arc<RunChannel>>>>,
-    threads: Arc<Mutex<HashMap<Uuid, ThreadSender>>>,
+    runs: Arc<Mutex<HashMap<RunId, Arc<RunChannel>>>>,
+    threads: Arc<Mutex<HashMap<ThreadId, ThreadSender>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -248,7 +248,7 @@ impl Bus {
 
     /// The run's channel, created on first use (by the request that creates the run, so it can
     /// subscribe before the first frame exists).
-    pub fn open(&self, run_id: Uuid, thread_id: Uuid, resumable: bool) -> Arc<RunChannel> {
+    pub fn open(&self, run_id: RunId, thread_id: ThreadId, resumable: bool) -> Arc<RunChannel> {
         channel_in(&mut lock(&self.runs), run_id, thread_id, resumable)
     }
 
@@ -256,8 +256,8 @@ impl Bus {
     /// `release_foreign` never takes the channel from a run that starts here.
     pub fn open_for_execution(
         &self,
-        run_id: Uuid,
-        thread_id: Uuid,
+        run_id: RunId,
+        thread_id: ThreadId,
         resumable: bool,
     ) -> Arc<RunChannel> {
         let mut runs = lock(&self.runs);
@@ -268,7 +268,7 @@ impl Bus {
 
     /// Runs announced here (their channel was opened by the API) that no worker of this
     /// process executes, opened at least `min_age` ago.
-    pub fn foreign_runs(&self, min_age: Duration) -> Vec<Uuid> {
+    pub fn foreign_runs(&self, min_age: Duration) -> Vec<RunId> {
         lock(&self.runs)
             .values()
             .filter(|c| !c.is_executing_here() && c.opened.elapsed() >= min_age)
@@ -278,7 +278,7 @@ impl Bus {
 
     /// Drops the channels of these runs unless a worker here has started one meanwhile. Their
     /// subscribers and waiters go on through the store; nothing is left in this process.
-    pub fn release_foreign(&self, run_ids: &[Uuid]) {
+    pub fn release_foreign(&self, run_ids: &[RunId]) {
         let mut runs = lock(&self.runs);
         for run_id in run_ids {
             if let Entry::Occupied(entry) = runs.entry(*run_id)
@@ -291,7 +291,7 @@ impl Bus {
 
     /// Lets go of a run this process executed but no longer owns (another worker took it over,
     /// or it was handed back on shutdown): its subscribers and waiters go on through the store.
-    pub fn hand_over(&self, run_id: Uuid) {
+    pub fn hand_over(&self, run_id: RunId) {
         if let Some(channel) = lock(&self.runs).remove(&run_id) {
             channel.executing_here.store(false, Ordering::Release);
             channel.detach();
@@ -299,19 +299,19 @@ impl Bus {
     }
 
     /// The run's channel if the run is live in this process.
-    pub fn get(&self, run_id: Uuid) -> Option<Arc<RunChannel>> {
+    pub fn get(&self, run_id: RunId) -> Option<Arc<RunChannel>> {
         lock(&self.runs).get(&run_id).cloned()
     }
 
     /// Closes and forgets a run's channel.
-    pub fn close(&self, run_id: Uuid, result: RunResult) {
+    pub fn close(&self, run_id: RunId, result: RunResult) {
         if let Some(ch) = lock(&self.runs).remove(&run_id) {
             ch.close(result);
         }
     }
 
     /// The sender for a thread's stream, if anyone listens.
-    pub fn thread_sender(&self, thread_id: Uuid) -> Option<ThreadSender> {
+    pub fn thread_sender(&self, thread_id: ThreadId) -> Option<ThreadSender> {
         let mut threads = lock(&self.threads);
         match threads.get(&thread_id) {
             Some(tx) if tx.receiver_count() > 0 => Some(tx.clone()),
@@ -324,7 +324,7 @@ impl Bus {
     }
 
     /// Subscribes to every frame of every run on a thread from now on.
-    pub fn subscribe_thread(&self, thread_id: Uuid) -> broadcast::Receiver<Arc<Frame>> {
+    pub fn subscribe_thread(&self, thread_id: ThreadId) -> broadcast::Receiver<Arc<Frame>> {
         lock(&self.threads)
             .entry(thread_id)
             .or_insert_with(|| broadcast::channel(CHANNEL_CAPACITY).0)
@@ -339,9 +339,9 @@ impl Bus {
 
 /// The run's channel in `runs`, created when missing.
 fn channel_in(
-    runs: &mut HashMap<Uuid, Arc<RunChannel>>,
-    run_id: Uuid,
-    thread_id: Uuid,
+    runs: &mut HashMap<RunId, Arc<RunChannel>>,
+    run_id: RunId,
+    thread_id: ThreadId,
     resumable: bool,
 ) -> Arc<RunChannel> {
     runs.entry(run_id)
@@ -368,11 +368,12 @@ fn channel_in(
 mod tests {
     use super::*;
     use serde_json::json;
+    use uuid::Uuid;
 
     #[test]
     fn ids_increase_strictly_within_a_millisecond() {
         let bus = Bus::new();
-        let ch = bus.open(Uuid::nil(), Uuid::nil(), true);
+        let ch = bus.open(Uuid::nil().into(), Uuid::nil().into(), true);
         let ids: Vec<EventId> = (0..500)
             .map(|_| ch.publish("values".into(), "{}".into(), None).id)
             .collect();
@@ -385,10 +386,10 @@ mod tests {
     #[tokio::test]
     async fn subscribers_see_frames_then_the_end() {
         let bus = Bus::new();
-        let ch = bus.open(Uuid::nil(), Uuid::nil(), false);
+        let ch = bus.open(Uuid::nil().into(), Uuid::nil().into(), false);
         let mut sub = ch.subscribe();
         ch.publish("values".into(), json!({"a": 1}).to_string(), None);
-        bus.close(Uuid::nil(), Some(json!({"a": 1})));
+        bus.close(Uuid::nil().into(), Some(json!({"a": 1})));
         let live = sub.live.as_mut().unwrap();
         assert_eq!(live.recv().await.unwrap().event, "values");
         assert!(live.recv().await.is_err());

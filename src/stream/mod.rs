@@ -13,6 +13,7 @@ pub use encode::Encoder;
 pub use modes::{StreamMode, StreamModes};
 pub use thread::{ThreadFollow, ThreadIdentity, ThreadModes, thread_sse_body};
 
+use crate::ids::RunId;
 use crate::store::{EventId, Store};
 use crate::telemetry::metrics::SseSubscriber;
 use axum::body::Body;
@@ -22,7 +23,6 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 /// The comment line sent when nothing else was sent for a while.
 const HEARTBEAT: &[u8] = b": heartbeat\r\n\r\n";
@@ -35,7 +35,7 @@ pub const STORE_POLL: Duration = Duration::from_millis(250);
 pub struct SseSource {
     pub store: Arc<dyn Store>,
     pub bus: Bus,
-    pub run_id: Uuid,
+    pub run_id: RunId,
     /// `None`: live frames only. `Some`: replay stored frames after this id first
     /// (`ms = -1` replays everything).
     pub after: Option<EventId>,
@@ -77,7 +77,7 @@ pub fn sse_body(source: SseSource) -> Body {
 pub async fn follow_run(
     store: Arc<dyn Store>,
     bus: Bus,
-    run_id: Uuid,
+    run_id: RunId,
     shutdown: CancellationToken,
     tx: mpsc::Sender<Frame>,
 ) -> bool {
@@ -311,12 +311,13 @@ async fn replay(src: &SseSource, out: &mut Out, unflushed: Option<&[Arc<Frame>]>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     #[test]
     fn frames_are_crlf_with_event_data_id_order() {
         let frame = Frame::new(
             EventId { ms: 17, seq: 2 },
-            Uuid::nil(),
+            Uuid::nil().into(),
             "values".into(),
             "{\"a\":1}".into(),
         );

@@ -5,6 +5,7 @@
 //! any frame or marker.
 
 use super::{Frame, HEARTBEAT, StreamModes, follow_run};
+use crate::ids::{RunId, ThreadId};
 use crate::store::{EventId, Run, Store};
 use crate::stream::Bus;
 use crate::telemetry::metrics::SseSubscriber;
@@ -18,7 +19,6 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use uuid::Uuid;
 
 /// How often an idle stream looks for runs another replica created on its thread.
 const DISCOVERY_POLL: Duration = Duration::from_secs(1);
@@ -81,7 +81,7 @@ impl ThreadModes {
 pub struct ThreadFollow {
     pub store: Arc<dyn Store>,
     pub bus: Bus,
-    pub thread_id: Uuid,
+    pub thread_id: ThreadId,
     /// The thread as it was when the stream opened (its owner checked): runs are followed only
     /// while the thread under this id is still that one.
     pub opened: ThreadIdentity,
@@ -126,12 +126,12 @@ type Wire = mpsc::Sender<Result<Bytes, std::io::Error>>;
 
 /// Frames of this process's runs seen on the thread's channel, kept until their run is played
 /// (a run's first frames are published before a connection can subscribe to the run itself).
-type Seen = HashMap<Uuid, Vec<Arc<Frame>>>;
+type Seen = HashMap<RunId, Vec<Arc<Frame>>>;
 
 /// Frames kept per run that is not being played yet (its opening frames are all that matter).
 const SEEN_PER_RUN: usize = 64;
 
-fn keep(seen: &mut Seen, frame: Arc<Frame>, playing: Option<Uuid>) {
+fn keep(seen: &mut Seen, frame: Arc<Frame>, playing: Option<RunId>) {
     if Some(frame.run_id) == playing {
         return;
     }
@@ -143,7 +143,7 @@ fn keep(seen: &mut Seen, frame: Arc<Frame>, playing: Option<Uuid>) {
 
 impl ThreadFollow {
     async fn play(&self, tx: &Wire) {
-        let mut done: HashSet<Uuid> = HashSet::new();
+        let mut done: HashSet<RunId> = HashSet::new();
         let mut seen = Seen::new();
         let mut cursor = self.after;
         // Runs created here publish on the thread's channel at once (which also wakes this

@@ -368,11 +368,11 @@ async fn a_run_out_of_attempts_ends_error_with_the_reason() {
     );
     // A run a worker claimed and then died with, before the service starts.
     let now = deep_research::time::Timestamp::now();
-    let thread_id = uuid::Uuid::new_v4();
+    let thread_id = deep_research::ids::ThreadId::new();
     let run = deep_research::store::Run {
-        run_id: uuid::Uuid::new_v4(),
+        run_id: deep_research::ids::RunId::new(),
         thread_id,
-        assistant_id: uuid::Uuid::new_v4(),
+        assistant_id: deep_research::ids::AssistantId::new(),
         created_at: now,
         updated_at: now,
         status: RunStatus::Pending,

@@ -7,7 +7,6 @@ use deep_research::store::EventLog;
 use deep_research::store::{EventId, SqlStore, StoredEvent};
 use sqlx::migrate::Migrator;
 use std::path::Path;
-use uuid::Uuid;
 
 const THREAD: &str = "8f0e2a5c-2b1e-4c55-9a57-2f1d3c4b5a69";
 const RUN: &str = "1d6c1a8e-7b0f-4a0e-8d7c-3e2f1a0b9c8d";
@@ -68,7 +67,7 @@ fn expected() -> Vec<StoredEvent> {
 
 async fn events_survive(url: &str) {
     let store = SqlStore::connect(url, 2).await.expect("open and migrate");
-    let run: Uuid = RUN.parse().unwrap();
+    let run: deep_research::ids::RunId = RUN.parse().unwrap();
     assert_eq!(store.run_events_after(run, None).await.unwrap(), expected());
     let after = Some(EventId { ms: 17, seq: 2 });
     assert_eq!(

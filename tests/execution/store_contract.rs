@@ -3,6 +3,7 @@
 
 use crate::support::pg;
 
+use deep_research::ids::{AssistantId, CheckpointId, RunId, ThreadId};
 use deep_research::store::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery,
     Comparison, Cron, CronQuery, CronTick, EventId, FieldMatch, IfExists, ItemQuery, JsonMap,
@@ -130,7 +131,7 @@ fn at(secs: f64) -> Timestamp {
 fn assistant(graph: &str, name: &str, metadata: Value, created: Timestamp) -> Assistant {
     Assistant {
         owner: Some(Owner::local()),
-        assistant_id: Uuid::new_v4(),
+        assistant_id: Uuid::new_v4().into(),
         graph_id: graph.into(),
         config: json!({"configurable": {"model": "m"}}),
         context: json!({}),
@@ -146,7 +147,7 @@ fn assistant(graph: &str, name: &str, metadata: Value, created: Timestamp) -> As
 fn thread(metadata: Value, values: Option<Value>, status: ThreadStatus, at: Timestamp) -> Thread {
     Thread {
         owner: Owner::local(),
-        thread_id: Uuid::new_v4(),
+        thread_id: Uuid::new_v4().into(),
         created_at: at,
         updated_at: at,
         state_updated_at: at,
@@ -160,17 +161,17 @@ fn thread(metadata: Value, values: Option<Value>, status: ThreadStatus, at: Time
     }
 }
 
-async fn new_thread(s: &Arc<dyn Store>) -> Uuid {
+async fn new_thread(s: &Arc<dyn Store>) -> ThreadId {
     let t = thread(json!({}), None, ThreadStatus::Idle, at(0.0));
     s.create_thread(&t, IfExists::Raise).await.unwrap();
     t.thread_id
 }
 
-fn run(thread_id: Uuid, created: Timestamp, strategy: MultitaskStrategy) -> Run {
+fn run(thread_id: ThreadId, created: Timestamp, strategy: MultitaskStrategy) -> Run {
     Run {
-        run_id: Uuid::new_v4(),
+        run_id: Uuid::new_v4().into(),
         thread_id,
-        assistant_id: Uuid::new_v4(),
+        assistant_id: Uuid::new_v4().into(),
         created_at: created,
         updated_at: created,
         status: RunStatus::Pending,
@@ -192,7 +193,7 @@ fn insert(r: &Run, thread_metadata: Value) -> RunInsert {
 }
 
 /// Inserts an `enqueue` run created `secs` from now.
-async fn add_run(s: &Arc<dyn Store>, thread_id: Uuid, secs: f64) -> Run {
+async fn add_run(s: &Arc<dyn Store>, thread_id: ThreadId, secs: f64) -> Run {
     let r = run(thread_id, at(secs), MultitaskStrategy::Enqueue);
     s.insert_run(&insert(&r, json!({}))).await.unwrap();
     r
@@ -218,16 +219,16 @@ fn summary(status: ThreadStatus, values: Value) -> ThreadSummary {
 }
 
 /// Checkpoint ids that sort in creation order, like UUIDv7.
-fn cp_id(n: u128) -> Uuid {
-    Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + n)
+fn cp_id(n: u128) -> CheckpointId {
+    Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + n).into()
 }
 
 fn checkpoint(
-    thread_id: Uuid,
+    thread_id: ThreadId,
     ns: &str,
     n: u128,
     parent: Option<u128>,
-    run: Option<Uuid>,
+    run: Option<RunId>,
 ) -> Checkpoint {
     Checkpoint {
         thread_id,
@@ -267,11 +268,11 @@ fn event(run: &Run, ms: i64, seq: i64) -> StoredEvent {
     }
 }
 
-fn ids<T>(items: &[T], id: impl Fn(&T) -> Uuid) -> Vec<Uuid> {
+fn ids<T, I>(items: &[T], id: impl Fn(&T) -> I) -> Vec<I> {
     items.iter().map(id).collect()
 }
 
-fn sorted(mut v: Vec<Uuid>) -> Vec<Uuid> {
+fn sorted<I: Ord>(mut v: Vec<I>) -> Vec<I> {
     v.sort();
     v
 }
@@ -321,7 +322,7 @@ mod contract {
             Some(updated)
         );
         let missing = s
-            .update_assistant(Uuid::new_v4(), &patch, now)
+            .update_assistant(Uuid::new_v4().into(), &patch, now)
             .await
             .unwrap();
         assert!(missing.is_none());
@@ -377,7 +378,7 @@ mod contract {
 
         let missing = s.set_latest_assistant(id, 9, at(0.0)).await.unwrap_err();
         assert!(matches!(missing, StoreError::NotFound("assistant version")));
-        let gone = Uuid::new_v4();
+        let gone = AssistantId::new();
         assert!(
             s.assistant_versions(gone, &JsonMap::new(), 10, 0)
                 .await
@@ -645,10 +646,10 @@ mod contract {
         assert_eq!(names(listing(&[], &[], Some(1))).await, ["teams", "users"]);
     }
 
-    fn cron(thread_id: Option<Uuid>, assistant_id: Uuid, next: Timestamp) -> Cron {
+    fn cron(thread_id: Option<ThreadId>, assistant_id: AssistantId, next: Timestamp) -> Cron {
         Cron {
             owner: Owner::local(),
-            cron_id: Uuid::new_v4(),
+            cron_id: Uuid::new_v4().into(),
             assistant_id,
             thread_id,
             user_id: None,
@@ -667,7 +668,7 @@ mod contract {
 
     pub async fn crons_crud_and_search(s: Arc<dyn Store>) {
         let tid = new_thread(&s).await;
-        let (a1, a2) = (Uuid::new_v4(), Uuid::new_v4());
+        let (a1, a2) = (AssistantId::new(), AssistantId::new());
         let on_thread = cron(Some(tid), a1, at(30.0));
         let mut stateless = cron(None, a2, at(-1.0));
         stateless.created_at = at(-5.0);
@@ -691,7 +692,7 @@ mod contract {
         assert_eq!(all.total, 2);
         assert_eq!(all.items[0].cron_id, stateless.cron_id, "newest first");
         let mine = s
-            .search_crons(&q(|q| q.thread_id = Some(Uuid::nil())))
+            .search_crons(&q(|q| q.thread_id = Some(Uuid::nil().into())))
             .await
             .unwrap();
         assert_eq!(mine.total, 0);
@@ -735,7 +736,7 @@ mod contract {
     pub async fn a_cron_tick_starts_one_run(s: Arc<dyn Store>) {
         let tid = new_thread(&s).await;
         let due = at(-1.0);
-        let c = cron(Some(tid), Uuid::new_v4(), due);
+        let c = cron(Some(tid), Uuid::new_v4().into(), due);
         s.create_cron(&c).await.unwrap();
         let tick = CronTick {
             cron_id: c.cron_id,
@@ -941,7 +942,7 @@ mod contract {
         assert_eq!(patched.updated_at, now);
         assert_eq!(patched.state_updated_at, t.state_updated_at);
         let missing = s
-            .patch_thread(Uuid::new_v4(), &JsonMap::new(), None, now)
+            .patch_thread(Uuid::new_v4().into(), &JsonMap::new(), None, now)
             .await
             .unwrap();
         assert!(missing.is_none());
@@ -963,7 +964,7 @@ mod contract {
         assert_eq!(got.interrupts, sum.interrupts);
         assert_eq!((got.updated_at, got.state_updated_at), (later, later));
         let err = s
-            .set_thread_summary(Uuid::new_v4(), &sum, later)
+            .set_thread_summary(Uuid::new_v4().into(), &sum, later)
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::NotFound("thread")), "{err}");
@@ -1108,7 +1109,7 @@ mod contract {
     }
 
     pub async fn insert_run_missing_thread(s: Arc<dyn Store>) {
-        let tid = Uuid::new_v4();
+        let tid = ThreadId::new();
         let r = run(tid, at(-1.0), MultitaskStrategy::Reject);
         let err = s.insert_run(&insert(&r, json!({}))).await.unwrap_err();
         assert!(matches!(err, StoreError::NotFound("thread")), "{err}");
@@ -1251,7 +1252,7 @@ mod contract {
         let pending = add_run(&s, t1, -5.0).await;
         let running = add_run(&s, t2, -10.0).await;
         assert_eq!(claim(&s, "w").await.run_id, running.run_id);
-        let missing = Uuid::new_v4();
+        let missing = Uuid::new_v4().into();
         let mut got = s
             .run_statuses(&[pending.run_id, missing, running.run_id, pending.run_id])
             .await
@@ -1386,7 +1387,10 @@ mod contract {
             s.renew_lease(r.run_id, "w2", LEASE).await.unwrap(),
             LeaseState::Lost
         );
-        let unknown = s.renew_lease(Uuid::new_v4(), "w1", LEASE).await.unwrap();
+        let unknown = s
+            .renew_lease(Uuid::new_v4().into(), "w1", LEASE)
+            .await
+            .unwrap();
         assert_eq!(unknown, LeaseState::Lost);
         // A renewal pushes the expiry forward: the run no longer counts as expired.
         s.renew_lease(r.run_id, "w1", Duration::from_secs(3600))
@@ -1489,7 +1493,7 @@ mod contract {
         assert_eq!(t4.error, sum3.error);
 
         let err = s
-            .finish_run(Uuid::new_v4(), None, &RunEnd::RolledBack, None)
+            .finish_run(Uuid::new_v4().into(), None, &RunEnd::RolledBack, None)
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::NotFound("run")), "{err}");
@@ -1749,7 +1753,13 @@ mod contract {
         let r2 = add_run(&s, t, -20.0).await;
         let r3 = add_run(&s, u, 3600.0).await;
 
-        let asked = [r1.run_id, r2.run_id, r4.run_id, Uuid::new_v4(), r2.run_id];
+        let asked = [
+            r1.run_id,
+            r2.run_id,
+            r4.run_id,
+            Uuid::new_v4().into(),
+            r2.run_id,
+        ];
         let affected = s
             .cancel_runs(&asked, CancelAction::Interrupt)
             .await
@@ -1957,7 +1967,7 @@ mod contract {
         assert_eq!(lineage[0].writes, c1.writes);
 
         // A copy carries the chunks; deleting the source leaves the copy whole.
-        let to = Uuid::new_v4();
+        let to = ThreadId::new();
         s.copy_thread(tid, to, at(0.0)).await.unwrap().unwrap();
         assert_eq!(s.checkpoint_bytes(to).await.unwrap() as usize, all);
         assert!(s.delete_thread(tid).await.unwrap());
@@ -2022,7 +2032,7 @@ mod contract {
         };
         let all = vec![(3, 0), (3, 1), (5, 0), (5, 2), (10, 0)];
         assert_eq!(after(None).await, all, "ordered numerically by (ms, seq)");
-        let newest = |run: Uuid| {
+        let newest = |run: RunId| {
             let s = s.clone();
             async move {
                 s.last_event_id(run)
@@ -2081,7 +2091,7 @@ mod contract {
         ] {
             s.put_checkpoint(&c, None, None).await.unwrap();
         }
-        let to = Uuid::new_v4();
+        let to = ThreadId::new();
         let now = at(0.0);
         let copy = s
             .copy_thread(tid, to, now)
@@ -2132,7 +2142,7 @@ mod contract {
         );
 
         assert!(
-            s.copy_thread(Uuid::new_v4(), Uuid::new_v4(), now)
+            s.copy_thread(Uuid::new_v4().into(), Uuid::new_v4().into(), now)
                 .await
                 .unwrap()
                 .is_none()
@@ -2193,7 +2203,7 @@ mod contract {
             new_thread(&s).await,
             new_thread(&s).await,
         ];
-        let mut created: HashMap<Uuid, Timestamp> = HashMap::new();
+        let mut created: HashMap<RunId, Timestamp> = HashMap::new();
         for i in 0..PER_THREAD {
             for (j, t) in threads.iter().enumerate() {
                 let r = add_run(&s, *t, -100.0 + (i * 3 + j) as f64).await;
@@ -2213,7 +2223,7 @@ mod contract {
         for c in claims {
             first.extend(c.await.unwrap());
         }
-        let mut per_thread: Vec<Uuid> = first.iter().map(|l| l.run.thread_id).collect();
+        let mut per_thread: Vec<ThreadId> = first.iter().map(|l| l.run.thread_id).collect();
         per_thread.sort();
         assert_eq!(per_thread, sorted(threads.to_vec()), "one claim per thread");
         for t in threads {
@@ -2225,8 +2235,8 @@ mod contract {
         }
 
         // Wave 2: workers claim and finish until everything ran, checking the rule as they go.
-        let held: Arc<Mutex<HashSet<Uuid>>> = Arc::new(Mutex::new(HashSet::new()));
-        let order: Arc<Mutex<HashMap<Uuid, Vec<Uuid>>>> = Arc::default();
+        let held: Arc<Mutex<HashSet<ThreadId>>> = Arc::new(Mutex::new(HashSet::new()));
+        let order: Arc<Mutex<HashMap<ThreadId, Vec<RunId>>>> = Arc::default();
         let done = Arc::new(AtomicUsize::new(0));
         for l in &first {
             order
@@ -2367,7 +2377,7 @@ mod contract {
         );
         ins.owner = alice.clone();
         s.insert_run(&ins).await.unwrap();
-        let fresh = run(Uuid::new_v4(), now, MultitaskStrategy::Enqueue);
+        let fresh = run(Uuid::new_v4().into(), now, MultitaskStrategy::Enqueue);
         let mut ins = insert(&fresh, json!({}));
         ins.owner = bob.clone();
         ins.create_thread = true;
@@ -2376,7 +2386,7 @@ mod contract {
         assert_eq!(made.owner, bob);
         // A copy keeps its owner.
         let copy = s
-            .copy_thread(t.thread_id, Uuid::new_v4(), now)
+            .copy_thread(t.thread_id, Uuid::new_v4().into(), now)
             .await
             .unwrap()
             .unwrap();

@@ -16,6 +16,7 @@ use super::assistants::resolve;
 use super::auth::Principal;
 use super::error::AppError;
 use super::turns::{self, Outcome, Reading};
+use crate::ids::{AssistantId, RunId, ThreadId};
 use crate::research::progress::{LineId, RunProgress};
 use crate::store::{CancelAction, Run, SortOrder, StoreError, ThreadQuery};
 use crate::time::Timestamp;
@@ -212,18 +213,18 @@ struct Incoming {
     text: String,
     /// A `data` part: sent as it is when the message answers an interrupt.
     data: Option<Value>,
-    context_id: Option<Uuid>,
-    task_id: Option<Uuid>,
+    context_id: Option<ThreadId>,
+    task_id: Option<RunId>,
     return_immediately: bool,
     history_length: Option<usize>,
     /// Research settings for the run (`metadata.configurable`).
     configurable: Option<Value>,
 }
 
-fn uuid_field(value: Option<&Value>, field: &str) -> RpcResult<Option<Uuid>> {
+fn uuid_field<T: From<Uuid>>(value: Option<&Value>, field: &str) -> RpcResult<Option<T>> {
     match value {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Uuid::parse_str(s).map(Some).map_err(|_| {
+        Some(Value::String(s)) => Uuid::parse_str(s).map(|id| Some(T::from(id))).map_err(|_| {
             RpcError::invalid_params(format!(
                 "{field} must be a UUID (this server's ids), got '{s}'"
             ))
@@ -338,20 +339,20 @@ fn check_configuration(configuration: &Value) -> RpcResult<()> {
 struct Call<'a> {
     state: &'a AppState,
     who: &'a Principal,
-    assistant_id: Uuid,
+    assistant_id: AssistantId,
     id: Value,
 }
 
 impl Call<'_> {
     /// The caller's run with this id (another owner's is as missing).
-    async fn owned_run(&self, task_id: Uuid) -> RpcResult<Run> {
+    async fn owned_run(&self, task_id: RunId) -> RpcResult<Run> {
         let run = self
             .state
             .store
             .get_run(task_id)
             .await?
             .ok_or_else(|| RpcError::task_not_found(task_id))?;
-        super::lookups::owned_thread(self.state, run.thread_id, self.who)
+        super::lookups::thread(self.state, run.thread_id, self.who)
             .await
             .map_err(|_| RpcError::task_not_found(task_id))?;
         Ok(run)
@@ -500,7 +501,7 @@ impl Call<'_> {
             history: history_length(params.get("historyLength"))?,
         };
         let threads = match uuid_field(params.get("contextId"), "contextId")? {
-            Some(id) => vec![super::lookups::owned_thread(self.state, id, self.who).await?],
+            Some(id) => vec![super::lookups::thread(self.state, id, self.who).await?],
             None => {
                 let query = ThreadQuery {
                     owner: self.who.owner.clone(),
@@ -583,7 +584,7 @@ impl Call<'_> {
     }
 }
 
-fn required_id(params: &Map<String, Value>) -> RpcResult<Uuid> {
+fn required_id(params: &Map<String, Value>) -> RpcResult<RunId> {
     uuid_field(params.get("id"), "id")?.ok_or_else(|| RpcError::invalid_params("id is required"))
 }
 
@@ -657,7 +658,7 @@ async fn stream_task(state: &AppState, dialect: Dialect, run: Run, out: &Out) ->
 }
 
 /// Resolves once the run has ended.
-async fn wait_for_end(state: &AppState, run_id: Uuid) -> RpcResult<Run> {
+async fn wait_for_end(state: &AppState, run_id: RunId) -> RpcResult<Run> {
     match turns::wait_for_end(state, run_id).await? {
         Some(run) => Ok(run),
         None if state.shutdown.is_cancelled() => Err(RpcError::new(

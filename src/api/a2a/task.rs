@@ -3,9 +3,9 @@
 //! `{"task"}`, no `kind`) and v0.3 (`kind` on every object, states such as `completed`, the
 //! last status update marked `final`). One task is one run; its context is the run's thread.
 
+use crate::ids::{RunId, ThreadId};
 use crate::time::Timestamp;
 use serde_json::{Map, Value, json};
-use uuid::Uuid;
 
 /// Which protocol version a request speaks (by its method's name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,8 +63,8 @@ impl TaskState {
 /// One task as this server sees it.
 #[derive(Clone, Debug)]
 pub(super) struct Task {
-    pub(super) id: Uuid,
-    pub(super) context_id: Uuid,
+    pub(super) id: RunId,
+    pub(super) context_id: ThreadId,
     pub(super) state: TaskState,
     /// The agent's words that come with the state: a clarifying question, a plan to review,
     /// progress, or why it failed.
@@ -94,8 +94,8 @@ pub(super) fn message(
     dialect: Dialect,
     from_user: bool,
     text: &str,
-    context_id: Uuid,
-    task_id: Uuid,
+    context_id: ThreadId,
+    task_id: RunId,
 ) -> Value {
     let role = match (dialect, from_user) {
         (Dialect::V1, true) => "ROLE_USER",
@@ -104,7 +104,7 @@ pub(super) fn message(
         (Dialect::V03, false) => "agent",
     };
     let mut m = json!({
-        "messageId": crate::ids::new_id().to_string(),
+        "messageId": uuid::Uuid::now_v7().to_string(),
         "role": role,
         "parts": [text_part(dialect, text)],
         "contextId": context_id.to_string(),
@@ -221,11 +221,12 @@ pub(super) fn artifact_update(dialect: Dialect, task: &Task, report: &str) -> Va
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     fn task(state: TaskState) -> Task {
         Task {
-            id: Uuid::nil(),
-            context_id: Uuid::max(),
+            id: RunId::from_uuid(Uuid::nil()),
+            context_id: ThreadId::from_uuid(Uuid::max()),
             state,
             message: Some("Which aspect?".into()),
             report: Some("# Report".into()),

@@ -10,14 +10,15 @@ pub(crate) use scheduler::run as run_scheduler;
 
 use super::assistants::resolve;
 use super::auth::Principal;
-use super::error::{ApiResult, AppError, Body, parse_id};
+use super::error::{ApiResult, AppError, Body};
 use super::lookups;
+use super::params::{Ids, parse_id};
 use super::runs::{Target, check_run_request};
 use super::{AppState, SearchParams, paged, project};
-use crate::ids;
+use crate::ids::{AssistantId, CronId, ThreadId};
 use crate::store::{Cron, CronQuery, JsonMap};
 use crate::time::Timestamp;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -25,7 +26,6 @@ use axum::{Json, Router};
 use schedule::Schedule;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -229,17 +229,17 @@ pub(super) async fn create_stateless(
 pub(super) async fn create_for_thread(
     State(state): State<AppState>,
     who: Principal,
-    Path(tid): Path<String>,
+    Ids(tid): Ids<ThreadId>,
     Body(body): Body<JsonMap>,
 ) -> ApiResult<Json<Cron>> {
-    let thread_id = lookups::thread(&state, &tid, &who).await?.thread_id;
+    let thread_id = lookups::thread(&state, tid, &who).await?.thread_id;
     create(&state, &who, Some(thread_id), body).await
 }
 
 async fn create(
     state: &AppState,
     who: &Principal,
-    thread_id: Option<Uuid>,
+    thread_id: Option<ThreadId>,
     body: JsonMap,
 ) -> ApiResult<Json<Cron>> {
     let body = CronBody::parse(body, thread_id.is_none())?;
@@ -252,8 +252,8 @@ async fn create(
     }
     let now = Timestamp::now();
     let mut cron = Cron {
-        cron_id: ids::new_id(),
-        assistant_id: Uuid::nil(),
+        cron_id: CronId::new(),
+        assistant_id: AssistantId::from_uuid(uuid::Uuid::nil()),
         thread_id,
         user_id: Some(who.owner.as_str().to_owned()).filter(|o| !o.is_empty()),
         schedule,
@@ -285,8 +285,7 @@ fn run_metadata(run: &JsonMap) -> ApiResult<JsonMap> {
     }
 }
 
-async fn load(state: &AppState, raw: &str, who: &Principal) -> ApiResult<Cron> {
-    let id = parse_id(raw, "cron")?;
+async fn load(state: &AppState, id: CronId, who: &Principal) -> ApiResult<Cron> {
     state
         .store
         .get_cron(id)
@@ -301,9 +300,9 @@ async fn load(state: &AppState, raw: &str, who: &Principal) -> ApiResult<Cron> {
 pub(super) async fn fetch(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<CronId>,
 ) -> ApiResult<Json<Cron>> {
-    Ok(Json(load(&state, &id, &who).await?))
+    Ok(Json(load(&state, id, &who).await?))
 }
 
 /// Changes a cron. Run fields replace the payload's; metadata is merged. A new schedule, time
@@ -313,10 +312,10 @@ pub(super) async fn fetch(
 pub(super) async fn update(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<CronId>,
     Body(body): Body<JsonMap>,
 ) -> ApiResult<Json<Cron>> {
-    let mut cron = load(&state, &id, &who).await?;
+    let mut cron = load(&state, id, &who).await?;
     let patch = CronBody::parse(body, cron.thread_id.is_none())?;
     let reschedule = patch.schedule.is_some()
         || patch.timezone.is_some()
@@ -372,9 +371,9 @@ pub(super) async fn update(
 pub(super) async fn remove(
     State(state): State<AppState>,
     who: Principal,
-    Path(id): Path<String>,
+    Ids(id): Ids<CronId>,
 ) -> ApiResult<StatusCode> {
-    let cron = load(&state, &id, &who).await?;
+    let cron = load(&state, id, &who).await?;
     state.store.delete_cron(cron.cron_id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -421,7 +420,7 @@ async fn cron_query(
     )?;
     let assistant_id = match body.assistant_id.as_deref() {
         None => None,
-        Some(raw) => Some(match raw.parse::<Uuid>() {
+        Some(raw) => Some(match raw.parse::<AssistantId>() {
             Ok(id) => id,
             Err(_) => resolve(state, raw, &who.owner).await?.assistant_id,
         }),
@@ -429,7 +428,7 @@ async fn cron_query(
     let thread_id = body
         .thread_id
         .as_deref()
-        .map(|t| parse_id(t, "thread"))
+        .map(parse_id::<ThreadId>)
         .transpose()?;
     super::check_select(&body.select, &super::CRON_FIELDS)?;
     let q = CronQuery {

@@ -4,12 +4,13 @@
 
 use super::super::AppState;
 use super::super::assistants::{resolve, settings_of};
-use super::super::error::{ApiResult, AppError, parse_id};
+use super::super::error::{ApiResult, AppError};
 use super::super::lookups::checkpoint_id_of;
+use super::super::params::parse_id;
 use super::super::params::{check_recursion_limit, parse_enum};
 use crate::graph::Graph;
 use crate::graph::interrupts::{Breakpoints, ResumeCommand, ResumeError, check_resume};
-use crate::ids;
+use crate::ids::{CheckpointId, RunId, ThreadId};
 use crate::runs::RunKwargs;
 use crate::runs::keys::RunKeys;
 use crate::runs::options::{Durability, IfNotExists, OnCompletion, OnDisconnect};
@@ -23,7 +24,6 @@ use crate::time::Timestamp;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use uuid::Uuid;
 
 /// The `Idempotency-Key` header of a run request: a client that retries a request it did not
 /// hear back from sends the same key, and no second (paid) run is started — the retry gets
@@ -115,7 +115,7 @@ fn check_input(graph: &crate::graph::Graph, input: Option<&Value>) -> ApiResult<
 /// Where the run's thread comes from.
 #[derive(Clone, Copy)]
 pub(in crate::api) enum Target {
-    Thread(Uuid),
+    Thread(ThreadId),
     Stateless,
 }
 
@@ -292,7 +292,7 @@ pub(super) async fn start_ticked(
         })?;
     let (thread_id, stateless) = match target {
         Target::Thread(id) => (id, false),
-        Target::Stateless => (ids::new_id(), true),
+        Target::Stateless => (ThreadId::new(), true),
     };
     let checkpoint_id = start_checkpoint(state, &body, thread_id).await?;
     let graph = state.registry.get(&assistant.graph_id).ok_or_else(|| {
@@ -393,7 +393,7 @@ pub(super) async fn check(
         body,
         &options,
         &assistant,
-        ids::new_id(),
+        ThreadId::new(),
         stateless,
         None,
     )?;
@@ -412,10 +412,10 @@ pub(super) async fn check(
 async fn start_checkpoint(
     state: &AppState,
     body: &NewRun,
-    thread_id: Uuid,
-) -> ApiResult<Option<Uuid>> {
+    thread_id: ThreadId,
+) -> ApiResult<Option<CheckpointId>> {
     let checkpoint_id = match body.checkpoint_id.as_deref() {
-        Some(raw) => Some(parse_id(raw, "checkpoint")?),
+        Some(raw) => Some(parse_id::<CheckpointId>(raw)?),
         None => checkpoint_id_of(body.checkpoint.as_ref())?,
     };
     if let Some(cid) = checkpoint_id
@@ -474,8 +474,8 @@ impl HumanInput {
 async fn check_command(
     state: &AppState,
     command: &ResumeCommand,
-    thread_id: Uuid,
-    checkpoint_id: Option<Uuid>,
+    thread_id: ThreadId,
+    checkpoint_id: Option<CheckpointId>,
 ) -> ApiResult<()> {
     let Some(resume) = &command.resume else {
         return Ok(());
@@ -506,11 +506,11 @@ fn build_run(
     body: &NewRun,
     options: &Options,
     assistant: &Assistant,
-    thread_id: Uuid,
+    thread_id: ThreadId,
     stateless: bool,
-    checkpoint_id: Option<Uuid>,
+    checkpoint_id: Option<CheckpointId>,
 ) -> ApiResult<(Run, Option<RunKeys>)> {
-    let run_id = ids::new_id();
+    let run_id = RunId::new();
     let mut id_fields = JsonMap::new();
     id_fields.insert("run_id".into(), json!(run_id));
     id_fields.insert("thread_id".into(), json!(thread_id));

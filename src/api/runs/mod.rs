@@ -7,14 +7,16 @@ mod waiting;
 
 use super::AppState;
 use super::auth::Principal;
-use super::error::{ApiResult, AppError, Body, BodyList, parse_id};
+use super::error::{ApiResult, AppError, Body, BodyList};
+use super::params::{Ids, parse_id};
 use super::params::{optional_enum, parse_enum};
 use super::query::{query_flag, query_int, query_pairs, query_values};
 use super::responses::{json_response, set_header, sse_response};
+use crate::ids::{RunId, ThreadId};
 use crate::runs::RunKwargs;
 use crate::store::{CancelAction, EventId, Owner, Run, RunStatus};
 use crate::stream::{SseSource, StreamModes, sse_body};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,7 +24,6 @@ use axum::{Json, Router};
 use create::{IdempotencyKey, Started, start, validate};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use uuid::Uuid;
 use waiting::{result_body, wait_body};
 
 pub(super) use create::{NewRun, Target};
@@ -54,7 +55,7 @@ pub(super) fn router() -> Router<AppState> {
 pub(super) async fn start_on_thread(
     state: &AppState,
     who: &Principal,
-    thread_id: Uuid,
+    thread_id: ThreadId,
     body: Value,
 ) -> ApiResult<Run> {
     let body: NewRun =
@@ -115,7 +116,7 @@ fn run_path(run: &Run, stateless: bool) -> String {
     }
 }
 
-fn cancel_callback(state: &AppState, run_id: Uuid) -> Box<dyn FnOnce() + Send + Sync> {
+fn cancel_callback(state: &AppState, run_id: RunId) -> Box<dyn FnOnce() + Send + Sync> {
     let state = state.clone();
     Box::new(move || {
         tokio::spawn(async move {
@@ -163,21 +164,17 @@ fn created(run: Run, stateless: bool) -> Response {
     response
 }
 
-async fn thread_target(raw: &str) -> ApiResult<Target> {
-    Ok(Target::Thread(parse_id(raw, "thread")?))
-}
-
 /// Creates a run in the background.
 #[utoipa::path(post, path = "/threads/{thread_id}/runs", tag = "runs", request_body = NewRun,
     params(("thread_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")), responses((status = 200, body = Run), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn create(
     State(state): State<AppState>,
     who: Principal,
-    Path(tid): Path<String>,
+    Ids(tid): Ids<ThreadId>,
     key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let target = thread_target(&tid).await?;
+    let target = Target::Thread(tid);
     let started = start(&state, &who.owner, target, body, key).await?;
     Ok(created(started.run, false))
 }
@@ -189,11 +186,11 @@ pub(super) async fn create(
 pub(super) async fn stream(
     State(state): State<AppState>,
     who: Principal,
-    Path(tid): Path<String>,
+    Ids(tid): Ids<ThreadId>,
     key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let target = thread_target(&tid).await?;
+    let target = Target::Thread(tid);
     let started = start(&state, &who.owner, target, body, key).await?;
     Ok(stream_started(&state, started))
 }
@@ -204,11 +201,11 @@ pub(super) async fn stream(
 pub(super) async fn wait(
     State(state): State<AppState>,
     who: Principal,
-    Path(tid): Path<String>,
+    Ids(tid): Ids<ThreadId>,
     key: IdempotencyKey,
     Body(body): Body<NewRun>,
 ) -> ApiResult<Response> {
-    let target = thread_target(&tid).await?;
+    let target = Target::Thread(tid);
     Ok(wait_started(
         &state,
         start(&state, &who.owner, target, body, key).await?,
@@ -316,10 +313,10 @@ pub(super) async fn batch(
 pub(super) async fn list(
     State(state): State<AppState>,
     who: Principal,
-    Path(tid): Path<String>,
+    Ids(tid): Ids<ThreadId>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Json<Vec<Value>>> {
-    let thread = super::lookups::thread(&state, &tid, &who).await?;
+    let thread = super::lookups::thread(&state, tid, &who).await?;
     let pairs = query_pairs(q.as_deref());
     let limit = query_int(&pairs, "limit", 10)?;
     let offset = query_int(&pairs, "offset", 0)?;
@@ -341,9 +338,13 @@ pub(super) async fn list(
     ))
 }
 
-async fn load_run(state: &AppState, tid: &str, rid: &str, who: &Principal) -> ApiResult<Run> {
-    let run_id = parse_id(rid, "run")?;
-    let thread_id = super::lookups::thread(state, tid, who).await?.thread_id;
+async fn load_run(
+    state: &AppState,
+    thread_id: ThreadId,
+    run_id: RunId,
+    who: &Principal,
+) -> ApiResult<Run> {
+    super::lookups::thread(state, thread_id, who).await?;
     match state.store.get_run(run_id).await? {
         Some(run) if run.thread_id == thread_id => Ok(run),
         _ => Err(AppError::NotFound(format!(
@@ -358,9 +359,9 @@ async fn load_run(state: &AppState, tid: &str, rid: &str, who: &Principal) -> Ap
 pub(super) async fn fetch(
     State(state): State<AppState>,
     who: Principal,
-    Path((tid, rid)): Path<(String, String)>,
+    Ids((tid, rid)): Ids<(ThreadId, RunId)>,
 ) -> ApiResult<Json<Run>> {
-    Ok(Json(load_run(&state, &tid, &rid, &who).await?))
+    Ok(Json(load_run(&state, tid, rid, &who).await?))
 }
 
 /// Deletes a run (cancelling it first if it is in flight).
@@ -369,9 +370,9 @@ pub(super) async fn fetch(
 pub(super) async fn remove(
     State(state): State<AppState>,
     who: Principal,
-    Path((tid, rid)): Path<(String, String)>,
+    Ids((tid, rid)): Ids<(ThreadId, RunId)>,
 ) -> ApiResult<StatusCode> {
-    let run = load_run(&state, &tid, &rid, &who).await?;
+    let run = load_run(&state, tid, rid, &who).await?;
     if run.status.is_inflight() {
         let affected = state
             .store
@@ -392,9 +393,9 @@ pub(super) async fn remove(
 pub(super) async fn join(
     State(state): State<AppState>,
     who: Principal,
-    Path((tid, rid)): Path<(String, String)>,
+    Ids((tid, rid)): Ids<(ThreadId, RunId)>,
 ) -> ApiResult<Response> {
-    let run = load_run(&state, &tid, &rid, &who).await?;
+    let run = load_run(&state, tid, rid, &who).await?;
     Ok(json_response(result_body(&state, &run), None))
 }
 
@@ -404,14 +405,14 @@ pub(super) async fn join(
 pub(super) async fn cancel(
     State(state): State<AppState>,
     who: Principal,
-    Path((tid, rid)): Path<(String, String)>,
+    Ids((tid, rid)): Ids<(ThreadId, RunId)>,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
     let pairs = query_pairs(q.as_deref());
     let wait = query_flag(&pairs, "wait")?;
     let action_raw = query_values(&pairs, "action").last().cloned();
     let action = parse_enum(action_raw.as_deref(), "action", CancelAction::Interrupt)?;
-    let run = load_run(&state, &tid, &rid, &who)
+    let run = load_run(&state, tid, rid, &who)
         .await
         .map_err(|e| match e {
             AppError::NotFound(_) => AppError::NotFound("No runs found to cancel.".into()),
@@ -448,11 +449,11 @@ pub(super) async fn cancel_many(
     let pairs = query_pairs(q.as_deref());
     let action_raw = query_values(&pairs, "action").last().cloned();
     let action = parse_enum(action_raw.as_deref(), "action", CancelAction::Interrupt)?;
-    let ids: Vec<Uuid> = match (&body.run_ids, &body.status) {
+    let ids: Vec<RunId> = match (&body.run_ids, &body.status) {
         (Some(ids), None) => {
             super::check_ids("run_ids", ids.len())?;
             ids.iter()
-                .map(|r| parse_id(r, "run"))
+                .map(|r| parse_id::<RunId>(r))
                 .collect::<ApiResult<_>>()?
         }
         (None, Some(_)) => {
@@ -481,10 +482,10 @@ async fn owned_runs(
     state: &AppState,
     who: &Principal,
     thread_id: Option<&str>,
-    ids: Vec<Uuid>,
-) -> ApiResult<Vec<Uuid>> {
+    ids: Vec<RunId>,
+) -> ApiResult<Vec<RunId>> {
     if let Some(tid) = thread_id {
-        let thread = super::lookups::thread(state, tid, who).await?;
+        let thread = super::lookups::thread(state, parse_id(tid)?, who).await?;
         let inflight = state.store.inflight_runs(thread.thread_id).await?;
         return Ok(ids
             .into_iter()
@@ -492,7 +493,7 @@ async fn owned_runs(
             .collect());
     }
     let mut mine = Vec::with_capacity(ids.len());
-    let mut threads: std::collections::HashMap<Uuid, bool> = Default::default();
+    let mut threads: std::collections::HashMap<ThreadId, bool> = Default::default();
     for id in ids {
         let Some(run) = state.store.get_run(id).await? else {
             continue;
@@ -520,11 +521,11 @@ async fn owned_runs(
 pub(super) async fn join_stream(
     State(state): State<AppState>,
     who: Principal,
-    Path((tid, rid)): Path<(String, String)>,
+    Ids((tid, rid)): Ids<(ThreadId, RunId)>,
     headers: HeaderMap,
     RawQuery(q): RawQuery,
 ) -> ApiResult<Response> {
-    let run = load_run(&state, &tid, &rid, &who).await?;
+    let run = load_run(&state, tid, rid, &who).await?;
     let pairs = query_pairs(q.as_deref());
     let mut modes = query_values(&pairs, "stream_mode");
     modes.extend(query_values(&pairs, "stream_modes"));

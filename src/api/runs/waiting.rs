@@ -4,6 +4,7 @@
 
 use super::super::AppState;
 use super::super::error::ApiResult;
+use crate::ids::RunId;
 use crate::store::{Run, RunStatus};
 use crate::stream::{RunChannel, STORE_POLL};
 use axum::body::Body as HttpBody;
@@ -12,7 +13,6 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use uuid::Uuid;
 
 /// A body that resolves with the run's final values once it has ended. While a worker of this
 /// process runs it, that is the run's own result; otherwise — another replica claimed it, or it
@@ -20,7 +20,7 @@ use uuid::Uuid;
 /// the connection alive meanwhile.
 pub(super) fn wait_body(
     state: &AppState,
-    run_id: Uuid,
+    run_id: RunId,
     channel: Option<Arc<RunChannel>>,
     mut result: Option<watch::Receiver<Option<Option<Value>>>>,
 ) -> HttpBody {
@@ -78,7 +78,7 @@ pub(super) async fn changed(result: &mut Option<watch::Receiver<Option<Option<Va
 }
 
 /// The final values of a run the store says has ended; `None` while it is in flight.
-pub(super) async fn ended_result(state: &AppState, run_id: Uuid) -> Option<Value> {
+pub(super) async fn ended_result(state: &AppState, run_id: RunId) -> Option<Value> {
     match state.store.get_run(run_id).await {
         Ok(Some(run)) if run.status.is_inflight() => None,
         Ok(Some(run)) => match finished_result(state, &run).await {

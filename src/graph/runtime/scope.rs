@@ -5,6 +5,7 @@ use crate::graph::channels::ChannelError;
 use crate::graph::events::Sink;
 use crate::graph::interrupts::{Breakpoints, Pause, ResumeCommand};
 use crate::graph::{Graph, NodeError};
+use crate::ids::{CheckpointId, RunId, ThreadId};
 use crate::store::{Checkpoint, Fence, JsonMap, Store, StoreError, StoredChunks};
 use serde_json::Value;
 use std::any::{Any, TypeId};
@@ -12,13 +13,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 /// Everything one run shares across its graphs and subgraphs.
 pub struct RunScope {
     pub store: Arc<dyn Store>,
-    pub thread_id: Uuid,
-    pub run_id: Uuid,
+    pub thread_id: ThreadId,
+    pub run_id: RunId,
     /// The run's config (`configurable`, `recursion_limit`, …), passed to every node.
     pub config: Value,
     /// Merged into every checkpoint's metadata (graph_id, assistant_id, user metadata, …).
@@ -44,8 +44,8 @@ pub struct RunScope {
 impl RunScope {
     pub fn new(
         store: Arc<dyn Store>,
-        thread_id: Uuid,
-        run_id: Uuid,
+        thread_id: ThreadId,
+        run_id: RunId,
         config: Value,
         metadata: JsonMap,
         sink: Sink,
@@ -120,7 +120,7 @@ pub enum Start {
     /// The namespace's latest checkpoint (or an empty state).
     Head,
     /// A given checkpoint; with no input this forks it and reruns its pending nodes.
-    From(Uuid),
+    From(CheckpointId),
     /// Where a resumed run left off: the namespace's head if it has one — a run taken over
     /// after its worker died, or a subgraph whose task is re-run — so go on from there (or
     /// return the final state when it had finished); otherwise the input.
@@ -196,7 +196,7 @@ pub enum RunError {
     #[error("{0}")]
     Prepare(String),
     #[error("checkpoint {0} not found")]
-    CheckpointNotFound(Uuid),
+    CheckpointNotFound(CheckpointId),
     /// The run ran past `[limits] run_deadline_secs`.
     #[error("the run was stopped after {0} seconds, its deadline ([limits] run_deadline_secs)")]
     Deadline(u64),

@@ -204,7 +204,7 @@ impl<'a> CheckpointWriter<'a> {
         let cp = Checkpoint {
             thread_id: self.scope.thread_id,
             checkpoint_ns: self.ns.clone(),
-            checkpoint_id: crate::ids::checkpoint_id(),
+            checkpoint_id: crate::ids::CheckpointId::next(),
             parent_checkpoint_id: self.head.as_ref().map(|h| h.checkpoint_id),
             run_id: Some(self.scope.run_id),
             step,

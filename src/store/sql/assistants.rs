@@ -5,6 +5,7 @@ use super::filters::*;
 use super::query::*;
 use super::tx::*;
 use super::*;
+use crate::ids::AssistantId;
 use crate::store::{
     Assistant, AssistantPatch, AssistantQuery, AssistantVersion, IfExists, JsonMap, Page,
     StoreError, StoreResult,
@@ -13,7 +14,6 @@ use crate::telemetry::metrics::StoreTimer;
 use crate::time::Timestamp;
 use async_trait::async_trait;
 use sqlx::Row;
-use uuid::Uuid;
 
 #[async_trait]
 impl crate::store::AssistantStore for SqlStore {
@@ -42,7 +42,7 @@ impl crate::store::AssistantStore for SqlStore {
         stored.ok_or(StoreError::NotFound("assistant"))
     }
 
-    async fn get_assistant(&self, id: Uuid) -> StoreResult<Option<Assistant>> {
+    async fn get_assistant(&self, id: AssistantId) -> StoreResult<Option<Assistant>> {
         let _timer = StoreTimer::start("get_assistant");
         let sql = format!("SELECT {ASSISTANT_COLS} FROM assistants WHERE assistant_id = $1");
         one(&self.pool, q(sql).bind(id.to_string()), assistant_row).await
@@ -50,7 +50,7 @@ impl crate::store::AssistantStore for SqlStore {
 
     async fn update_assistant(
         &self,
-        id: Uuid,
+        id: AssistantId,
         patch: &AssistantPatch,
         now: Timestamp,
     ) -> StoreResult<Option<Assistant>> {
@@ -78,7 +78,7 @@ impl crate::store::AssistantStore for SqlStore {
         Ok(Some(a))
     }
 
-    async fn delete_assistant(&self, id: Uuid) -> StoreResult<bool> {
+    async fn delete_assistant(&self, id: AssistantId) -> StoreResult<bool> {
         let _timer = StoreTimer::start("delete_assistant");
         let mut tx = self.write_tx().await?;
         sqlx::query("DELETE FROM crons WHERE assistant_id = $1")
@@ -139,7 +139,7 @@ impl crate::store::AssistantStore for SqlStore {
 
     async fn assistant_versions(
         &self,
-        id: Uuid,
+        id: AssistantId,
         metadata: &JsonMap,
         limit: i64,
         offset: i64,
@@ -162,7 +162,7 @@ impl crate::store::AssistantStore for SqlStore {
 
     async fn set_latest_assistant(
         &self,
-        id: Uuid,
+        id: AssistantId,
         version: i64,
         now: Timestamp,
     ) -> StoreResult<Assistant> {

@@ -3,6 +3,7 @@
 use super::codec::*;
 use super::query::*;
 use super::*;
+use crate::ids::{CheckpointId, ThreadId};
 use crate::store::blobs;
 use crate::store::crypt::Column;
 use crate::store::{Checkpoint, CheckpointQuery, Fence, StoreError, StoreResult};
@@ -11,7 +12,6 @@ use async_trait::async_trait;
 use sqlx::AnyConnection;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::LazyLock;
-use uuid::Uuid;
 
 /// `UPSERT_CHECKPOINT` that writes only while the run is running under the fence bound at
 /// `$first` (run id, worker, attempt; see `bind_fence`): after $1-$12, and $13 (the chunk list)
@@ -137,9 +137,9 @@ impl crate::store::CheckpointStore for SqlStore {
 
     async fn get_checkpoint(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         ns: &str,
-        id: Uuid,
+        id: CheckpointId,
     ) -> StoreResult<Option<Checkpoint>> {
         let _timer = StoreTimer::start("get_checkpoint");
         let sql = format!(
@@ -159,7 +159,7 @@ impl crate::store::CheckpointStore for SqlStore {
 
     async fn latest_checkpoint(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         ns: &str,
     ) -> StoreResult<Option<Checkpoint>> {
         let _timer = StoreTimer::start("latest_checkpoint");
@@ -177,7 +177,7 @@ impl crate::store::CheckpointStore for SqlStore {
 
     async fn list_checkpoints(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         query: &CheckpointQuery,
     ) -> StoreResult<Vec<Checkpoint>> {
         let _timer = StoreTimer::start("list_checkpoints");
@@ -202,7 +202,7 @@ impl crate::store::CheckpointStore for SqlStore {
         self.with_blobs(thread_id, found).await
     }
 
-    async fn checkpoint_bytes(&self, thread_id: Uuid) -> StoreResult<u64> {
+    async fn checkpoint_bytes(&self, thread_id: ThreadId) -> StoreResult<u64> {
         let _timer = StoreTimer::start("checkpoint_bytes");
         let len = |col: &str| match self.dialect {
             Dialect::Postgres => format!("octet_length({col})"),
@@ -224,9 +224,9 @@ impl crate::store::CheckpointStore for SqlStore {
 
     async fn checkpoint_lineage(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         ns: &str,
-        id: Uuid,
+        id: CheckpointId,
     ) -> StoreResult<Vec<Checkpoint>> {
         let _timer = StoreTimer::start("checkpoint_lineage");
         // The depth bound guards against a corrupt parent cycle.
@@ -260,7 +260,7 @@ pub(super) const BLOB_BATCH: usize = 300;
 /// Inserts chunks not yet stored for the thread, in batches, on `conn`.
 async fn put_blobs(
     conn: &mut AnyConnection,
-    thread_id: Uuid,
+    thread_id: ThreadId,
     mut chunks: Vec<blobs::Blob>,
 ) -> StoreResult<()> {
     {
@@ -291,7 +291,7 @@ impl SqlStore {
     /// Replaces chunk references in the checkpoints' writes by their text.
     pub(super) async fn with_blobs(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         mut cps: Vec<Checkpoint>,
     ) -> StoreResult<Vec<Checkpoint>> {
         let mut wanted = BTreeSet::new();

@@ -2,6 +2,7 @@
 
 use super::query::*;
 use super::*;
+use crate::ids::ThreadId;
 use crate::store::crypt::{self, Column};
 use crate::store::pages;
 use crate::store::{
@@ -73,15 +74,18 @@ pub(super) fn int(row: &AnyRow, col: &'static str) -> StoreResult<i64> {
     Ok(row.try_get::<i64, _>(col)?)
 }
 
-pub(super) fn parse_uuid(col: &'static str, s: &str) -> StoreResult<Uuid> {
-    Uuid::parse_str(s).map_err(|e| corrupt(col, format!("{s}: {e}")))
+/// Any of the id types (they are all a UUID underneath), from its stored text.
+pub(super) fn parse_uuid<T: From<Uuid>>(col: &'static str, s: &str) -> StoreResult<T> {
+    Uuid::parse_str(s)
+        .map(T::from)
+        .map_err(|e| corrupt(col, format!("{s}: {e}")))
 }
 
-pub(super) fn uuid(row: &AnyRow, col: &'static str) -> StoreResult<Uuid> {
+pub(super) fn uuid<T: From<Uuid>>(row: &AnyRow, col: &'static str) -> StoreResult<T> {
     parse_uuid(col, &text(row, col)?)
 }
 
-pub(super) fn opt_uuid(row: &AnyRow, col: &'static str) -> StoreResult<Option<Uuid>> {
+pub(super) fn opt_uuid<T: From<Uuid>>(row: &AnyRow, col: &'static str) -> StoreResult<Option<T>> {
     opt_text(row, col)?.map(|s| parse_uuid(col, &s)).transpose()
 }
 
@@ -216,7 +220,7 @@ pub(super) fn event_page_row(row: &AnyRow) -> StoreResult<Vec<StoredEvent>> {
     )
 }
 
-pub(super) fn thread_id_row(row: &AnyRow) -> StoreResult<Uuid> {
+pub(super) fn thread_id_row(row: &AnyRow) -> StoreResult<ThreadId> {
     uuid(row, "thread_id")
 }
 

@@ -4,13 +4,13 @@ use super::codec::*;
 use super::filters::*;
 use super::query::*;
 use super::*;
+use crate::ids::CronId;
 use crate::store::{Cron, CronQuery, CronTick, Owner, Page, StoreError, StoreResult};
 use crate::telemetry::metrics::StoreTimer;
 use crate::time::Timestamp;
 use async_trait::async_trait;
 use sqlx::AnyConnection;
 use sqlx::any::AnyRow;
-use uuid::Uuid;
 
 const CRON_COLS: &str = "cron_id, assistant_id, thread_id, user_id, schedule, timezone, payload, \
     metadata, on_run_completed, enabled, end_time, next_run_date, created_at, updated_at, owner";
@@ -101,7 +101,7 @@ impl crate::store::CronStore for SqlStore {
         Ok(())
     }
 
-    async fn get_cron(&self, id: Uuid) -> StoreResult<Option<Cron>> {
+    async fn get_cron(&self, id: CronId) -> StoreResult<Option<Cron>> {
         let _timer = StoreTimer::start("get_cron");
         let sql = format!("SELECT {CRON_COLS} FROM crons WHERE cron_id = $1");
         one(&self.pool, q(sql).bind(id.to_string()), cron_row).await
@@ -119,7 +119,7 @@ impl crate::store::CronStore for SqlStore {
         Ok(done.rows_affected() > 0)
     }
 
-    async fn delete_cron(&self, id: Uuid) -> StoreResult<bool> {
+    async fn delete_cron(&self, id: CronId) -> StoreResult<bool> {
         let _timer = StoreTimer::start("delete_cron");
         let done = sqlx::query("DELETE FROM crons WHERE cron_id = $1")
             .bind(id.to_string())

@@ -3,11 +3,11 @@
 use super::codec::*;
 use super::query::*;
 use super::*;
+use crate::ids::RunId;
 use crate::store::pages;
 use crate::store::{EventId, StoreResult, StoredEvent};
 use crate::telemetry::metrics::StoreTimer;
 use async_trait::async_trait;
-use uuid::Uuid;
 
 #[async_trait]
 impl crate::store::EventLog for SqlStore {
@@ -44,7 +44,7 @@ impl crate::store::EventLog for SqlStore {
         Ok(())
     }
 
-    async fn last_event_id(&self, run_id: Uuid) -> StoreResult<Option<EventId>> {
+    async fn last_event_id(&self, run_id: RunId) -> StoreResult<Option<EventId>> {
         let _timer = StoreTimer::start("last_event_id");
         // A page is keyed by its largest frame id, so the largest key is the newest frame.
         let sql = "SELECT last_ms, last_seq FROM run_event_pages WHERE run_id = $1 \
@@ -64,7 +64,7 @@ impl crate::store::EventLog for SqlStore {
 
     async fn run_events_after(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         after: Option<EventId>,
     ) -> StoreResult<Vec<StoredEvent>> {
         let _timer = StoreTimer::start("run_events_after");

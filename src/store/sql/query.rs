@@ -1,10 +1,10 @@
 //! Dynamic SQL with numbered placeholders and the small helpers every statement goes through.
 
 use super::*;
+use crate::ids::{AssistantId, CheckpointId, CronId, RunId, ThreadId};
 use crate::store::{StoreError, StoreResult};
 use crate::time::Timestamp;
 use sqlx::{Any, AssertSqlSafe, Executor, Row};
-use uuid::Uuid;
 
 // ---------------------------------------------------------------------------------------------
 // Dynamic SQL with numbered placeholders (`$n` works on both backends through the Any driver).
@@ -30,11 +30,16 @@ impl From<i64> for Arg {
         Arg::Int(v)
     }
 }
-impl From<Uuid> for Arg {
-    fn from(v: Uuid) -> Self {
-        Arg::Text(v.to_string())
-    }
+macro_rules! id_arg {
+    ($($id:ty),+) => {$(
+        impl From<$id> for Arg {
+            fn from(v: $id) -> Self {
+                Arg::Text(v.to_string())
+            }
+        }
+    )+};
 }
+id_arg!(AssistantId, CheckpointId, CronId, RunId, ThreadId);
 impl From<Timestamp> for Arg {
     fn from(v: Timestamp) -> Self {
         Arg::Text(v.to_string())

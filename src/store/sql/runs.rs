@@ -4,6 +4,7 @@ use super::codec::*;
 use super::query::*;
 use super::tx::*;
 use super::*;
+use crate::ids::{RunId, ThreadId};
 use crate::store::{
     CancelAction, Fence, JsonMap, Lease, LeaseState, Owner, Run, RunEnd, RunInsert, RunStatus,
     StoreError, StoreResult, ThreadStatus, ThreadSummary,
@@ -12,7 +13,6 @@ use crate::telemetry::metrics::StoreTimer;
 use crate::time::Timestamp;
 use async_trait::async_trait;
 use std::time::Duration;
-use uuid::Uuid;
 
 #[async_trait]
 impl crate::store::RunStore for SqlStore {
@@ -57,19 +57,19 @@ impl crate::store::RunStore for SqlStore {
         }
     }
 
-    async fn get_run(&self, run_id: Uuid) -> StoreResult<Option<Run>> {
+    async fn get_run(&self, run_id: RunId) -> StoreResult<Option<Run>> {
         let _timer = StoreTimer::start("get_run");
         let sql = format!("SELECT {RUN_COLS} FROM runs WHERE run_id = $1");
         one(&self.pool, q(sql).bind(run_id.to_string()), run_row).await
     }
 
-    async fn run_statuses(&self, run_ids: &[Uuid]) -> StoreResult<Vec<(Uuid, RunStatus)>> {
+    async fn run_statuses(&self, run_ids: &[RunId]) -> StoreResult<Vec<(RunId, RunStatus)>> {
         let _timer = StoreTimer::start("run_statuses");
         if run_ids.is_empty() {
             return Ok(Vec::new());
         }
         // The ids travel as one JSON array, so every call is the same statement.
-        let ids: Vec<String> = run_ids.iter().map(Uuid::to_string).collect();
+        let ids: Vec<String> = run_ids.iter().map(RunId::to_string).collect();
         let ids = serde_json::Value::from(ids).to_string();
         let sql = match self.dialect {
             Dialect::Postgres => {
@@ -88,7 +88,7 @@ impl crate::store::RunStore for SqlStore {
 
     async fn list_runs(
         &self,
-        thread_id: Uuid,
+        thread_id: ThreadId,
         status: Option<RunStatus>,
         limit: i64,
         offset: i64,
@@ -108,7 +108,7 @@ impl crate::store::RunStore for SqlStore {
         all(&self.pool, sql.query(), run_row).await
     }
 
-    async fn inflight_runs(&self, thread_id: Uuid) -> StoreResult<Vec<Run>> {
+    async fn inflight_runs(&self, thread_id: ThreadId) -> StoreResult<Vec<Run>> {
         let _timer = StoreTimer::start("inflight_runs");
         let sql = format!(
             "SELECT {RUN_COLS} FROM runs WHERE thread_id = $1 AND {INFLIGHT} \
@@ -117,7 +117,7 @@ impl crate::store::RunStore for SqlStore {
         all(&self.pool, q(sql).bind(thread_id.to_string()), run_row).await
     }
 
-    async fn delete_run(&self, run_id: Uuid) -> StoreResult<bool> {
+    async fn delete_run(&self, run_id: RunId) -> StoreResult<bool> {
         let _timer = StoreTimer::start("delete_run");
         let mut tx = self.write_tx().await?;
         sqlx::query("DELETE FROM run_event_pages WHERE run_id = $1")
@@ -132,7 +132,7 @@ impl crate::store::RunStore for SqlStore {
         Ok(done.rows_affected() > 0)
     }
 
-    async fn cancel_runs(&self, run_ids: &[Uuid], action: CancelAction) -> StoreResult<Vec<Run>> {
+    async fn cancel_runs(&self, run_ids: &[RunId], action: CancelAction) -> StoreResult<Vec<Run>> {
         let _timer = StoreTimer::start("cancel_runs");
         let mut ids = run_ids.to_vec();
         ids.sort();
@@ -200,7 +200,7 @@ impl crate::store::RunStore for SqlStore {
 
     async fn renew_lease(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         worker: &str,
         lease: Duration,
     ) -> StoreResult<LeaseState> {
@@ -223,7 +223,7 @@ impl crate::store::RunStore for SqlStore {
 
     async fn finish_run(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         fence: Option<&Fence>,
         end: &RunEnd,
         summary: Option<&ThreadSummary>,
@@ -259,7 +259,7 @@ impl crate::store::RunStore for SqlStore {
                 delete_run_rows(&mut tx, thread, run_id).await?;
             }
         }
-        let status = if self.has_inflight(&mut tx, thread, run_id).await? {
+        let status = if self.has_inflight(&mut tx, thread, Some(run_id)).await? {
             ThreadStatus::Busy
         } else {
             summary.map_or(ThreadStatus::Idle, |s| s.status)
@@ -294,7 +294,7 @@ impl crate::store::RunStore for SqlStore {
             run_row,
         )
         .await?;
-        let mut threads: Vec<Uuid> = failed.iter().map(|r| r.thread_id).collect();
+        let mut threads: Vec<ThreadId> = failed.iter().map(|r| r.thread_id).collect();
         threads.sort();
         threads.dedup();
         for thread in threads {
@@ -319,7 +319,7 @@ impl crate::store::RunStore for SqlStore {
 
     async fn record_spend(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         owner: &Owner,
         tokens: u64,
         usd: f64,
@@ -413,7 +413,7 @@ impl crate::store::RunStore for SqlStore {
         Ok(done.rows_affected())
     }
 
-    async fn merge_run_metadata(&self, run_id: Uuid, metadata: &JsonMap) -> StoreResult<()> {
+    async fn merge_run_metadata(&self, run_id: RunId, metadata: &JsonMap) -> StoreResult<()> {
         let _timer = StoreTimer::start("merge_run_metadata");
         let mut tx = self.write_tx().await?;
         let sql = "SELECT metadata FROM runs WHERE run_id = $1";
@@ -468,7 +468,7 @@ impl SqlStore {
         &self,
         ex: impl sqlx::Executor<'c, Database = sqlx::Any>,
         key: &str,
-    ) -> StoreResult<Option<(Uuid, Uuid)>> {
+    ) -> StoreResult<Option<(RunId, ThreadId)>> {
         let sql = "SELECT run_id, thread_id FROM runs WHERE idempotency_key = $1";
         one(ex, sqlx::query(sql).bind(key.to_owned()), |row| {
             Ok((uuid(row, "run_id")?, uuid(row, "thread_id")?))

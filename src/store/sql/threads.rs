@@ -4,6 +4,7 @@ use super::codec::*;
 use super::filters::*;
 use super::query::*;
 use super::*;
+use crate::ids::ThreadId;
 use crate::store::{
     IfExists, JsonMap, Page, StoreError, StoreResult, Thread, ThreadQuery, ThreadStatus,
     ThreadSummary,
@@ -11,7 +12,6 @@ use crate::store::{
 use crate::telemetry::metrics::StoreTimer;
 use crate::time::Timestamp;
 use async_trait::async_trait;
-use uuid::Uuid;
 
 #[async_trait]
 impl crate::store::ThreadStore for SqlStore {
@@ -32,7 +32,7 @@ impl crate::store::ThreadStore for SqlStore {
         stored.ok_or(StoreError::NotFound("thread"))
     }
 
-    async fn get_thread(&self, id: Uuid) -> StoreResult<Option<Thread>> {
+    async fn get_thread(&self, id: ThreadId) -> StoreResult<Option<Thread>> {
         let _timer = StoreTimer::start("get_thread");
         let sql = format!("SELECT {THREAD_COLS} FROM threads WHERE thread_id = $1");
         one(&self.pool, q(sql).bind(id.to_string()), thread_row).await
@@ -40,7 +40,7 @@ impl crate::store::ThreadStore for SqlStore {
 
     async fn patch_thread(
         &self,
-        id: Uuid,
+        id: ThreadId,
         metadata: &JsonMap,
         ttl_minutes: Option<f64>,
         now: Timestamp,
@@ -68,7 +68,7 @@ impl crate::store::ThreadStore for SqlStore {
         Ok(thread)
     }
 
-    async fn delete_expired_threads(&self, now: Timestamp) -> StoreResult<Vec<Uuid>> {
+    async fn delete_expired_threads(&self, now: Timestamp) -> StoreResult<Vec<ThreadId>> {
         let _timer = StoreTimer::start("delete_expired_threads");
         // Few threads carry a ttl; their expiry is computed here rather than in two SQL
         // dialects' date arithmetic.
@@ -93,7 +93,7 @@ impl crate::store::ThreadStore for SqlStore {
             })
             .await?;
             let expired = fresh.is_some_and(|u| u.plus_secs(minutes * 60.0) <= now);
-            if !expired || self.has_inflight(&mut tx, id, Uuid::nil()).await? {
+            if !expired || self.has_inflight(&mut tx, id, None).await? {
                 tx.commit().await?;
                 continue;
             }
@@ -104,7 +104,7 @@ impl crate::store::ThreadStore for SqlStore {
         Ok(deleted)
     }
 
-    async fn delete_thread(&self, id: Uuid) -> StoreResult<bool> {
+    async fn delete_thread(&self, id: ThreadId) -> StoreResult<bool> {
         let _timer = StoreTimer::start("delete_thread");
         // Explicit deletes rather than relying on ON DELETE CASCADE alone, so the outcome does
         // not depend on SQLite's foreign_keys pragma.
@@ -157,8 +157,8 @@ impl crate::store::ThreadStore for SqlStore {
 
     async fn copy_thread(
         &self,
-        from: Uuid,
-        to: Uuid,
+        from: ThreadId,
+        to: ThreadId,
         now: Timestamp,
     ) -> StoreResult<Option<Thread>> {
         let _timer = StoreTimer::start("copy_thread");
@@ -211,7 +211,7 @@ impl crate::store::ThreadStore for SqlStore {
 
     async fn set_thread_summary(
         &self,
-        id: Uuid,
+        id: ThreadId,
         summary: &ThreadSummary,
         now: Timestamp,
     ) -> StoreResult<()> {
@@ -229,7 +229,7 @@ impl crate::store::ThreadStore for SqlStore {
 }
 
 /// Deletes a thread with its runs, checkpoints, chunks and events; whether it existed.
-async fn delete_thread_rows(conn: &mut sqlx::AnyConnection, id: Uuid) -> StoreResult<bool> {
+async fn delete_thread_rows(conn: &mut sqlx::AnyConnection, id: ThreadId) -> StoreResult<bool> {
     for table in [
         "run_event_pages",
         "checkpoint_blobs",

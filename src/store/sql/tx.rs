@@ -3,6 +3,7 @@
 use super::codec::*;
 use super::query::*;
 use super::*;
+use crate::ids::{RunId, ThreadId};
 use crate::store::{
     Assistant, AssistantPatch, CancelAction, Fence, JsonMap, Lease, Page, Run, RunInsert,
     RunStatus, StoreError, StoreResult, Thread, ThreadStatus, ThreadSummary,
@@ -11,7 +12,6 @@ use crate::time::Timestamp;
 use serde_json::Value;
 use sqlx::AnyConnection;
 use std::time::Duration;
-use uuid::Uuid;
 
 // ---------------------------------------------------------------------------------------------
 // Transaction steps shared by several methods.
@@ -80,7 +80,7 @@ impl SqlStore {
     pub(super) async fn lock_thread(
         &self,
         conn: &mut AnyConnection,
-        id: Uuid,
+        id: ThreadId,
     ) -> StoreResult<Option<JsonMap>> {
         let sql = format!(
             "SELECT metadata FROM threads WHERE thread_id = $1{}",
@@ -93,7 +93,7 @@ impl SqlStore {
     pub(super) async fn lock_threads(
         &self,
         conn: &mut AnyConnection,
-        mut ids: Vec<Uuid>,
+        mut ids: Vec<ThreadId>,
     ) -> StoreResult<()> {
         ids.sort();
         ids.dedup();
@@ -106,7 +106,7 @@ impl SqlStore {
     pub(super) async fn inflight_locked(
         &self,
         conn: &mut AnyConnection,
-        thread: Uuid,
+        thread: ThreadId,
     ) -> StoreResult<Vec<Run>> {
         let sql = format!(
             "SELECT {RUN_COLS} FROM runs WHERE thread_id = $1 AND {INFLIGHT} \
@@ -152,15 +152,17 @@ impl SqlStore {
     pub(super) async fn has_inflight(
         &self,
         conn: &mut AnyConnection,
-        thread: Uuid,
-        except: Uuid,
+        thread: ThreadId,
+        except: Option<RunId>,
     ) -> StoreResult<bool> {
         let sql = format!(
             "SELECT COUNT(*) FROM runs WHERE thread_id = $1 AND run_id <> $2 AND {INFLIGHT}"
         );
         let n = count(
             conn,
-            q(sql).bind(thread.to_string()).bind(except.to_string()),
+            q(sql)
+                .bind(thread.to_string())
+                .bind(except.map(|r| r.to_string()).unwrap_or_default()),
         )
         .await?;
         Ok(n > 0)
@@ -309,7 +311,7 @@ impl SqlStore {
     pub(super) async fn write_thread_after_run(
         &self,
         conn: &mut AnyConnection,
-        thread: Uuid,
+        thread: ThreadId,
         status: ThreadStatus,
         summary: Option<&ThreadSummary>,
         now: Timestamp,
@@ -334,7 +336,7 @@ impl SqlStore {
     pub(super) async fn write_summary(
         &self,
         conn: &mut AnyConnection,
-        thread: Uuid,
+        thread: ThreadId,
         status: ThreadStatus,
         s: &ThreadSummary,
         now: Timestamp,
@@ -391,8 +393,8 @@ impl SqlStore {
     pub(super) async fn threads_of_runs(
         &self,
         conn: &mut AnyConnection,
-        ids: &[Uuid],
-    ) -> StoreResult<Vec<Uuid>> {
+        ids: &[RunId],
+    ) -> StoreResult<Vec<ThreadId>> {
         let mut threads = Vec::new();
         for id in ids {
             let query =
@@ -406,7 +408,7 @@ impl SqlStore {
     pub(super) async fn settle_thread(
         &self,
         conn: &mut AnyConnection,
-        thread: Uuid,
+        thread: ThreadId,
         now: Timestamp,
     ) -> StoreResult<()> {
         let sql = format!(
@@ -425,11 +427,11 @@ impl SqlStore {
     pub(super) async fn mark_worker_lost(
         &self,
         conn: &mut AnyConnection,
-        thread: Uuid,
+        thread: ThreadId,
         attempts: i64,
         now: Timestamp,
     ) -> StoreResult<()> {
-        let status = if self.has_inflight(conn, thread, Uuid::nil()).await? {
+        let status = if self.has_inflight(conn, thread, None).await? {
             ThreadStatus::Busy
         } else {
             ThreadStatus::Error
@@ -451,8 +453,8 @@ impl SqlStore {
 /// Deletes a run with the checkpoints it wrote on its thread (any namespace) and its events.
 pub(super) async fn delete_run_rows(
     conn: &mut AnyConnection,
-    thread: Uuid,
-    run: Uuid,
+    thread: ThreadId,
+    run: RunId,
 ) -> StoreResult<bool> {
     sqlx::query("DELETE FROM checkpoints WHERE thread_id = $1 AND run_id = $2")
         .bind(thread.to_string())

@@ -10,6 +10,7 @@ mod translate;
 pub use translate::{ProtocolEvent, RunTranslator, node_of};
 
 use super::{Bus, Frame, STORE_POLL, follow_run};
+use crate::ids::{RunId, ThreadId};
 use crate::store::{Run, Store};
 use crate::telemetry::metrics::SseSubscriber;
 use axum::body::Body;
@@ -23,7 +24,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
-use uuid::Uuid;
 
 /// The channels a subscription may name (besides `custom:<name>`).
 pub const CHANNELS: [&str; 9] = [
@@ -154,7 +154,7 @@ pub struct ThreadTape {
     pub store: Arc<dyn Store>,
     pub describe: Describe,
     pub bus: Bus,
-    pub thread_id: Uuid,
+    pub thread_id: ThreadId,
     /// Who subscribed: runs are played only while the thread under this id is theirs.
     pub owner: crate::store::Owner,
     pub shutdown: CancellationToken,
@@ -231,7 +231,7 @@ impl Writer {
 
 impl ThreadTape {
     async fn play(&self, out: &mut Writer) {
-        let mut played: HashSet<Uuid> = HashSet::new();
+        let mut played: HashSet<RunId> = HashSet::new();
         let mut pinned: Option<crate::time::Timestamp> = None;
         // A run created here announces itself on the thread's channel at once; runs created
         // on other replicas are found by reading the store now and then.
@@ -296,7 +296,7 @@ impl ThreadTape {
     async fn runs(
         &self,
         window: i64,
-        played: &HashSet<Uuid>,
+        played: &HashSet<RunId>,
     ) -> Result<Vec<Run>, crate::store::StoreError> {
         let mut limit = window;
         loop {
@@ -351,7 +351,7 @@ impl ThreadTape {
         out.send(translator.finish(ended)).await
     }
 
-    async fn until_ended(&self, run_id: Uuid, out: &Writer) -> bool {
+    async fn until_ended(&self, run_id: RunId, out: &Writer) -> bool {
         loop {
             match self.store.get_run(run_id).await {
                 Ok(Some(run)) if run.status.is_inflight() => {}

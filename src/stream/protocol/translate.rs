@@ -5,11 +5,11 @@
 //! same frames give the same events and event ids, so every connection of a thread agrees on
 //! them (clients deduplicate by id across their connections).
 
+use crate::ids::RunId;
 use crate::store::RunStatus;
 use crate::stream::Frame;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashSet};
-use uuid::Uuid;
 
 /// One protocol event, before its connection gives it a `seq`.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,7 +57,7 @@ struct OpenMessage {
 
 /// Translates the frames of one run.
 pub struct RunTranslator {
-    run_id: Uuid,
+    run_id: RunId,
     graph_name: String,
     open: Vec<OpenMessage>,
     /// Subgraph namespaces that have started and not completed, in the order they started.
@@ -76,7 +76,7 @@ pub struct RunTranslator {
 }
 
 impl RunTranslator {
-    pub fn new(run_id: Uuid, graph_name: impl Into<String>) -> Self {
+    pub fn new(run_id: RunId, graph_name: impl Into<String>) -> Self {
         Self {
             run_id,
             graph_name: graph_name.into(),
@@ -598,11 +598,12 @@ fn message_finish(message: &Value) -> Value {
 mod tests {
     use super::*;
     use crate::store::EventId;
+    use uuid::Uuid;
 
     fn frame(seq: i64, event: &str, data: Value) -> Frame {
         Frame::new(
             EventId { ms: 1000, seq },
-            Uuid::nil(),
+            Uuid::nil().into(),
             event.into(),
             data.to_string().into(),
         )
@@ -626,7 +627,7 @@ mod tests {
 
     #[test]
     fn streamed_tokens_become_content_blocks_with_the_message_id() {
-        let mut t = RunTranslator::new(Uuid::nil(), "agent");
+        let mut t = RunTranslator::new(Uuid::nil().into(), "agent");
         let mut events = t.start(1);
         events.extend(t.frame(&frame(1, "messages", chunk("m1", "Hel", false))));
         events.extend(t.frame(&frame(2, "messages", chunk("m1", "lo", true))));
@@ -653,7 +654,7 @@ mod tests {
 
     #[test]
     fn a_checkpoint_goes_before_the_values_of_its_step() {
-        let mut t = RunTranslator::new(Uuid::nil(), "agent");
+        let mut t = RunTranslator::new(Uuid::nil().into(), "agent");
         let mut events = t.frame(&frame(1, "values", json!({"messages": []})));
         let cp = json!({"config": {"configurable": {"checkpoint_id": "c2"}},
                         "parent_config": {"configurable": {"checkpoint_id": "c1"}},
@@ -668,7 +669,7 @@ mod tests {
 
     #[test]
     fn an_interrupt_is_requested_then_the_run_is_interrupted_once() {
-        let mut t = RunTranslator::new(Uuid::nil(), "hitl");
+        let mut t = RunTranslator::new(Uuid::nil().into(), "hitl");
         let values = json!({"messages": [], "__interrupt__": [{"id": "i1", "value": {"q": 1}}]});
         let mut events = t.frame(&frame(1, "values", values));
         let cp = json!({"config": {"configurable": {"checkpoint_id": "c2"}},
@@ -694,7 +695,7 @@ mod tests {
 
     #[test]
     fn subgraphs_start_and_complete_and_a_failure_is_reported() {
-        let mut t = RunTranslator::new(Uuid::nil(), "parent");
+        let mut t = RunTranslator::new(Uuid::nil().into(), "parent");
         let mut events = t.frame(&frame(1, "values|child:1", json!({})));
         events.extend(t.frame(&frame(2, "updates", json!({"child": {"messages": []}}))));
         events.extend(t.frame(&frame(
@@ -725,7 +726,7 @@ mod tests {
     #[test]
     fn subgraphs_run_inside_a_node_complete_with_it_innermost_first() {
         // The research graph's shape: researchers run by the supervisor's tools node.
-        let mut t = RunTranslator::new(Uuid::nil(), "deep_research");
+        let mut t = RunTranslator::new(Uuid::nil().into(), "deep_research");
         let tools = "research_supervisor:1|supervisor_tools:2";
         let mut events = Vec::new();
         for (seq, id) in [(1, "a"), (2, "b")] {
