@@ -80,14 +80,33 @@ async fn malformed_ids_are_422_with_detail() {
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {v}");
         assert!(detail(&v).contains("must be a UUID"), "{path}: {v}");
     }
-    let (status, v) = call(&app, Method::GET, "/threads/zzz", None).await;
-    assert_eq!(
-        (status, detail(&v)),
+    // Each id in a path is named by what it is, in the reference's words.
+    let nil = "00000000-0000-0000-0000-000000000000";
+    for (path, expected) in [
         (
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Invalid thread ID: must be a UUID"
-        )
-    );
+            "/threads/zzz".to_owned(),
+            "Invalid thread ID: must be a UUID",
+        ),
+        (
+            format!("/threads/{nil}/runs/zzz"),
+            "Invalid run ID: must be a UUID",
+        ),
+        (
+            format!("/threads/{nil}/state/zzz"),
+            "Invalid checkpoint ID: must be a UUID",
+        ),
+        (
+            "/runs/crons/zzz".to_owned(),
+            "Invalid cron ID: must be a UUID",
+        ),
+    ] {
+        let (status, v) = call(&app, Method::GET, &path, None).await;
+        assert_eq!(
+            (status, detail(&v)),
+            (StatusCode::UNPROCESSABLE_ENTITY, expected),
+            "{path}"
+        );
+    }
 }
 
 #[tokio::test]
