@@ -392,7 +392,7 @@ async fn on_frame(frame: &Frame, progress: &mut RunProgress, open: &mut Open, ou
         }
         _ => {}
     }
-    for change in progress.on_event(mode, namespace, &data) {
+    for change in progress.on_event(&frame.event, &frame.data) {
         match change.line {
             LineId::Step(step) => {
                 if !open.steps.contains(&step) {

@@ -248,9 +248,7 @@ impl ResearchTools {
         let mut sent = 0.0;
         while let Some(frame) = frames.recv().await {
             let Some(token) = &token else { continue };
-            let (mode, namespace) = frame.event.split_once('|').unwrap_or((&frame.event, ""));
-            let data: Value = serde_json::from_str(&frame.data).unwrap_or(Value::Null);
-            for change in progress.on_event(mode, namespace, &data) {
+            for change in progress.on_event(&frame.event, &frame.data) {
                 if change.done || matches!(change.line, LineId::Researcher(_)) {
                     sent += 1.0;
                     let note = ProgressNotificationParam::new(token.clone(), sent)

@@ -175,7 +175,7 @@ pub(super) fn read(run: &Run, thread: Option<&Thread>, latest: bool) -> Reading 
             thread
                 .filter(|_| latest)
                 .and_then(|t| t.error.as_ref())
-                .and_then(|e| e["message"].as_str().map(str::to_owned))
+                .map(|e| e.message.clone())
                 .unwrap_or_else(|| format!("The research ended in {}", run.status.as_str())),
         ),
         RunStatus::Interrupted => match thread.filter(|t| latest && waits_for_input(t)) {

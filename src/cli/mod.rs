@@ -157,7 +157,7 @@ impl Run<'_> {
             if mode == "values" && namespace.is_empty() {
                 values = data.clone();
             }
-            let changes = progress.on_event(mode, namespace, &data);
+            let changes = progress.on_event(&event.event, &event.data);
             view.event(&event.event, &data, &changes, &mut progress)?;
         }
         let not_run = progress.finish(if values["final_report"].is_string() {

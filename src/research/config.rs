@@ -491,33 +491,13 @@ impl ResearchConfig {
             if locked.contains(key) && merged.get(key) != Some(value) {
                 return Err(format!("config.configurable.{key}: locked by the operator"));
             }
-            let value = coerce(&merged[key], value);
-            check_choice(key, &value)?;
-            if let Some(expected) = kind_mismatch(&merged[key], &value) {
-                return Err(format!(
-                    "config.configurable.{key}: expected {expected}, got {value}"
-                ));
-            }
+            let value = read_setting(key, &merged[key], value)?;
             merged.insert(key.clone(), value);
         }
         let cfg: Self = serde_json::from_value(Value::Object(merged))
             .map_err(|e| format!("config.configurable: {e}"))?;
         cfg.validate()?;
         Ok(cfg)
-    }
-}
-
-/// A setting with a list of choices takes one of them; the error lists them.
-fn check_choice(key: &str, value: &Value) -> Result<(), String> {
-    let Some(setting) = SETTINGS.iter().find(|s| s.name == key) else {
-        return Ok(());
-    };
-    match value.as_str() {
-        Some(v) if !setting.choices.is_empty() && !setting.choices.contains(&v) => Err(format!(
-            "config.configurable.{key}: must be one of {}, got '{v}'",
-            setting.choices.join(", ")
-        )),
-        _ => Ok(()),
     }
 }
 
@@ -538,24 +518,11 @@ fn is_domain(d: &str) -> bool {
         })
 }
 
-/// What a setting's value must be, when `value` is not of the default's kind.
-fn kind_mismatch(default: &Value, value: &Value) -> Option<&'static str> {
-    match (default, value) {
-        (Value::Number(_), Value::Number(n)) if n.is_u64() => None,
-        (Value::Number(_), _) => Some("a whole number"),
-        (Value::Bool(_), Value::Bool(_)) => None,
-        (Value::Bool(_), _) => Some("true or false"),
-        (Value::String(_), Value::String(_)) => None,
-        (Value::String(_), _) => Some("a string"),
-        _ => None,
-    }
-}
-
-/// Accepts the string forms clients send (`"5"`, `"false"`) where the default is a number or a
-/// boolean, as pydantic does for ODR.
-fn coerce(default: &Value, value: &Value) -> Value {
-    match (default, value) {
-        // Domain lists may come as JSON lists.
+/// One setting as a run gives it, read against its default: the string forms clients send
+/// (`"5"`, `"false"`) where the default is a number or a boolean, as pydantic does for ODR;
+/// domain lists as JSON lists; refused when of another kind or not one of its choices.
+fn read_setting(key: &str, default: &Value, given: &Value) -> Result<Value, String> {
+    let value = match (default, given) {
         (Value::String(_), Value::Array(items)) if items.iter().all(Value::is_string) => {
             Value::String(
                 items
@@ -568,14 +535,38 @@ fn coerce(default: &Value, value: &Value) -> Value {
         (Value::Number(_), Value::String(s)) => s
             .trim()
             .parse::<u64>()
-            .map(Value::from)
-            .unwrap_or_else(|_| value.clone()),
+            .map_or_else(|_| given.clone(), Value::from),
         (Value::Bool(_), Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" => Value::Bool(true),
             "false" | "0" | "no" => Value::Bool(false),
-            _ => value.clone(),
+            _ => given.clone(),
         },
-        _ => value.clone(),
+        _ => given.clone(),
+    };
+    let expected = match (default, &value) {
+        (Value::Number(_), Value::Number(n)) if n.is_u64() => None,
+        (Value::Number(_), _) => Some("a whole number"),
+        (Value::Bool(_), Value::Bool(_)) => None,
+        (Value::Bool(_), _) => Some("true or false"),
+        (Value::String(_), Value::String(_)) => None,
+        (Value::String(_), _) => Some("a string"),
+        _ => None,
+    };
+    if let Some(expected) = expected {
+        return Err(format!(
+            "config.configurable.{key}: expected {expected}, got {value}"
+        ));
+    }
+    let choices = SETTINGS
+        .iter()
+        .find(|s| s.name == key)
+        .map_or(&[][..], |s| s.choices);
+    match value.as_str() {
+        Some(v) if !choices.is_empty() && !choices.contains(&v) => Err(format!(
+            "config.configurable.{key}: must be one of {}, got '{v}'",
+            choices.join(", ")
+        )),
+        _ => Ok(value),
     }
 }
 

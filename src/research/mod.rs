@@ -146,7 +146,7 @@ fn config_check(deps: &Arc<ResearchDeps>) -> ConfigCheck {
                 .unwrap_or(Value::Null);
             check_ready(&deps, &cfg, &run_keys)?;
         }
-        check_private_models(&deps, &configurable)?;
+        check_private_models(&deps, &cfg)?;
         let mcp_config = configurable.get("mcp_config").unwrap_or(&Value::Null);
         crate::tools::mcp::spec::resolve(&deps.mcp_policy, mcp_config).map(|_| ())
     })
@@ -212,24 +212,17 @@ fn check_native_search(deps: &ResearchDeps, cfg: &ResearchConfig) -> Result<(), 
     }
 }
 
-/// A run (or an assistant) that picks its own models may not aim the server at a provider on an
-/// internal address unless the operator allows it: the operator's own defaults are theirs.
-fn check_private_models(
-    deps: &ResearchDeps,
-    configurable: &serde_json::Map<String, Value>,
-) -> Result<(), String> {
+/// A run may not choose a model on a provider at a private or loopback address (unless the
+/// operator allows it): such a provider is the operator's to pick, as a default.
+fn check_private_models(deps: &ResearchDeps, cfg: &ResearchConfig) -> Result<(), String> {
     if deps.allow_private_model_urls {
         return Ok(());
     }
-    for role in [
-        "research_model",
-        "summarization_model",
-        "compression_model",
-        "final_report_model",
-    ] {
-        let Some(name) = configurable.get(role).and_then(Value::as_str) else {
+    let defaults = deps.defaults.models();
+    for ((role, name, _), (_, default, _)) in cfg.models().into_iter().zip(defaults) {
+        if name == default {
             continue;
-        };
+        }
         let provider = name.split_once(':').map_or(name, |(p, _)| p);
         if deps.providers.is_internal(provider) {
             return Err(format!(

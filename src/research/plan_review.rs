@@ -11,8 +11,8 @@ use super::model::{Caller, Deps, Role, run_config};
 use super::state::{AgentState, AgentUpdate};
 use crate::graph::{Command, NodeContext, NodeError, Write};
 use crate::llm::ResponseSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 use uuid::Uuid;
 
 /// The name the plan has in the interrupt's action request (LangChain's HITL shape, so
@@ -111,8 +111,10 @@ pub(super) async fn review(
     // An answer that cannot be read is asked again, saying why (the node's next question).
     let mut problem = None;
     let decision = loop {
-        let answer = ctx.interrupt(question(&brief, &topics, max, problem.as_deref()))?;
-        match decision(&answer, max) {
+        let question = Question::new(&brief, &topics, max, problem.as_deref());
+        let answer = ctx.interrupt(json!(question))?;
+        let read = Answer::deserialize(&answer).map_err(|_| UNREADABLE.to_owned());
+        match read.and_then(|answer| answer.decide(max)) {
             Ok(decision) => break decision,
             Err(why) => problem = Some(why),
         }
@@ -138,88 +140,181 @@ pub(super) async fn review(
 }
 
 /// The interrupt's value: our fields, plus LangChain's HITL request shape.
-fn question(brief: &str, topics: &[String], max: usize, problem: Option<&str>) -> Value {
-    let mut value = json!({
-        "type": "plan_review",
-        "research_brief": brief,
-        "topics": topics,
-        "max_topics": max,
-        "how_to_answer": "Resume with {\"action\": \"approve\"}; or {\"action\": \"edit\", \
-            \"research_brief\"?: string, \"topics\"?: [string]} to change the plan and approve it; \
-            or {\"action\": \"reject\", \"feedback\": string} to have it planned again.",
-        "action_requests": [{"name": ACTION, "args": {"research_brief": brief, "topics": topics},
-                             "description": "Review the research plan before researchers start."}],
-        "review_configs": [{"action_name": ACTION, "allowed_decisions": ["approve", "edit", "reject"]}],
-    });
-    if let (Some(problem), Some(map)) = (problem, value.as_object_mut()) {
-        map.insert("error".into(), json!(problem));
-    }
-    value
+#[derive(Serialize)]
+struct Question<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    research_brief: &'a str,
+    topics: &'a [String],
+    max_topics: usize,
+    how_to_answer: &'static str,
+    action_requests: [ActionRequest<'a>; 1],
+    review_configs: [ReviewConfig; 1],
+    /// Why the last answer could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
 }
 
-/// Reads an answer: ours (`"approve"`, `{"action": ...}`) or LangChain's HITL response
-/// (`{"decisions": [{"type": ...}]}`).
-fn decision(answer: &Value, max: usize) -> Result<Decision, String> {
-    let approve = || Decision::Approve {
-        brief: None,
-        topics: None,
-    };
-    match answer {
-        Value::String(s) if s == "approve" => return Ok(approve()),
-        Value::Bool(true) => return Ok(approve()),
-        _ => {}
-    }
-    if let Some(first) = answer["decisions"].as_array().and_then(|d| d.first()) {
-        return match first["type"].as_str() {
-            Some("approve") => Ok(approve()),
-            Some("edit") => edit(&first["edited_action"]["args"], max),
-            Some("reject") => Ok(Decision::Reject {
-                feedback: first["message"].as_str().unwrap_or_default().to_owned(),
-            }),
-            _ => Err("decisions[0].type must be approve, edit or reject".into()),
-        };
-    }
-    match answer["action"].as_str() {
-        Some("approve") => Ok(approve()),
-        Some("edit") => edit(answer, max),
-        Some("reject") => match answer["feedback"].as_str().map(str::trim) {
-            Some(feedback) if !feedback.is_empty() => Ok(Decision::Reject {
-                feedback: feedback.to_owned(),
-            }),
-            _ => Err("a rejection needs feedback: say what the plan should do instead".into()),
-        },
-        _ => Err(format!(
-            "could not read the answer {answer}: expected \"approve\", or an object whose \
-             \"action\" is approve, edit or reject"
-        )),
-    }
+#[derive(Serialize)]
+struct ActionRequest<'a> {
+    name: &'static str,
+    args: PlanArgs<'a>,
+    description: &'static str,
 }
 
-fn edit(args: &Value, max: usize) -> Result<Decision, String> {
-    let brief = match &args["research_brief"] {
-        Value::Null => None,
-        Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
-        _ => return Err("research_brief must be a non-empty string".into()),
-    };
-    let topics = match &args["topics"] {
-        Value::Null => None,
-        Value::Array(items) => {
-            let list: Option<Vec<String>> = items
-                .iter()
-                .map(|t| t.as_str().map(str::to_owned))
-                .collect();
-            let list = clean(list.ok_or("topics must be a list of strings")?, usize::MAX);
-            if list.is_empty() || list.len() > max {
-                return Err(format!(
-                    "topics must list 1 to {max} topics, got {}",
-                    list.len()
-                ));
-            }
-            Some(list)
+#[derive(Serialize)]
+struct PlanArgs<'a> {
+    research_brief: &'a str,
+    topics: &'a [String],
+}
+
+#[derive(Serialize)]
+struct ReviewConfig {
+    action_name: &'static str,
+    allowed_decisions: [&'static str; 3],
+}
+
+impl<'a> Question<'a> {
+    fn new(brief: &'a str, topics: &'a [String], max: usize, problem: Option<&'a str>) -> Self {
+        Self {
+            kind: "plan_review",
+            research_brief: brief,
+            topics,
+            max_topics: max,
+            how_to_answer: HOW_TO_ANSWER,
+            action_requests: [ActionRequest {
+                name: ACTION,
+                args: PlanArgs {
+                    research_brief: brief,
+                    topics,
+                },
+                description: "Review the research plan before researchers start.",
+            }],
+            review_configs: [ReviewConfig {
+                action_name: ACTION,
+                allowed_decisions: ["approve", "edit", "reject"],
+            }],
+            error: problem,
         }
-        _ => return Err("topics must be a list of strings".into()),
-    };
-    Ok(Decision::Approve { brief, topics })
+    }
+}
+
+const HOW_TO_ANSWER: &str = "Resume with {\"action\": \"approve\"}; or {\"action\": \"edit\", \
+    \"research_brief\"?: string, \"topics\"?: [string]} to change the plan and approve it; or \
+    {\"action\": \"reject\", \"feedback\": string} to have it planned again.";
+
+const UNREADABLE: &str = "could not read the answer: expected \"approve\", or an object whose \
+    \"action\" is approve, edit or reject, with \"research_brief\" a string, \"topics\" a list of \
+    strings and \"feedback\" a string";
+
+/// An answer: ours (`"approve"`, `true`, `{"action": ...}`) or LangChain's HITL response
+/// (`{"decisions": [{"type": ...}]}`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Answer {
+    Word(String),
+    Flag(bool),
+    Hitl { decisions: Vec<HitlDecision> },
+    Ours(OurAnswer),
+}
+
+#[derive(Deserialize)]
+struct HitlDecision {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    edited_action: Option<EditedAction>,
+}
+
+#[derive(Default, Deserialize)]
+struct EditedAction {
+    #[serde(default)]
+    args: PlanEdit,
+}
+
+#[derive(Default, Deserialize)]
+struct PlanEdit {
+    #[serde(default)]
+    research_brief: Option<String>,
+    #[serde(default)]
+    topics: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+struct OurAnswer {
+    action: String,
+    #[serde(default)]
+    feedback: Option<String>,
+    #[serde(flatten)]
+    edit: PlanEdit,
+}
+
+impl Answer {
+    /// What the answer decides, or why it decides nothing.
+    fn decide(self, max: usize) -> Result<Decision, String> {
+        let approve = Decision::Approve {
+            brief: None,
+            topics: None,
+        };
+        match self {
+            Self::Word(word) if word == "approve" => Ok(approve),
+            Self::Flag(true) => Ok(approve),
+            Self::Word(_) | Self::Flag(false) => Err(UNREADABLE.into()),
+            Self::Hitl { decisions } => {
+                let Some(first) = decisions.into_iter().next() else {
+                    return Err(UNREADABLE.into());
+                };
+                match first.kind.as_str() {
+                    "approve" => Ok(approve),
+                    "edit" => first.edited_action.unwrap_or_default().args.decide(max),
+                    "reject" => Ok(Decision::Reject {
+                        feedback: first.message.unwrap_or_default(),
+                    }),
+                    _ => Err("decisions[0].type must be approve, edit or reject".into()),
+                }
+            }
+            Self::Ours(answer) => match answer.action.as_str() {
+                "approve" => Ok(approve),
+                "edit" => answer.edit.decide(max),
+                "reject" => match answer.feedback.as_deref().map(str::trim) {
+                    Some(feedback) if !feedback.is_empty() => Ok(Decision::Reject {
+                        feedback: feedback.to_owned(),
+                    }),
+                    _ => Err(
+                        "a rejection needs feedback: say what the plan should do instead".into(),
+                    ),
+                },
+                _ => Err(UNREADABLE.into()),
+            },
+        }
+    }
+}
+
+impl PlanEdit {
+    /// The edited plan, approved: a new brief, topics, or both.
+    fn decide(self, max: usize) -> Result<Decision, String> {
+        let brief = match self.research_brief {
+            None => None,
+            Some(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+            Some(_) => return Err("research_brief must be a non-empty string".into()),
+        };
+        let topics = match self.topics {
+            None => None,
+            Some(list) => {
+                let list = clean(list, usize::MAX);
+                if list.is_empty() || list.len() > max {
+                    return Err(format!(
+                        "topics must list 1 to {max} topics, got {}",
+                        list.len()
+                    ));
+                }
+                Some(list)
+            }
+        };
+        Ok(Decision::Approve { brief, topics })
+    }
 }
 
 /// The update that starts the research on an approved plan: the supervisor's history gets the
@@ -269,6 +364,12 @@ fn approved(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn decision(answer: &serde_json::Value, max: usize) -> Result<Decision, String> {
+        Answer::deserialize(answer)
+            .map_err(|_| UNREADABLE.to_owned())
+            .and_then(|a| a.decide(max))
+    }
 
     #[test]
     fn answers_in_every_accepted_shape() {

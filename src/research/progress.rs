@@ -139,16 +139,18 @@ impl RunProgress {
         self.running.take().map(LineId::Step)
     }
 
-    /// One stream event (`updates` and `custom`; others, and events this code does not know,
-    /// change nothing).
-    pub fn on_event(&mut self, mode: &str, namespace: &str, data: &Value) -> Vec<Change> {
+    /// One stream event as it went out: its SSE name (`updates|<namespace>`) and its JSON data.
+    /// `updates` and `custom` are read straight into their types; other events, and events
+    /// this code does not know, change nothing.
+    pub fn on_event(&mut self, event: &str, data: &str) -> Vec<Change> {
+        let (mode, namespace) = event.split_once('|').unwrap_or((event, ""));
         match mode {
-            "updates" => match BTreeMap::<String, Option<NodeWrites>>::deserialize(data) {
+            "updates" => match serde_json::from_str::<BTreeMap<String, Option<NodeWrites>>>(data) {
                 Ok(nodes) => self.on_update(namespace, nodes),
                 Err(_) => Vec::new(),
             },
             "custom" => {
-                if let Ok(event) = ResearchEvent::deserialize(data) {
+                if let Ok(event) = serde_json::from_str::<ResearchEvent>(data) {
                     self.on_custom(event);
                 }
                 Vec::new()
@@ -349,10 +351,21 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Feeds an event as the stream names it: `mode`, or `mode|namespace`.
+    fn feed(p: &mut RunProgress, mode: &str, ns: &str, data: &Value) -> Vec<Change> {
+        let event = if ns.is_empty() {
+            mode.to_owned()
+        } else {
+            format!("{mode}|{ns}")
+        };
+        p.on_event(&event, &data.to_string())
+    }
+
     #[test]
     fn a_run_unfolds_as_a_tree_of_steps_and_researchers() {
         let mut p = RunProgress::new();
-        let brief = p.on_event(
+        let brief = feed(
+            &mut p,
             "updates",
             "",
             &json!({"write_research_brief": {"research_brief": "Compare   the two"}}),
@@ -369,17 +382,23 @@ mod tests {
         let ns = "research_supervisor:1|supervisor_tools:2|researcher:a";
         let search = json!({"researcher": {"researcher_messages": [{"type": "ai",
             "tool_calls": [{"name": "tavily_search", "args": {"queries": ["one", "two"]}}]}]}});
-        let line = p.on_event("updates", ns, &search);
+        let line = feed(&mut p, "updates", ns, &search);
         assert_eq!(line[0].line, LineId::Researcher(0));
         assert_eq!(
             line[0].text,
             "Researcher 1: searching “two” and 1 more · 0 pages read"
         );
         let pages = json!({"researcher_tools": {"sources": [{"url": "u1"}, {"url": "u2"}]}});
-        p.on_event("updates", &format!("{ns}|researcher_tools:3"), &pages);
+        feed(
+            &mut p,
+            "updates",
+            &format!("{ns}|researcher_tools:3"),
+            &pages,
+        );
         let other = "research_supervisor:1|supervisor_tools:2|researcher:b";
-        p.on_event("updates", other, &json!({"compress_research": {}}));
-        p.on_event(
+        feed(&mut p, "updates", other, &json!({"compress_research": {}}));
+        feed(
+            &mut p,
             "custom",
             "",
             &json!({"type": "usage", "run": {"input_tokens": 1200, "output_tokens": 34, "estimated_usd": 0.01}}),
@@ -388,7 +407,7 @@ mod tests {
             p.status(),
             "Researching · 2 researchers · 2 searches · 2 pages read · 1234 tokens · ≈ $0.0100"
         );
-        let done = p.on_event("updates", "", &json!({"research_supervisor": {}}));
+        let done = feed(&mut p, "updates", "", &json!({"research_supervisor": {}}));
         assert_eq!(
             done[0].text,
             "Research done: 2 researchers, 2 searches, 2 pages read"

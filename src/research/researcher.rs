@@ -362,7 +362,7 @@ async fn call_mcp(
         () = caller.ctx.cancelled().cancelled() => return Err(NodeError::Cancelled),
     };
     Ok(match outcome {
-        Ok(o) => (o.text, mcp_sources(o.sources)),
+        Ok(o) => (o.text, o.sources.into_iter().map(Source::from).collect()),
         Err(e) => {
             ResearchEvent::McpError {
                 server: tool.server.clone(),
@@ -493,15 +493,6 @@ fn source_entry(source: crate::tools::Source, corpus: Option<&str>) -> Source {
         kind: corpus.map(|_| SourceKind::Document),
         ..Source::default()
     }
-}
-
-/// The sources an MCP tool call returned (`{url, title, kind, server, tool}` each); an entry
-/// without a URL cannot be cited and is left out.
-fn mcp_sources(found: Vec<serde_json::Value>) -> Vec<Source> {
-    found
-        .into_iter()
-        .filter_map(|s| serde_json::from_value(s).ok())
-        .collect()
 }
 
 /// Page summaries by the run's summarisation model.

@@ -52,6 +52,19 @@ pub struct Source {
     pub tool: Option<String>,
 }
 
+impl From<crate::tools::mcp::McpSource> for Source {
+    fn from(found: crate::tools::mcp::McpSource) -> Self {
+        Self {
+            url: found.url,
+            title: found.title,
+            kind: Some(SourceKind::Mcp),
+            server: Some(found.server),
+            tool: Some(found.tool),
+            ..Self::default()
+        }
+    }
+}
+
 impl Source {
     /// The source without its page text and summary (what a citation check of links reads).
     pub fn without_text(self) -> Self {

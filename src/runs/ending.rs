@@ -7,7 +7,8 @@ use crate::graph::interrupts::{self, Pause};
 use crate::graph::state::StateBuilder;
 use crate::store::retry::patiently;
 use crate::store::{
-    CancelAction, Fence, JsonMap, Run, RunEnd, RunStatus, StoreError, ThreadStatus, ThreadSummary,
+    CancelAction, Fence, JsonMap, Run, RunEnd, RunFailure, RunStatus, StoreError, ThreadStatus,
+    ThreadSummary,
 };
 use crate::stream::RunChannel;
 use crate::time::Timestamp;
@@ -49,6 +50,55 @@ impl Ending {
     }
 }
 
+/// What a run that ended here leaves for `/join` and `wait` callers and its webhook: the
+/// values, or `{"__error__": {error, message}}`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(untagged)]
+pub(super) enum RunResult {
+    /// The state the run left (for a paused run, with `__interrupt__`: what it waits on).
+    Values(JsonMap),
+    Failed {
+        #[serde(rename = "__error__")]
+        error: RunFailure,
+    },
+}
+
+impl RunResult {
+    /// As waiters see it (the values are moved, not copied).
+    pub(super) fn into_wire(self) -> Value {
+        match self {
+            Self::Values(values) => Value::Object(values),
+            failed @ Self::Failed { .. } => json!(failed),
+        }
+    }
+}
+
+/// The thread's root head as a run leaves it: its values, and what it waits on.
+struct Head {
+    values: JsonMap,
+    /// `interrupted` when nodes are pending (an interrupt, a breakpoint, a cancelled step),
+    /// else `idle`.
+    status: ThreadStatus,
+    /// `{task_id: [...]}` of the pending interrupts (`{}` when none).
+    interrupts: Value,
+}
+
+impl Head {
+    /// The thread's summary with this status.
+    fn summary(&self, status: ThreadStatus, error: Option<RunFailure>) -> ThreadSummary {
+        ThreadSummary {
+            status,
+            values: Some(Value::Object(self.values.clone())),
+            error,
+            interrupts: self.interrupts.clone(),
+        }
+    }
+
+    fn waits(&self) -> bool {
+        self.interrupts.as_object().is_some_and(|m| !m.is_empty())
+    }
+}
+
 impl Runner {
     /// Stores the run's end and the thread's new summary; returns the result for waiters, or
     /// `None` when the run is not over (handed back, or another worker holds it).
@@ -59,32 +109,37 @@ impl Runner {
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
         ending: Ending,
-    ) -> Result<Option<Value>, StoreError> {
+    ) -> Result<Option<RunResult>, StoreError> {
         let result = match ending {
             Ending::Done(values) => {
-                let summary = summary(ThreadStatus::Idle, Value::Object(values.clone()), None);
+                let summary = ThreadSummary {
+                    status: ThreadStatus::Idle,
+                    values: Some(Value::Object(values.clone())),
+                    error: None,
+                    interrupts: json!({}),
+                };
                 let end = RunEnd::Finished(RunStatus::Success);
                 self.finish(run, fence, end, Some(summary), channel).await?;
-                Value::Object(values)
+                RunResult::Values(values)
             }
             Ending::Paused {
                 values,
                 pause,
                 by_task,
             } => {
-                let mut summary = summary(
-                    ThreadStatus::Interrupted,
-                    Value::Object(values.clone()),
-                    None,
-                );
-                summary.interrupts = by_task;
+                let summary = ThreadSummary {
+                    status: ThreadStatus::Interrupted,
+                    values: Some(Value::Object(values.clone())),
+                    error: None,
+                    interrupts: by_task,
+                };
                 let end = RunEnd::Finished(RunStatus::Interrupted);
                 self.finish(run, fence, end, Some(summary), channel).await?;
                 let mut result = values;
                 if let Pause::Interrupts(_) = pause {
                     result.insert("__interrupt__".into(), pause.wire());
                 }
-                Value::Object(result)
+                RunResult::Values(result)
             }
             Ending::Failed(error) => {
                 self.record_failure(run, fence, kwargs, channel, error)
@@ -122,36 +177,31 @@ impl Runner {
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
         error: RunError,
-    ) -> Result<Value, StoreError> {
+    ) -> Result<RunResult, StoreError> {
         if let RunError::Store(e) = &error {
             tracing::error!(error = %e, "run failed on a storage error");
         }
         let (kind, message) = error.describe();
-        let detail = json!({"error": kind, "message": message});
+        let failure = RunFailure {
+            error: kind,
+            message,
+        };
         channel.publish(
             "error".into(),
-            detail.to_string(),
+            json!(failure).to_string(),
             self.bus.thread_sender(run.thread_id).as_ref(),
         );
-        let values = self.head_values(run, kwargs).await?;
+        let head = self.head(run, kwargs).await?;
         // A run that failed before it answered anything (a resume that no longer matches)
         // leaves the thread's pause standing: it still waits for a person.
-        let (rest, waiting) = self.at_rest(run).await?;
-        let status = match rest {
-            ThreadStatus::Interrupted if has_entries(&waiting) => ThreadStatus::Interrupted,
+        let status = match head.status {
+            ThreadStatus::Interrupted if head.waits() => ThreadStatus::Interrupted,
             _ => ThreadStatus::Error,
         };
-        let mut summary = summary(status, values, Some(detail.clone()));
-        summary.interrupts = waiting;
-        self.finish(
-            run,
-            fence,
-            RunEnd::Finished(RunStatus::Error),
-            Some(summary),
-            channel,
-        )
-        .await?;
-        Ok(json!({"__error__": detail}))
+        let summary = head.summary(status, Some(failure.clone()));
+        let end = RunEnd::Finished(RunStatus::Error);
+        self.finish(run, fence, end, Some(summary), channel).await?;
+        Ok(RunResult::Failed { error: failure })
     }
 
     async fn record_interrupt(
@@ -160,20 +210,12 @@ impl Runner {
         fence: &Fence,
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
-    ) -> Result<Value, StoreError> {
-        let (status, waiting) = self.at_rest(run).await?;
-        let values = self.head_values(run, kwargs).await?;
-        let mut summary = summary(status, values.clone(), None);
-        summary.interrupts = waiting;
-        self.finish(
-            run,
-            fence,
-            RunEnd::Finished(RunStatus::Interrupted),
-            Some(summary),
-            channel,
-        )
-        .await?;
-        Ok(values)
+    ) -> Result<RunResult, StoreError> {
+        let head = self.head(run, kwargs).await?;
+        let summary = head.summary(head.status, None);
+        let end = RunEnd::Finished(RunStatus::Interrupted);
+        self.finish(run, fence, end, Some(summary), channel).await?;
+        Ok(RunResult::Values(head.values))
     }
 
     async fn record_rollback(
@@ -182,29 +224,30 @@ impl Runner {
         fence: &Fence,
         kwargs: &RunKwargs,
         channel: &Arc<RunChannel>,
-    ) -> Result<Value, StoreError> {
+    ) -> Result<RunResult, StoreError> {
         self.finish(run, fence, RunEnd::RolledBack, None, channel)
             .await?;
-        let values = self.head_values(run, kwargs).await?;
+        let head = self.head(run, kwargs).await?;
         let busy = !self.store.inflight_runs(run.thread_id).await?.is_empty();
-        let (rest, waiting) = self.at_rest(run).await?;
-        let status = if busy { ThreadStatus::Busy } else { rest };
-        let values_opt = if values.as_object().is_some_and(|m| m.is_empty()) {
-            Value::Null
+        let status = if busy {
+            ThreadStatus::Busy
         } else {
-            values.clone()
+            head.status
         };
-        let mut s = summary(status, values_opt, None);
-        s.interrupts = waiting;
+        let mut summary = head.summary(status, None);
+        if head.values.is_empty() {
+            // Rolled back to nothing: the thread shows no state, as before its first run.
+            summary.values = None;
+        }
         self.store
-            .set_thread_summary(run.thread_id, &s, Timestamp::now())
+            .set_thread_summary(run.thread_id, &summary, Timestamp::now())
             .await?;
-        Ok(values)
+        Ok(RunResult::Values(head.values))
     }
 
-    /// How the thread rests at its head checkpoint: `interrupted` when nodes are pending (an
-    /// interrupt, a breakpoint, a cancelled step), else `idle`; and its pending interrupts.
-    async fn at_rest(&self, run: &Run) -> Result<(ThreadStatus, Value), StoreError> {
+    /// The thread's root head checkpoint as the run leaves it (no values when there is none,
+    /// or the graph is not registered here).
+    async fn head(&self, run: &Run, kwargs: &RunKwargs) -> Result<Head, StoreError> {
         let never = CancellationToken::new();
         let head = patiently(
             self.settings.store_patience,
@@ -213,11 +256,30 @@ impl Runner {
             || self.store.latest_checkpoint(run.thread_id, ""),
         )
         .await?;
-        Ok(match head {
-            Some(cp) if !cp.next.is_empty() => {
-                (ThreadStatus::Interrupted, interrupts::by_task(&cp.tasks))
+        let Some(head) = head else {
+            return Ok(Head {
+                values: JsonMap::new(),
+                status: ThreadStatus::Idle,
+                interrupts: json!({}),
+            });
+        };
+        let (status, interrupts) = if head.next.is_empty() {
+            (ThreadStatus::Idle, json!({}))
+        } else {
+            (ThreadStatus::Interrupted, interrupts::by_task(&head.tasks))
+        };
+        let values = match kwargs.graph_id().and_then(|id| self.registry.get(id)) {
+            Some(graph) => {
+                StateBuilder::new(&*self.store, &graph, run.thread_id)
+                    .values(&head)
+                    .await?
             }
-            _ => (ThreadStatus::Idle, json!({})),
+            None => JsonMap::new(),
+        };
+        Ok(Head {
+            values,
+            status,
+            interrupts,
         })
     }
 
@@ -245,39 +307,6 @@ impl Runner {
                 .finish_run(run.run_id, Some(fence), &end, summary.as_ref())
         })
         .await
-    }
-
-    /// The values at the thread's latest root checkpoint (`{}` when there is none).
-    async fn head_values(&self, run: &Run, kwargs: &RunKwargs) -> Result<Value, StoreError> {
-        let Some(graph) = kwargs.graph_id().and_then(|id| self.registry.get(id)) else {
-            return Ok(json!({}));
-        };
-        let never = CancellationToken::new();
-        let head = patiently(
-            self.settings.store_patience,
-            &never,
-            "read the run's state",
-            || self.store.latest_checkpoint(run.thread_id, ""),
-        )
-        .await?;
-        let Some(head) = head else {
-            return Ok(json!({}));
-        };
-        let mut builder = StateBuilder::new(&*self.store, &graph, run.thread_id);
-        Ok(Value::Object(builder.values(&head).await?))
-    }
-}
-
-fn has_entries(value: &Value) -> bool {
-    value.as_object().is_some_and(|m| !m.is_empty())
-}
-
-pub(super) fn summary(status: ThreadStatus, values: Value, error: Option<Value>) -> ThreadSummary {
-    ThreadSummary {
-        status,
-        values: Some(values).filter(|v| !v.is_null()),
-        error,
-        interrupts: json!({}),
     }
 }
 

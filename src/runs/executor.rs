@@ -1,7 +1,7 @@
 //! Executes one claimed run: publishes its events, keeps its lease alive, and records how it
 //! ended (final status before the stream closes, as clients expect).
 
-use super::ending::{Ending, flush_or_log, summary};
+use super::ending::{Ending, RunResult, flush_or_log};
 use super::pool::Active;
 use super::{RunKwargs, Runner, lock, webhook};
 use crate::graph::Spent;
@@ -13,8 +13,8 @@ use crate::graph::{
 use crate::ids::RunId;
 use crate::store::retry::patiently;
 use crate::store::{
-    CancelAction, EventId, Fence, JsonMap, Lease, LeaseState, Owner, Run, RunEnd, RunStatus, Store,
-    StoreError, ThreadStatus,
+    CancelAction, EventId, Fence, JsonMap, Lease, LeaseState, Owner, Run, RunEnd, RunFailure,
+    RunStatus, Store, StoreError, ThreadStatus, ThreadSummary,
 };
 use crate::stream::{Bus, Encoder, RunChannel};
 use crate::telemetry::metrics;
@@ -184,12 +184,12 @@ impl Runner {
         {
             tracing::warn!(%error, "could not delete a stateless run's thread");
         }
-        self.bus.close(run.run_id, result);
+        self.bus.close(run.run_id, result.map(RunResult::into_wire));
         status
     }
 
     /// Posts the finished run, with its final values, to its webhook (in the background).
-    async fn send_webhook(&self, run_id: RunId, url: &str, values: Option<&Value>) {
+    async fn send_webhook(&self, run_id: RunId, url: &str, result: Option<&RunResult>) {
         let run = match self.store.get_run(run_id).await {
             Ok(Some(run)) => run,
             Ok(None) => return,
@@ -198,12 +198,18 @@ impl Runner {
                 return;
             }
         };
-        let mut body = serde_json::to_value(&run).unwrap_or_else(|_| json!({}));
-        if let Some(fields) = body.as_object_mut() {
-            fields.insert("values".into(), values.cloned().unwrap_or(Value::Null));
-            fields.insert("webhook_sent_at".into(), json!(Timestamp::now()));
-        }
-        let bytes = body.to_string().into_bytes();
+        let body = webhook::Body {
+            run: &run,
+            values: result,
+            webhook_sent_at: Timestamp::now(),
+        };
+        let bytes = match serde_json::to_vec(&body) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::warn!(%error, "webhook not sent: the run could not be written as JSON");
+                return;
+            }
+        };
         webhook::spawn_delivery(
             self.settings.webhooks.clone(),
             url.to_owned(),
@@ -276,9 +282,16 @@ impl Runner {
     /// instead of waiting for its lease to lapse.
     pub(super) async fn fail_panicked(&self, run: &Run, fence: &Fence) {
         lock(&self.active).remove(&run.run_id);
-        let detail = json!({"error": "InternalError",
-                            "message": "the run stopped on an internal error (a panic); see the server log"});
-        let summary = summary(ThreadStatus::Error, Value::Null, Some(detail.clone()));
+        let failure = RunFailure {
+            error: "InternalError".into(),
+            message: "the run stopped on an internal error (a panic); see the server log".into(),
+        };
+        let summary = ThreadSummary {
+            status: ThreadStatus::Error,
+            values: None,
+            error: Some(failure.clone()),
+            interrupts: json!({}),
+        };
         let end = RunEnd::Finished(RunStatus::Error);
         if let Err(error) = self
             .store
@@ -290,13 +303,13 @@ impl Runner {
         if let Some(channel) = self.bus.get(run.run_id) {
             channel.publish(
                 "error".into(),
-                detail.to_string(),
+                json!(failure).to_string(),
                 self.bus.thread_sender(run.thread_id).as_ref(),
             );
             flush_or_log(&*self.store, &channel).await;
         }
-        self.bus
-            .close(run.run_id, Some(json!({"__error__": detail})));
+        let result = RunResult::Failed { error: failure };
+        self.bus.close(run.run_id, Some(result.into_wire()));
     }
 
     async fn invoke_graph(

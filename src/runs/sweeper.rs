@@ -111,13 +111,13 @@ impl Runner {
             thread_id: run.thread_id,
             id,
             event: "error".into(),
-            data: detail.to_string().into(),
+            data: json!(detail).to_string().into(),
         };
         if let Err(error) = self.store.append_events(&[event]).await {
             tracing::warn!(%error, "could not store the error event of a run given up");
         }
-        self.bus
-            .close(run.run_id, Some(json!({"__error__": detail})));
+        let result = super::ending::RunResult::Failed { error: detail };
+        self.bus.close(run.run_id, Some(result.into_wire()));
     }
 
     /// The API opens a run's channel when it creates the run, before any worker has it. When a

@@ -5,9 +5,12 @@
 //! answer differently, no redirects): unless the operator allows it, nothing is sent to
 //! loopback, private, link-local or other internal addresses.
 
+use super::ending::RunResult;
 pub use crate::config::WebhookSettings;
 use crate::ids::RunId;
 use crate::net::is_internal;
+use crate::store::Run;
+use crate::time::Timestamp;
 use hmac::{Hmac, KeyInit, Mac};
 use secrecy::ExposeSecret;
 #[cfg(test)]
@@ -40,6 +43,16 @@ pub enum WebhookError {
          (the operator can allow internal ones: webhooks.allow_private_targets)"
     )]
     Internal { host: String, addr: IpAddr },
+}
+
+/// What a webhook receives: the run as the API shows it, its final values (or
+/// `{"__error__": ...}`), and when it was sent.
+#[derive(serde::Serialize)]
+pub(super) struct Body<'a> {
+    #[serde(flatten)]
+    pub run: &'a Run,
+    pub values: Option<&'a RunResult>,
+    pub webhook_sent_at: Timestamp,
 }
 
 /// A URL that passed the policy and the addresses to send to.

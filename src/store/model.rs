@@ -234,7 +234,7 @@ pub struct Thread {
     pub values: Option<Value>,
     /// `{"error": <type>, "message": <text>}` after a failed run.
     #[schema(value_type = Option<Object>)]
-    pub error: Option<Value>,
+    pub error: Option<RunFailure>,
     #[schema(value_type = Object)]
     pub interrupts: Value,
     /// Deleted this many minutes after its last update (`ttl` on create or patch); a sweeper
@@ -266,8 +266,18 @@ pub struct ThreadQuery {
 pub struct ThreadSummary {
     pub status: ThreadStatus,
     pub values: Option<Value>,
-    pub error: Option<Value>,
+    pub error: Option<RunFailure>,
+    /// `{task_id: [interrupt, ...]}`: what the thread waits on.
     pub interrupts: Value,
+}
+
+/// Why a run failed: the thread's `error`, the stream's `error` event and `/join`'s
+/// `__error__` all carry it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFailure {
+    /// The error's type, as LangGraph names it (`GraphRecursionError`, `WorkerLost`, ...).
+    pub error: String,
+    pub message: String,
 }
 
 /// One execution of a graph on a thread.
@@ -314,12 +324,14 @@ pub struct Lease {
 
 /// Why a run that kept losing its worker was given up: the thread's `error`, the run's last
 /// stream event and its `/join` result all carry it.
-pub fn worker_lost(attempts: i64) -> serde_json::Value {
-    serde_json::json!({
-        "error": "WorkerLost",
-        "message": format!("the run was given up after {attempts} attempts: each time, the \
-                            worker running it stopped before it finished (max_attempts)"),
-    })
+pub fn worker_lost(attempts: i64) -> RunFailure {
+    RunFailure {
+        error: "WorkerLost".into(),
+        message: format!(
+            "the run was given up after {attempts} attempts: each time, the worker running it \
+             stopped before it finished (max_attempts)"
+        ),
+    }
 }
 
 /// One claim of a run: the worker that holds it and which attempt it is. Writes made for a run

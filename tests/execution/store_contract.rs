@@ -7,9 +7,9 @@ use deep_research::ids::{AssistantId, CheckpointId, RunId, ThreadId};
 use deep_research::store::{
     Assistant, AssistantPatch, AssistantQuery, CancelAction, Checkpoint, CheckpointQuery,
     Comparison, Cron, CronQuery, CronTick, EventId, FieldMatch, IfExists, ItemQuery, JsonMap,
-    LeaseState, MultitaskStrategy, Namespace, NamespaceQuery, Owner, Run, RunEnd, RunInsert,
-    RunStatus, SortOrder, SqlStore, Store, StoreError, StoredChunks, StoredEvent, Thread,
-    ThreadQuery, ThreadStatus, ThreadSummary,
+    LeaseState, MultitaskStrategy, Namespace, NamespaceQuery, Owner, Run, RunEnd, RunFailure,
+    RunInsert, RunStatus, SortOrder, SqlStore, Store, StoreError, StoredChunks, StoredEvent,
+    Thread, ThreadQuery, ThreadStatus, ThreadSummary,
 };
 use deep_research::time::Timestamp;
 use serde_json::{Value, json};
@@ -951,7 +951,10 @@ mod contract {
         let sum = ThreadSummary {
             status: ThreadStatus::Interrupted,
             values: Some(json!({"messages": ["hello"]})),
-            error: Some(json!({"error": "E", "message": "m"})),
+            error: Some(RunFailure {
+                error: "E".into(),
+                message: "m".into(),
+            }),
             interrupts: json!({"task": [{"value": "ask"}]}),
         };
         s.set_thread_summary(t.thread_id, &sum, later)
@@ -1462,7 +1465,10 @@ mod contract {
         let sum3 = ThreadSummary {
             status: ThreadStatus::Error,
             values: None,
-            error: Some(json!({"error": "Boom", "message": "bad"})),
+            error: Some(RunFailure {
+                error: "Boom".into(),
+                message: "bad".into(),
+            }),
             interrupts: json!({}),
         };
         s.finish_run(
@@ -1660,11 +1666,12 @@ mod contract {
         let failed = s.fail_expired_runs(2).await.unwrap();
         assert_eq!(ids(&failed, |r| r.run_id), vec![r1.run_id]);
         assert!(failed.iter().all(|r| r.status == RunStatus::Error));
-        let lost = json!({
-            "error": "WorkerLost",
-            "message": "the run was given up after 2 attempts: each time, the worker running it \
-                        stopped before it finished (max_attempts)",
-        });
+        let lost = RunFailure {
+            error: "WorkerLost".into(),
+            message: "the run was given up after 2 attempts: each time, the worker running it \
+                      stopped before it finished (max_attempts)"
+                .into(),
+        };
         let th1 = s.get_thread(t1).await.unwrap().expect("exists");
         assert_eq!((th1.status, th1.error), (ThreadStatus::Error, Some(lost)));
         assert_eq!(

@@ -630,9 +630,7 @@ async fn stream_task(state: &AppState, dialect: Dialect, run: Run, out: &Out) ->
         tokio::select! {
             frame = frames.recv() => {
                 let Some(frame) = frame else { break };
-                let (mode, namespace) = frame.event.split_once('|').unwrap_or((&frame.event, ""));
-                let data: Value = serde_json::from_str(&frame.data).unwrap_or(Value::Null);
-                for change in progress.on_event(mode, namespace, &data) {
+                for change in progress.on_event(&frame.event, &frame.data) {
                     // A step when it is over; a researcher at each search and page count.
                     if change.done || matches!(change.line, LineId::Researcher(_)) {
                         out.send(task::status_update(dialect, &working, Some(&change.text), false)).await?;

@@ -5,7 +5,7 @@
 use super::super::AppState;
 use super::super::error::ApiResult;
 use crate::ids::RunId;
-use crate::store::{Run, RunStatus};
+use crate::store::{Run, RunFailure, RunStatus};
 use crate::stream::{RunChannel, STORE_POLL};
 use axum::body::Body as HttpBody;
 use bytes::Bytes;
@@ -105,9 +105,10 @@ pub(super) async fn finished_result(state: &AppState, run: &Run) -> ApiResult<Va
         .and_then(|t| t.values.clone())
         .unwrap_or_else(|| json!({}));
     if run.status == RunStatus::Error {
-        let error = thread
-            .and_then(|t| t.error)
-            .unwrap_or_else(|| json!({"error": "Error", "message": "run failed"}));
+        let error = thread.and_then(|t| t.error).unwrap_or_else(|| RunFailure {
+            error: "Error".into(),
+            message: "run failed".into(),
+        });
         return Ok(json!({"__error__": error}));
     }
     Ok(values)

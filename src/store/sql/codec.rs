@@ -174,7 +174,9 @@ pub(super) fn thread_row(row: &AnyRow) -> StoreResult<Thread> {
         status: enum_col(row, "status")?,
         config: json(row, "config")?,
         values: opt_sealed_json_col(row, "state_values", Column::ThreadValues)?,
-        error: opt_json_col(row, "error")?,
+        error: opt_json_col(row, "error")?
+            .map(|v| serde_json::from_value(v).map_err(|e| corrupt("error", e)))
+            .transpose()?,
         interrupts: opened_json(row, "interrupts", Column::ThreadInterrupts)?,
         ttl_minutes: row.try_get::<Option<f64>, _>("ttl_minutes")?,
         owner: Owner::from_stored(text(row, "owner")?),
@@ -280,7 +282,7 @@ pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
         .bind(t.status.as_str())
         .bind(to_json(&t.config)?)
         .bind(opt_sealed_json(Column::ThreadValues, &t.values)?)
-        .bind(opt_json(&t.error)?)
+        .bind(t.error.as_ref().map(to_json).transpose()?)
         .bind(sealed_json(Column::ThreadInterrupts, &t.interrupts)?)
         .bind(opt_float(t.ttl_minutes))
         .bind(t.owner.as_str().to_owned()))

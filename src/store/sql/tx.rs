@@ -351,7 +351,7 @@ impl SqlStore {
             crate::store::crypt::Column::ThreadValues,
             &s.values,
         )?)
-        .bind(opt_json(&s.error)?)
+        .bind(s.error.as_ref().map(to_json).transpose()?)
         .bind(sealed_json(
             crate::store::crypt::Column::ThreadInterrupts,
             &s.interrupts,

@@ -95,9 +95,19 @@ impl Toolbox {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
     pub text: String,
-    /// `{"url", "title", "kind": "mcp", "server", "tool"}`: kept apart from web pages, whose
-    /// URLs the report's citation check verifies.
-    pub sources: Vec<Value>,
+    /// The call itself, then the resources it linked or embedded: kept apart from web pages,
+    /// whose URLs the report's citation check verifies.
+    pub sources: Vec<McpSource>,
+}
+
+/// Something an MCP tool call returned that a report may cite.
+#[derive(Clone, Debug, PartialEq)]
+pub struct McpSource {
+    /// `mcp://server/tool?args` for the call, the resource's URI for a resource.
+    pub url: String,
+    pub title: String,
+    pub server: String,
+    pub tool: String,
 }
 
 /// Calls `tool` with `args`. Every failure is text for the model (a tool error is a tool
@@ -120,10 +130,12 @@ pub async fn call(hub: &McpHub, tool: &OfferedTool, args: &Value) -> Result<Outc
         return Err(McpError(cut(&text, 2000)));
     }
     let address = source_address(&tool.server, &tool.remote, &args);
-    let mut sources = vec![json!({
-        "url": address, "title": format!("{} ({})", tool.remote, tool.server),
-        "kind": "mcp", "server": tool.server, "tool": tool.remote,
-    })];
+    let mut sources = vec![McpSource {
+        url: address.clone(),
+        title: format!("{} ({})", tool.remote, tool.server),
+        server: tool.server.clone(),
+        tool: tool.remote.clone(),
+    }];
     sources.extend(linked_resources(&result, tool));
     let body = cut(&text, hub.limits().max_result_chars);
     Ok(Outcome {
@@ -190,7 +202,7 @@ fn result_text(result: &Value) -> String {
 }
 
 /// Resources a result links to or embeds, as sources of their own.
-fn linked_resources(result: &Value, tool: &OfferedTool) -> Vec<Value> {
+fn linked_resources(result: &Value, tool: &OfferedTool) -> Vec<McpSource> {
     result["content"]
         .as_array()
         .into_iter()
@@ -201,10 +213,12 @@ fn linked_resources(result: &Value, tool: &OfferedTool) -> Vec<Value> {
                 "resource" => (block["resource"]["uri"].as_str()?, None),
                 _ => return None,
             };
-            Some(
-                json!({"url": uri, "title": title.unwrap_or(uri), "kind": "mcp",
-                        "server": tool.server, "tool": tool.remote}),
-            )
+            Some(McpSource {
+                url: uri.to_owned(),
+                title: title.unwrap_or(uri).to_owned(),
+                server: tool.server.clone(),
+                tool: tool.remote.clone(),
+            })
         })
         .collect()
 }
