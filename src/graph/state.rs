@@ -4,7 +4,7 @@
 use super::Graph;
 use super::channels::writes_from_json;
 use crate::ids::{CheckpointId, ThreadId};
-use crate::store::{Checkpoint, CheckpointQuery, JsonMap, Store, StoreResult};
+use crate::store::{Checkpoint, CheckpointQuery, CheckpointStore, JsonMap, StoreResult};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 
@@ -17,14 +17,14 @@ pub fn empty_state() -> Value {
 
 /// Rebuilds values of many checkpoints of one thread, sharing work along common lineages.
 pub struct StateBuilder<'a> {
-    store: &'a dyn Store,
+    store: &'a dyn CheckpointStore,
     graph: &'a Graph,
     thread_id: ThreadId,
     cache: HashMap<CheckpointId, JsonMap>,
 }
 
 impl<'a> StateBuilder<'a> {
-    pub fn new(store: &'a dyn Store, graph: &'a Graph, thread_id: ThreadId) -> Self {
+    pub fn new(store: &'a dyn CheckpointStore, graph: &'a Graph, thread_id: ThreadId) -> Self {
         Self {
             store,
             graph,

@@ -312,7 +312,7 @@ impl Runner {
 
 /// Writes the channel's unflushed frames to the store.
 pub(super) async fn flush(
-    store: &dyn crate::store::Store,
+    store: &dyn crate::store::EventLog,
     channel: &RunChannel,
 ) -> Result<(), StoreError> {
     let frames = channel.unflushed();
@@ -329,7 +329,7 @@ pub(super) async fn flush(
 }
 
 /// `flush` from a place that carries on regardless: the frames stay for the next flush.
-pub(super) async fn flush_or_log(store: &dyn crate::store::Store, channel: &RunChannel) {
+pub(super) async fn flush_or_log(store: &dyn crate::store::EventLog, channel: &RunChannel) {
     if let Err(error) = flush(store, channel).await {
         tracing::warn!(%error, "could not store run events; will retry");
     }

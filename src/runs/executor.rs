@@ -14,7 +14,7 @@ use crate::ids::RunId;
 use crate::store::retry::patiently;
 use crate::store::{
     CancelAction, EventId, Fence, JsonMap, Lease, LeaseState, Owner, Run, RunEnd, RunFailure,
-    RunStatus, Store, StoreError, ThreadStatus, ThreadSummary,
+    RunStatus, RunStore, StoreError, ThreadStatus, ThreadSummary,
 };
 use crate::stream::{Bus, Encoder, RunChannel};
 use crate::telemetry::metrics;
@@ -570,7 +570,7 @@ const SPEND_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Records (replaces) what the run spent in all its attempts, as its cost meter counts them,
 /// under its owner, for per-owner spend limits.
-async fn record_spend(store: &dyn Store, run_id: RunId, owner: &Owner, scope: &RunScope) {
+async fn record_spend(store: &dyn RunStore, run_id: RunId, owner: &Owner, scope: &RunScope) {
     let (tokens, usd) = scope.local::<Spent>().get();
     if tokens == 0 {
         return;

@@ -6,7 +6,7 @@ use crate::graph::events::Sink;
 use crate::graph::interrupts::{Breakpoints, Pause, ResumeCommand};
 use crate::graph::{Graph, NodeError};
 use crate::ids::{CheckpointId, RunId, ThreadId};
-use crate::store::{Checkpoint, Fence, JsonMap, Store, StoreError, StoredChunks};
+use crate::store::{Checkpoint, CheckpointStore, Fence, JsonMap, StoreError, StoredChunks};
 use serde_json::Value;
 use std::any::{Any, TypeId};
 use std::collections::{HashMap, HashSet};
@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Everything one run shares across its graphs and subgraphs.
 pub struct RunScope {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn CheckpointStore>,
     pub thread_id: ThreadId,
     pub run_id: RunId,
     /// The run's config (`configurable`, `recursion_limit`, …), passed to every node.
@@ -43,7 +43,7 @@ pub struct RunScope {
 
 impl RunScope {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn CheckpointStore>,
         thread_id: ThreadId,
         run_id: RunId,
         config: Value,
