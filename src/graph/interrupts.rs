@@ -95,6 +95,47 @@ impl NodeSet {
     }
 }
 
+impl NodeSet {
+    /// A set read back from a stored run: its nodes must still be the graph's.
+    pub fn check(&self, graph: &Graph, field: &str) -> Result<(), String> {
+        match self {
+            Self::All => Ok(()),
+            Self::Nodes(nodes) => match nodes.iter().find(|n| graph.node(n).is_none()) {
+                Some(name) => Err(unknown_node(field, name, graph)),
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+// Stored with the run as the API took it: `"*"` or the list of names.
+impl serde::Serialize for NodeSet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Self::All => s.serialize_str("*"),
+            Self::Nodes(nodes) => nodes.serialize(s),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for NodeSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Stored {
+            Star(String),
+            Nodes(Vec<String>),
+        }
+        match Stored::deserialize(d)? {
+            Stored::Star(s) if s == "*" => Ok(Self::All),
+            Stored::Star(s) => Err(serde::de::Error::custom(format!(
+                "expected \"*\" or a list of node names, got '{s}'"
+            ))),
+            Stored::Nodes(nodes) => Ok(Self::Nodes(nodes)),
+        }
+    }
+}
+
 fn unknown_node(field: &str, name: &str, graph: &Graph) -> String {
     let known: Vec<&str> = graph.node_names().collect();
     format!(

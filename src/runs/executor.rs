@@ -64,8 +64,18 @@ fn human_input(
         _ if resumed => None,
         value => Some(ResumeCommand::parse(value, graph).map_err(RunError::Input)?),
     };
-    let breakpoints = Breakpoints::parse(&kwargs.interrupt_before, &kwargs.interrupt_after, graph)
-        .map_err(RunError::Input)?;
+    let breakpoints = Breakpoints {
+        before: kwargs.interrupt_before.clone(),
+        after: kwargs.interrupt_after.clone(),
+    };
+    for (set, field) in [
+        (&breakpoints.before, "interrupt_before"),
+        (&breakpoints.after, "interrupt_after"),
+    ] {
+        if let Some(set) = set {
+            set.check(graph, field).map_err(RunError::Input)?;
+        }
+    }
     Ok((command, breakpoints))
 }
 

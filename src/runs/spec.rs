@@ -2,6 +2,7 @@
 //! `run.kwargs` (the reference server's key names) and executed as this type.
 
 use super::options;
+use crate::graph::interrupts::NodeSet;
 use crate::ids::CheckpointId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -16,11 +17,12 @@ pub struct RunKwargs {
     pub config: Value,
     pub context: Value,
     pub stream_mode: crate::stream::StreamModes,
-    pub interrupt_before: Value,
-    pub interrupt_after: Value,
+    pub interrupt_before: Option<NodeSet>,
+    pub interrupt_after: Option<NodeSet>,
     /// Where the run's result is posted when it ends.
     pub webhook: Option<String>,
-    pub feedback_keys: Value,
+    /// Always empty: feedback needs LangSmith, which this server does not use.
+    pub feedback_keys: Option<Vec<String>>,
     /// Stateless run: its thread is temporary.
     pub temporary: bool,
     /// Stateless only: delete the temporary thread when the run ends.

@@ -437,8 +437,7 @@ async fn start_checkpoint(
 struct HumanInput {
     command: Option<ResumeCommand>,
     command_json: Value,
-    interrupt_before: Value,
-    interrupt_after: Value,
+    breakpoints: Breakpoints,
 }
 
 impl HumanInput {
@@ -457,13 +456,12 @@ impl HumanInput {
         };
         let interrupt_before = pick(&body.interrupt_before, "interrupt_before");
         let interrupt_after = pick(&body.interrupt_after, "interrupt_after");
-        Breakpoints::parse(&interrupt_before, &interrupt_after, graph)
+        let breakpoints = Breakpoints::parse(&interrupt_before, &interrupt_after, graph)
             .map_err(AppError::Invalid)?;
         Ok(Self {
             command,
             command_json,
-            interrupt_before,
-            interrupt_after,
+            breakpoints,
         })
     }
 }
@@ -547,10 +545,15 @@ fn build_run(
             context
         }),
         stream_mode: options.modes.clone(),
-        interrupt_before: human.interrupt_before.clone(),
-        interrupt_after: human.interrupt_after.clone(),
+        interrupt_before: human.breakpoints.before.clone(),
+        interrupt_after: human.breakpoints.after.clone(),
         webhook: body.webhook.clone(),
-        feedback_keys: body.feedback_keys.clone().unwrap_or(Value::Null),
+        // Only an empty list gets this far (see `validate`).
+        feedback_keys: body
+            .feedback_keys
+            .as_ref()
+            .and_then(Value::as_array)
+            .map(|_| Vec::new()),
         temporary: stateless,
         delete_on_completion: stateless && options.on_completion == OnCompletion::Delete,
         subgraphs: body.stream_subgraphs.unwrap_or(false),
