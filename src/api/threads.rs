@@ -563,8 +563,7 @@ pub(super) async fn post_state(
     let scope = Arc::new(RunScope::new(
         state.store.clone(),
         thread.thread_id,
-        // A state update is made by no run.
-        RunId::from_uuid(uuid::Uuid::nil()),
+        None,
         json!({}),
         thread.metadata.clone(),
         Arc::new(NullSink),

@@ -365,7 +365,7 @@ impl Runner {
         let scope = RunScope::new(
             self.store.clone(),
             run.thread_id,
-            run.run_id,
+            Some(run.run_id),
             config,
             metadata,
             sink,

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 pub struct RunScope {
     pub store: Arc<dyn CheckpointStore>,
     pub thread_id: ThreadId,
-    pub run_id: RunId,
+    /// `None` for a state update made through the API: no run makes it.
+    pub run_id: Option<RunId>,
     /// The run's config (`configurable`, `recursion_limit`, …), passed to every node.
     pub config: Value,
     /// Merged into every checkpoint's metadata (graph_id, assistant_id, user metadata, …).
@@ -45,7 +46,7 @@ impl RunScope {
     pub fn new(
         store: Arc<dyn CheckpointStore>,
         thread_id: ThreadId,
-        run_id: RunId,
+        run_id: Option<RunId>,
         config: Value,
         metadata: JsonMap,
         sink: Sink,

@@ -199,14 +199,16 @@ impl<'a> CheckpointWriter<'a> {
         metadata.insert("source".into(), json!(source));
         metadata.insert("step".into(), json!(step));
         metadata.insert("parents".into(), Value::Object(self.parents.clone()));
-        metadata.insert("run_id".into(), json!(self.scope.run_id));
+        if let Some(run_id) = self.scope.run_id {
+            metadata.insert("run_id".into(), json!(run_id));
+        }
         metadata.insert("thread_id".into(), json!(self.scope.thread_id));
         let cp = Checkpoint {
             thread_id: self.scope.thread_id,
             checkpoint_ns: self.ns.clone(),
             checkpoint_id: crate::ids::CheckpointId::next(),
             parent_checkpoint_id: self.head.as_ref().map(|h| h.checkpoint_id),
-            run_id: Some(self.scope.run_id),
+            run_id: self.scope.run_id,
             step,
             source: source.to_owned(),
             metadata,
