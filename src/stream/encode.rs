@@ -75,7 +75,7 @@ impl Encoder {
         let on = |m| self.modes.contains(m);
         match event {
             GraphEvent::Values { values, .. } if on(StreamMode::Values) => {
-                out.push((name("values"), values.into()));
+                out.push((name("values"), Data::Json(values)));
             }
             GraphEvent::Updates { node, update, .. } if on(StreamMode::Updates) => {
                 out.push((name("updates"), json!({ node.as_str(): update }).into()));
@@ -248,7 +248,7 @@ mod tests {
     fn subgraph_events_are_suffixed_or_dropped() {
         let ev = GraphEvent::Values {
             ns: "child:1".into(),
-            values: json!({}),
+            values: "{}".into(),
         };
         assert!(enc(json!("values"), false).encode(ev.clone()).is_empty());
         assert_eq!(

@@ -24,8 +24,9 @@ impl MessageMeta {
 /// produced it (`""` for the root graph).
 #[derive(Clone, Debug)]
 pub enum GraphEvent {
-    /// The full state after the input was applied or after a step.
-    Values { ns: String, values: Value },
+    /// The full state after the input was applied or after a step, as JSON text: written
+    /// straight from the state, which is never copied for it.
+    Values { ns: String, values: String },
     /// One node's update after it finished.
     Updates {
         ns: String,

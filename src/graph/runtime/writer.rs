@@ -253,14 +253,25 @@ impl<'a> CheckpointWriter<'a> {
         if !self.scope.sink.wants(&self.ns, EventKind::Values) {
             return;
         }
-        let mut values = state.clone();
-        if let Some(pause @ Pause::Interrupts(_)) = pause {
-            values.insert("__interrupt__".into(), pause.wire());
+        /// The state with the pause's interrupts after its channels, serialized as it is.
+        #[derive(serde::Serialize)]
+        struct Frame<'a> {
+            #[serde(flatten)]
+            state: &'a JsonMap,
+            #[serde(rename = "__interrupt__", skip_serializing_if = "Option::is_none")]
+            interrupt: Option<Value>,
         }
-        self.scope.sink.emit(GraphEvent::Values {
-            ns: self.ns.clone(),
-            values: Value::Object(values),
-        });
+        let interrupt = match pause {
+            Some(pause @ Pause::Interrupts(_)) => Some(pause.wire()),
+            _ => None,
+        };
+        match serde_json::to_string(&Frame { state, interrupt }) {
+            Ok(values) => self.scope.sink.emit(GraphEvent::Values {
+                ns: self.ns.clone(),
+                values,
+            }),
+            Err(error) => tracing::error!(%error, "a values event could not be written"),
+        }
     }
 
     /// `updates` carries a pause as `{"__interrupt__": [...]}` (empty for a breakpoint).
