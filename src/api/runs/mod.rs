@@ -14,6 +14,7 @@ use super::query::{query_flag, query_int, query_pairs, query_values};
 use super::responses::{json_response, set_header, sse_response};
 use crate::ids::{RunId, ThreadId};
 use crate::runs::RunKwargs;
+use crate::store::retry::patiently;
 use crate::store::{CancelAction, EventId, Owner, Run, RunStatus};
 use crate::stream::{SseSource, StreamModes, sse_body};
 use axum::extract::{RawQuery, State};
@@ -120,11 +121,16 @@ fn cancel_callback(state: &AppState, run_id: RunId) -> Box<dyn FnOnce() + Send +
     let state = state.clone();
     Box::new(move || {
         tokio::spawn(async move {
-            match state
-                .store
-                .cancel_runs(&[run_id], CancelAction::Interrupt)
-                .await
-            {
+            // Retried while the database is busy: the client is gone and cannot ask again.
+            let ids = [run_id];
+            let cancelled = patiently(
+                state.settings.store_patience,
+                &state.shutdown,
+                "cancel a run whose client left",
+                || state.store.cancel_runs(&ids, CancelAction::Interrupt),
+            )
+            .await;
+            match cancelled {
                 Ok(affected) => {
                     state
                         .runner
