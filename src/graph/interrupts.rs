@@ -97,7 +97,7 @@ impl NodeSet {
 
 impl NodeSet {
     /// A set read back from a stored run: its nodes must still be the graph's.
-    pub fn check(&self, graph: &Graph, field: &str) -> Result<(), String> {
+    fn check(&self, graph: &Graph, field: &str) -> Result<(), String> {
         match self {
             Self::All => Ok(()),
             Self::Nodes(nodes) => match nodes.iter().find(|n| graph.node(n).is_none()) {
@@ -158,6 +158,19 @@ impl Breakpoints {
             before: NodeSet::parse(before, graph, "interrupt_before")?,
             after: NodeSet::parse(after, graph, "interrupt_after")?,
         })
+    }
+
+    /// Breakpoints read back from a stored run: their nodes must still be the graph's.
+    pub fn check(&self, graph: &Graph) -> Result<(), String> {
+        for (set, field) in [
+            (&self.before, "interrupt_before"),
+            (&self.after, "interrupt_after"),
+        ] {
+            if let Some(set) = set {
+                set.check(graph, field)?;
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn stops_before(&self, next: &[String]) -> bool {

@@ -68,14 +68,7 @@ fn human_input(
         before: kwargs.interrupt_before.clone(),
         after: kwargs.interrupt_after.clone(),
     };
-    for (set, field) in [
-        (&breakpoints.before, "interrupt_before"),
-        (&breakpoints.after, "interrupt_after"),
-    ] {
-        if let Some(set) = set {
-            set.check(graph, field).map_err(RunError::Input)?;
-        }
-    }
+    breakpoints.check(graph).map_err(RunError::Input)?;
     Ok((command, breakpoints))
 }
 

@@ -250,10 +250,13 @@ async fn create(
     if !body.run.contains_key("assistant_id") {
         return Err(AppError::Invalid("assistant_id is required".into()));
     }
+    let target = thread_id.map_or(Target::Stateless, Target::Thread);
+    let payload = Value::Object(body.run.clone());
+    let assistant = check_run_request(state, &who.owner, target, payload).await?;
     let now = Timestamp::now();
     let mut cron = Cron {
         cron_id: CronId::new(),
-        assistant_id: AssistantId::from_uuid(uuid::Uuid::nil()),
+        assistant_id: assistant.assistant_id,
         thread_id,
         user_id: Some(who.owner.as_str().to_owned()).filter(|o| !o.is_empty()),
         schedule,
@@ -268,10 +271,6 @@ async fn create(
         updated_at: now,
         owner: who.owner.clone(),
     };
-    let target = target_of(&cron);
-    let payload = Value::Object(cron.payload.clone());
-    let assistant = check_run_request(state, &who.owner, target, payload).await?;
-    cron.assistant_id = assistant.assistant_id;
     cron.next_run_date = schedule_of(&cron)?.next_after(now, cron.end_time);
     state.store.create_cron(&cron).await?;
     Ok(Json(cron))
