@@ -235,7 +235,28 @@ async fn run_one(
         (Ok(()), Some(_)) => "error",
         (Ok(()), None) => "success",
     };
+    if status == "success" {
+        // Streamed values leave out the sources' texts; the state API has them (the check of
+        // the citations reads them).
+        values = final_state(http, base_url, &thread_id).await?;
+    }
     Ok(score(q, &values, status, error, wall, &opts.corpus_prefix))
+}
+
+/// The thread's values as `/state` shows them (with the texts of its sources).
+async fn final_state(
+    http: &reqwest::Client,
+    base_url: &str,
+    thread_id: &str,
+) -> anyhow::Result<Value> {
+    let state: Value = http
+        .get(format!("{base_url}/threads/{thread_id}/state"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(state["values"].clone())
 }
 
 /// The scores of one finished run, from its final state.

@@ -579,9 +579,10 @@ pub(super) async fn post_state(
             }
             other => AppError::Invalid(other.to_string()),
         })?;
-    let values = StateBuilder::new(&*state.store, &graph, thread.thread_id)
+    let mut values = StateBuilder::new(&*state.store, &graph, thread.thread_id)
         .values(&cp)
         .await?;
+    graph.channels.hide_in(&mut values);
     let status = if cp.next.is_empty() {
         ThreadStatus::Idle
     } else {

@@ -3,6 +3,7 @@
 
 use super::messages;
 use crate::store::JsonMap;
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Value, json};
 
 /// How writes to one channel combine.
@@ -25,6 +26,10 @@ pub struct Channel {
     pub reducer: Reducer,
     /// The value before any write (`null` is left out of the state).
     pub default: Value,
+    /// Keys of this list's items that checkpoints keep but clients are not sent (`values`,
+    /// `updates`, the state API, the thread's values, a run's result): bulky data only the
+    /// graph reads, such as page texts. Empty for most channels.
+    pub hidden_keys: Vec<String>,
 }
 
 /// A write that could not be applied.
@@ -127,6 +132,23 @@ impl Channels {
             .collect()
     }
 
+    /// `state` as clients see it, serialized without copying it (see `Channel::hidden_keys`).
+    pub fn for_clients<'a>(&'a self, state: &'a JsonMap) -> ForClients<'a> {
+        ForClients {
+            channels: self,
+            state,
+        }
+    }
+
+    /// Removes what clients are not shown from `state` (or from an update) in place.
+    pub fn hide_in(&self, state: &mut JsonMap) {
+        for (key, value) in state.iter_mut() {
+            if let Some(channel) = self.get(key).filter(|c| !c.hidden_keys.is_empty()) {
+                hide_items(value, &channel.hidden_keys);
+            }
+        }
+    }
+
     /// Applies prepared writes to `state` in order. Unknown keys were rejected by `prepare_update`
     /// and are skipped here, so replaying old checkpoints never fails.
     pub fn apply(&self, state: &mut JsonMap, writes: &[(String, Value)]) {
@@ -136,6 +158,91 @@ impl Channels {
                 state.insert(key.clone(), next);
             }
         }
+    }
+}
+
+/// Removes `keys` from the items of a list, or of the list an override write carries.
+fn hide_items(value: &mut Value, keys: &[String]) {
+    match value {
+        Value::Array(items) => {
+            for item in items.iter_mut().filter_map(Value::as_object_mut) {
+                item.retain(|k, _| !keys.contains(k));
+            }
+        }
+        Value::Object(map) if map.get("type").is_some_and(|t| t == "override") => {
+            if let Some(inner) = map.get_mut("value") {
+                hide_items(inner, keys);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A state as clients see it (`Channels::for_clients`).
+pub struct ForClients<'a> {
+    channels: &'a Channels,
+    state: &'a JsonMap,
+}
+
+impl Serialize for ForClients<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.state.len()))?;
+        for (key, value) in self.state {
+            match self.channels.get(key).filter(|c| !c.hidden_keys.is_empty()) {
+                Some(channel) => map.serialize_entry(
+                    key,
+                    &Hiding {
+                        value,
+                        keys: &channel.hidden_keys,
+                    },
+                )?,
+                None => map.serialize_entry(key, value)?,
+            }
+        }
+        map.end()
+    }
+}
+
+/// A channel's value with its items' hidden keys left out.
+struct Hiding<'a> {
+    value: &'a Value,
+    keys: &'a [String],
+}
+
+impl Serialize for Hiding<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Value::Array(items) = self.value else {
+            return self.value.serialize(serializer);
+        };
+        let mut seq = serializer.serialize_seq(Some(items.len()))?;
+        for item in items {
+            match item {
+                Value::Object(fields) => seq.serialize_element(&ShownFields {
+                    fields,
+                    hidden: self.keys,
+                })?,
+                other => seq.serialize_element(other)?,
+            }
+        }
+        seq.end()
+    }
+}
+
+/// One list item without its hidden keys.
+struct ShownFields<'a> {
+    fields: &'a JsonMap,
+    hidden: &'a [String],
+}
+
+impl Serialize for ShownFields<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.fields {
+            if !self.hidden.contains(key) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
     }
 }
 
@@ -169,6 +276,7 @@ mod tests {
             name: "k".into(),
             reducer,
             default: json!([]),
+            hidden_keys: Vec::new(),
         }
     }
 
@@ -194,6 +302,40 @@ mod tests {
                 &json!({"type": "override", "value": []})
             ),
             json!([])
+        );
+    }
+
+    #[test]
+    fn hidden_item_keys_stay_out_of_what_clients_see() {
+        let mut sources = ch(Reducer::AppendOrOverride);
+        sources.name = "sources".into();
+        sources.hidden_keys = vec!["text".into()];
+        let channels = Channels::new(vec![sources, ch(Reducer::Override)]);
+        let state: JsonMap = json!({
+            "sources": [{"url": "u", "text": "long page"}, "odd"],
+            "k": [{"url": "v", "text": "kept: not a hiding channel"}],
+        })
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+        let shown = json!({
+            "sources": [{"url": "u"}, "odd"],
+            "k": [{"url": "v", "text": "kept: not a hiding channel"}],
+        });
+        assert_eq!(json!(channels.for_clients(&state)), shown);
+        let mut copy = state.clone();
+        channels.hide_in(&mut copy);
+        assert_eq!(Value::Object(copy), shown);
+        // An override write carries its list under "value".
+        let mut update: JsonMap = json!({"sources": {"type": "override",
+                                                      "value": [{"url": "u", "text": "t"}]}})
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+        channels.hide_in(&mut update);
+        assert_eq!(
+            Value::Object(update),
+            json!({"sources": {"type": "override", "value": [{"url": "u"}]}})
         );
     }
 

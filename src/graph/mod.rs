@@ -206,6 +206,7 @@ impl GraphBuilder {
             name: name.to_owned(),
             reducer,
             default,
+            hidden_keys: Vec::new(),
         });
         self
     }

@@ -5,7 +5,8 @@
 //!
 //! A field's reducer is its `x-reducer` schema keyword, set with
 //! `#[schemars(extend("x-reducer" = "append_or_override"))]`; a field without one is
-//! overwritten by each write. Its default is its value in `S::default()`.
+//! overwritten by each write. Its default is its value in `S::default()`. A list field's
+//! `x-hidden-keys` names item keys kept in checkpoints but not sent to clients.
 
 use super::{Channel, Command, GraphBuilder, NodeContext, NodeError, Reducer};
 use crate::store::JsonMap;
@@ -39,11 +40,18 @@ pub fn channels_of<S: Serialize + Default + JsonSchema>() -> Vec<Channel> {
     defaults
         .into_iter()
         .map(|(name, default)| {
-            let keyword = schema
-                .get("properties")
-                .and_then(|p| p.get(&name))
+            let property = schema.get("properties").and_then(|p| p.get(&name));
+            let keyword = property
                 .and_then(|p| p.get("x-reducer"))
                 .and_then(Value::as_str);
+            let hidden_keys = property
+                .and_then(|p| p.get("x-hidden-keys"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect();
             let reducer = match keyword {
                 Some(k) => reducer_named(k)
                     .unwrap_or_else(|| panic!("state field {name}: unknown x-reducer {k}")),
@@ -53,6 +61,7 @@ pub fn channels_of<S: Serialize + Default + JsonSchema>() -> Vec<Channel> {
                 name,
                 reducer,
                 default,
+                hidden_keys,
             }
         })
         .collect()

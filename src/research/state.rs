@@ -132,8 +132,10 @@ pub struct AgentState {
     #[serde(deserialize_with = "or_default")]
     pub notes: Vec<String>,
     pub final_report: Option<String>,
-    /// Everything the run's searches and tools returned.
-    #[schemars(extend("x-reducer" = "append_or_override"))]
+    /// Everything the run's searches and tools returned. Clients see where and what ; the page
+    /// texts and summaries the graph reads are in checkpoints and the state API, not in
+    /// streamed events, the thread's values or a run's result).
+    #[schemars(extend("x-reducer" = "append_or_override", "x-hidden-keys" = ["text", "summary"]))]
     #[serde(deserialize_with = "or_default")]
     pub sources: Vec<Source>,
     /// Tokens and estimated cost so far.
@@ -194,7 +196,7 @@ pub struct SupervisorState {
     pub research_iterations: u32,
     #[schemars(extend("x-reducer" = "append_or_override"))]
     pub raw_notes: WriteOnly<Vec<String>>,
-    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[schemars(extend("x-reducer" = "append_or_override", "x-hidden-keys" = ["text", "summary"]))]
     pub sources: WriteOnly<Vec<Source>>,
 }
 
@@ -248,7 +250,7 @@ pub struct ResearcherState {
     pub compressed_research: Option<String>,
     #[schemars(extend("x-reducer" = "append_or_override"))]
     pub raw_notes: WriteOnly<Vec<String>>,
-    #[schemars(extend("x-reducer" = "append_or_override"))]
+    #[schemars(extend("x-reducer" = "append_or_override", "x-hidden-keys" = ["text", "summary"]))]
     pub sources: WriteOnly<Vec<Source>>,
 }
 

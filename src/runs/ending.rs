@@ -270,9 +270,11 @@ impl Runner {
         };
         let values = match kwargs.graph_id().and_then(|id| self.registry.get(id)) {
             Some(graph) => {
-                StateBuilder::new(&*self.store, &graph, run.thread_id)
+                let mut values = StateBuilder::new(&*self.store, &graph, run.thread_id)
                     .values(&head)
-                    .await?
+                    .await?;
+                graph.channels.hide_in(&mut values);
+                values
             }
             None => JsonMap::new(),
         };

@@ -410,7 +410,7 @@ impl Runner {
                 None => std::future::pending().await,
             }
         };
-        let result = tokio::select! {
+        let mut result = tokio::select! {
             result = invoke(&scope, inv) => result,
             () = deadline => Err(RunError::Drained),
             () = overdue => {
@@ -422,6 +422,10 @@ impl Runner {
         };
         flusher.stop().await;
         drop(spend);
+        // The thread's values and the run's result are what clients see.
+        if let Ok(outcome) = &mut result {
+            graph.channels.hide_in(&mut outcome.values);
+        }
         if let Some(owner) = &owner {
             record_spend(&*self.store, run.run_id, owner, &scope).await;
         }
