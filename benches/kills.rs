@@ -1,7 +1,8 @@
 //! Kill benchmark for BENCHMARKS.md: research runs on the real binary killed with SIGKILL at
 //! random moments and restarted on the same store. For each kill: how long from the kill until
-//! the run made progress again (a new model call), and how many model calls the resumed run
-//! repeated compared with an uninterrupted run.
+//! the run made progress again (a new model call), how many model calls the resumed run
+//! repeated compared with an uninterrupted run, how many of those had finished before the kill
+//! (repeated minus those in flight), and whether the run's usage still counts every call once.
 //!
 //! `cargo bench --bench kills -- --kills 10 --backend sqlite` (Postgres: `--backend postgres`
 //! with TEST_DATABASE_URL naming a server).
@@ -50,10 +51,12 @@ async fn main() {
     let fakes = Fakes::start(Duration::from_millis(args.model_ms)).await;
     let (base_llm, base_search) = baseline(&fakes, backend).await;
     println!("baseline: {base_llm} model calls, {base_search} searches per run");
-    println!("kill  at-call  in-flight  resumed-after-ms  calls-redone  searches-redone");
+    println!(
+        "kill  at-call  in-flight  resumed-after-ms  calls-redone  finished-redone  searches-redone  usage-calls"
+    );
     let client = deep_research::net::client_builder().build().unwrap();
     let mut state = args.seed.max(1);
-    let (mut waits, mut redone_all) = (Vec::new(), Vec::new());
+    let (mut waits, mut redone_all, mut finished_all) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..args.kills {
         let Some(db) = Db::fresh(backend, fakes.dir.path()).await else {
             eprintln!("no Postgres: set TEST_DATABASE_URL");
@@ -81,14 +84,19 @@ async fn main() {
         assert!(!report_of(&values).is_empty(), "no report: {values}");
         let after = fakes.calls();
         let redone = (after.0 - before.0).saturating_sub(base_llm);
+        // A call in flight at the kill is made again (and counted twice at the fake); any
+        // other repeat is a finished call paid for twice.
+        let finished = redone.saturating_sub(in_flight);
         let searches = (after.1 - before.1).saturating_sub(base_search);
+        let usage_calls = values["usage"]["calls"].as_u64().unwrap_or_default();
         println!(
-            "{i:>4}  {:>7}  {in_flight:>9}  {:>16}  {redone:>12}  {searches:>15}",
+            "{i:>4}  {:>7}  {in_flight:>9}  {:>16}  {redone:>12}  {finished:>15}  {searches:>15}  {usage_calls:>11}",
             at_kill - before.0,
             waited.as_millis()
         );
         waits.push(waited.as_millis());
         redone_all.push(redone);
+        finished_all.push(finished);
     }
     waits.sort();
     redone_all.sort();
@@ -103,5 +111,10 @@ async fn main() {
             .unwrap_or_default(),
         redone_all.last().copied().unwrap_or_default(),
         redone_all.iter().sum::<usize>()
+    );
+    println!(
+        "finished calls redone: total {} over {} kills (baseline {base_llm} calls per run)",
+        finished_all.iter().sum::<usize>(),
+        finished_all.len()
     );
 }

@@ -194,7 +194,7 @@ impl FinishReason {
 }
 
 /// A finished call.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ChatResponse {
     /// A LangChain AI message dict: `type: "ai"`, `id`, `content` (text), `tool_calls`
     /// (`[{"name","args","id","type":"tool_call"}]`), `invalid_tool_calls` (calls whose arguments

@@ -41,6 +41,23 @@ pub struct Price {
     pub output: f64,
 }
 
+impl Price {
+    /// What `usage` costs at this price.
+    pub fn of(&self, usage: Usage) -> f64 {
+        (usage.input_tokens as f64 * self.input + usage.output_tokens as f64 * self.output) / 1e6
+    }
+}
+
+/// One finished model call's spend, as recorded for a redo of its step (`spend:` records).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpentEntry {
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// `None`: the model has no price.
+    pub usd: Option<f64>,
+}
+
 /// What one run may spend (`[limits] run_max_tokens` and `run_max_usd`; `None`: no cap).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct SpendCap {
@@ -128,12 +145,25 @@ impl CostMeter {
         entry.output_tokens += usage.output_tokens;
         if let Some(p) = price {
             entry.priced = true;
-            let usd =
-                (usage.input_tokens as f64 * p.input + usage.output_tokens as f64 * p.output) / 1e6;
+            let usd = p.of(usage);
             entry.usd += usd;
             crate::telemetry::metrics::model_cost(model, usd);
         }
         render(&models)
+    }
+
+    /// Adds a call an earlier attempt of the run made and recorded (its cost was reported to
+    /// the metrics then).
+    pub fn restore(&self, spent: &SpentEntry) {
+        let mut models = self.lock();
+        let entry = models.entry(spent.model.clone()).or_default();
+        entry.calls += 1;
+        entry.input_tokens += spent.input_tokens;
+        entry.output_tokens += spent.output_tokens;
+        if let Some(usd) = spent.usd {
+            entry.priced = true;
+            entry.usd += usd;
+        }
     }
 
     /// The run's totals so far.

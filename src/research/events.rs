@@ -54,6 +54,15 @@ pub enum ResearchEvent {
         tool: Option<String>,
         error: String,
     },
+    /// A call the step had finished before its worker stopped, replayed from its record
+    /// instead of being made (and paid for) again.
+    Replayed {
+        node: String,
+        /// `model` or `tool`.
+        kind: String,
+        /// The model, or the tool's name.
+        name: String,
+    },
     /// What the citation check found in the report and changed.
     Citations {
         /// Distinct cited URLs a search returned.

@@ -16,7 +16,7 @@ use super::{ResearchDeps, config::SearchApi, plan_review, supervisor};
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use crate::llm::{FinishReason, ResponseSchema};
 use crate::tools::SummaryLedger;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -58,10 +58,17 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .build()
 }
 
-/// A run resumed after a crash or a deploy goes on counting what it spent from its state.
-fn resume_meter(ctx: &NodeContext, state: &AgentState) {
+/// A run resumed after a crash or a deploy goes on counting what it spent from its state, plus
+/// what the step being redone had spent before it was cut off (its subgraphs' checkpointed
+/// work is not done again, and its replayed calls are not counted again).
+pub(super) async fn resume_meter(ctx: &NodeContext, state: &AgentState) {
     let meter = ctx.scope.local::<CostMeter>();
     meter.resume_from(state.usage.as_ref());
+    for entry in ctx.recorded_spend().await {
+        if let Ok(spent) = serde_json::from_value::<super::cost::SpentEntry>(entry) {
+            meter.restore(&spent);
+        }
+    }
     let (tokens, usd) = meter.spent();
     ctx.scope.local::<crate::graph::Spent>().report(tokens, usd);
 }
@@ -76,7 +83,7 @@ pub(super) fn metered(ctx: &NodeContext) -> AgentUpdate {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 struct ClarifyWithUser {
     need_clarification: bool,
     #[serde(default)]
@@ -98,7 +105,7 @@ fn clarify_schema() -> ResponseSchema {
 }
 
 async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
-    resume_meter(&ctx, &state);
+    resume_meter(&ctx, &state).await;
     let cfg = run_config(&ctx)?;
     if !cfg.allow_clarification {
         return Ok(Command::write(metered(&ctx))?.goto("write_research_brief"));
@@ -132,13 +139,13 @@ async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comm
     Ok(Command::write(upd)?.goto("write_research_brief"))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 struct ResearchQuestion {
     research_brief: String,
 }
 
 async fn brief(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
-    resume_meter(&ctx, &state);
+    resume_meter(&ctx, &state).await;
     let cfg = run_config(&ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let history = msg::buffer_string(&state.messages);
@@ -202,7 +209,7 @@ async fn research(
     state: AgentState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
-    resume_meter(&ctx, &state);
+    resume_meter(&ctx, &state).await;
     // Pages earlier runs on this thread summarised are not paid for again.
     // What the supervisor does not need (the conversation, earlier raw notes) is let go here,
     // not held while it researches.
@@ -299,7 +306,7 @@ fn cut(text: &str, chars: usize) -> &str {
 }
 
 async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
-    resume_meter(&ctx, &state);
+    resume_meter(&ctx, &state).await;
     let cfg = run_config(&ctx)?;
     if let Some(reason) = super::cost::over_cap(&ctx) {
         return partial_report(&ctx, &state, &reason);

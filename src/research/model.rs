@@ -3,10 +3,11 @@
 
 use super::ResearchDeps;
 use super::config::ResearchConfig;
-use super::cost::CostMeter;
+use super::cost::{CostMeter, SpentEntry};
 use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, Message};
+use super::replay;
 use super::stream_fields::FieldStreamer;
 use crate::graph::{NodeContext, NodeError, RunScope};
 use crate::llm::{
@@ -14,6 +15,7 @@ use crate::llm::{
     ToolChoice, ToolSpec, chat_with_retry, structured,
 };
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use std::sync::{Arc, OnceLock};
 
 /// The model roles of ODR's configuration.
@@ -23,6 +25,13 @@ pub enum Role {
     Summarization,
     Compression,
     FinalReport,
+}
+
+/// A structured answer as recorded for a redo: the parsed value and the call it came from.
+#[derive(Serialize, Deserialize)]
+struct Answered<T> {
+    value: T,
+    response: ChatResponse,
 }
 
 /// One node's handle for model calls.
@@ -90,6 +99,12 @@ impl<'a> Caller<'a> {
         stream: bool,
     ) -> Result<ChatResponse, NodeError> {
         let model = self.deps.providers.model(&req.model).map_err(node_error)?;
+        let key = replay::model_call_key(self.ctx, &req);
+        let name = req.model.to_string();
+        if let Some(resp) = replay::recall::<ChatResponse>(self.ctx, &key, "model", &name).await {
+            self.replayed(&name, &resp);
+            return Ok(resp);
+        }
         // Token streaming costs parsing work; only pay it when a client is listening.
         let stream = stream && self.ctx.wants_chunks();
         req.stream = stream;
@@ -108,7 +123,11 @@ impl<'a> Caller<'a> {
             .await
             .map_err(|e| self.fail(e));
         pending.disarm();
-        self.record(&req.model.to_string(), resp.as_ref().ok());
+        self.record(&name, resp.as_ref().ok());
+        if let Ok(resp) = &resp {
+            self.keep_spend(&name, resp.usage).await;
+            replay::record(self.ctx, &key, resp).await;
+        }
         resp
     }
 
@@ -152,7 +171,7 @@ impl<'a> Caller<'a> {
 
     /// A structured-output call parsed into `T`. With `fields`, the text of those fields streams
     /// to clients as message tokens while the model writes its JSON.
-    pub async fn structured<T: DeserializeOwned>(
+    pub async fn structured<T: DeserializeOwned + Serialize>(
         &self,
         mut req: ChatRequest,
         schema: ResponseSchema,
@@ -160,6 +179,12 @@ impl<'a> Caller<'a> {
     ) -> Result<T, NodeError> {
         let model = self.deps.providers.model(&req.model).map_err(node_error)?;
         req.response_schema = Some(schema);
+        let key = replay::model_call_key(self.ctx, &req);
+        let name = req.model.to_string();
+        if let Some(done) = replay::recall::<Answered<T>>(self.ctx, &key, "model", &name).await {
+            self.replayed(&name, &done.response);
+            return Ok(done.value);
+        }
         let fields = fields.filter(|_| self.ctx.wants_chunks());
         req.stream = fields.is_some();
         let attempts = self.cfg.max_structured_output_retries.max(1);
@@ -186,9 +211,12 @@ impl<'a> Caller<'a> {
         .await;
         pending.disarm();
         match out {
-            Ok((value, resp)) => {
-                self.record(&model_name, Some(&resp));
-                Ok(value)
+            Ok((value, response)) => {
+                self.record(&model_name, Some(&response));
+                self.keep_spend(&model_name, response.usage).await;
+                let done = Answered { value, response };
+                replay::record(self.ctx, &key, &done).await;
+                Ok(done.value)
             }
             Err(e) => Err(self.fail(e)),
         }
@@ -199,6 +227,30 @@ impl<'a> Caller<'a> {
         self.record_usage(model, resp.usage);
         for fallback in &resp.fallbacks {
             fallbacks::record(self.ctx, fallback.as_str(), &format!("model {model}"));
+        }
+    }
+
+    /// A call replayed from its record: its tokens were counted when it was made (and are
+    /// back in the meter from the step's `spend:` records); its workarounds count again.
+    fn replayed(&self, model: &str, resp: &ChatResponse) {
+        for fallback in &resp.fallbacks {
+            fallbacks::record(self.ctx, fallback.as_str(), &format!("model {model}"));
+        }
+    }
+
+    /// Records a finished call's spend for a redo of the top-level step it belongs to.
+    async fn keep_spend(&self, model: &str, usage: crate::llm::Usage) {
+        if let Ok(entry) = serde_json::to_value(self.spent_entry(model, usage)) {
+            self.ctx.record_spend(&entry).await;
+        }
+    }
+
+    fn spent_entry(&self, model: &str, usage: crate::llm::Usage) -> SpentEntry {
+        SpentEntry {
+            model: model.to_owned(),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            usd: self.deps.prices.get(model).map(|p| p.of(usage)),
         }
     }
 
@@ -281,6 +333,11 @@ impl Drop for Abandoned<'_> {
             tracing::debug!(model = %self.model, input_tokens = usage.input_tokens,
                 "model call abandoned; counting its prompt");
             self.caller.record_usage(&self.model, usage);
+            // Kept for a redo of the step too; a drop cannot wait for the store.
+            if let Ok(entry) = serde_json::to_value(self.caller.spent_entry(&self.model, usage)) {
+                let ctx = self.caller.ctx.clone();
+                tokio::spawn(async move { ctx.record_spend(&entry).await });
+            }
         }
     }
 }

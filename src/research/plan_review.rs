@@ -5,7 +5,7 @@
 //! the approved topics. The model call is a node of its own so that resuming the review (which
 //! re-runs the node) never plans again behind the user's back.
 
-use super::main_graph::metered;
+use super::main_graph::{metered, resume_meter};
 use super::messages::{self as msg, Message};
 use super::model::{Caller, Deps, Role, run_config};
 use super::state::{AgentState, AgentUpdate};
@@ -19,7 +19,7 @@ use uuid::Uuid;
 /// front ends that render those show approve / edit / reject).
 const ACTION: &str = "research_plan";
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 struct Plan {
     topics: Vec<String>,
 }
@@ -29,6 +29,7 @@ pub(super) async fn plan(
     state: AgentState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
+    resume_meter(&ctx, &state).await;
     let cfg = run_config(&ctx)?;
     let caller = Caller::new(&deps, &ctx, &cfg);
     let brief = state.research_brief.unwrap_or_default();
@@ -104,6 +105,7 @@ pub(super) async fn review(
     state: AgentState,
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
+    resume_meter(&ctx, &state).await;
     let cfg = run_config(&ctx)?;
     let max = cfg.max_concurrent_research_units as usize;
     let brief = state.research_brief.clone().unwrap_or_default();

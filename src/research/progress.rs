@@ -327,7 +327,9 @@ impl RunProgress {
                     removed.len()
                 ));
             }
-            ResearchEvent::SpendCap { .. } | ResearchEvent::McpError { .. } => {}
+            ResearchEvent::SpendCap { .. }
+            | ResearchEvent::McpError { .. }
+            | ResearchEvent::Replayed { .. } => {}
         }
     }
 }

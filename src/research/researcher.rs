@@ -7,6 +7,7 @@ use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, Kind, Message, ToolCall};
 use super::model::{Caller, Deps, Role, node_error, run_config};
+use super::replay;
 use super::state::{LastTurn, ResearcherState, ResearcherUpdate, Source, SourceKind};
 use super::{ResearchDeps, research_complete_tool, think_tool};
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
@@ -17,8 +18,13 @@ use crate::tools::{
 };
 use async_trait::async_trait;
 use futures::future::join_all;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::future::Future;
+use std::sync::Arc;
+
+/// How a tool's result starts when the call failed (the model reads it; a redo tries again).
+const TOOL_ERROR: &str = "Error executing tool";
 
 pub fn graph(deps: Deps) -> Graph {
     let (d1, d2, d3) = (deps.clone(), deps.clone(), deps);
@@ -339,15 +345,35 @@ async fn run_tool(
             vec![],
         )),
         "ResearchComplete" => Ok((String::new(), vec![])),
-        name if Some(name) == search_tool(caller) => search(caller, call).await,
+        name if Some(name) == search_tool(caller) => {
+            remembered(caller, call, search(caller, call)).await
+        }
         other => match toolbox.find(other) {
-            Some(tool) => call_mcp(caller, tool, call).await,
+            Some(tool) => remembered(caller, call, call_mcp(caller, tool, call)).await,
             None => Ok((
                 format!("Error executing tool: there is no tool named '{other}'"),
                 vec![],
             )),
         },
     }
+}
+
+/// A search or tool call's result, replayed when this step had finished it before it was cut
+/// off. A failure is not kept: a redo tries again.
+async fn remembered(
+    caller: &Caller<'_>,
+    call: &ToolCall,
+    run: impl Future<Output = Result<(String, Vec<Source>), NodeError>>,
+) -> Result<(String, Vec<Source>), NodeError> {
+    let key = replay::tool_call_key(caller.ctx, &call.id);
+    if let Some(done) = replay::recall(caller.ctx, &key, "tool", &call.name).await {
+        return Ok(done);
+    }
+    let done = run.await?;
+    if !done.0.starts_with(TOOL_ERROR) {
+        replay::record(caller.ctx, &key, &done).await;
+    }
+    Ok(done)
 }
 
 /// One MCP tool call. Its failure (the server's error, a timeout, a crash) is the tool's result
@@ -428,6 +454,10 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Sou
         summary_slots: deps.summary_slots.clone(),
         verbatim_chars: cfg.verbatim_page_chars,
         ledger,
+        memory: Some(Arc::new(replay::EngineResults {
+            ctx: caller.ctx.clone(),
+            engine: engine_id,
+        })),
     };
     let summarizer = ModelSummarizer { caller };
     let local = matches!(searcher, Searcher::Corpus(_));
@@ -500,7 +530,7 @@ struct ModelSummarizer<'a> {
     caller: &'a Caller<'a>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 struct Summary {
     summary: String,
     key_excerpts: String,

@@ -42,6 +42,7 @@ pub enum Column {
     RunKwargs,
     RunEvents,
     ItemValue,
+    TaskCallResult,
 }
 
 impl Column {
@@ -55,6 +56,7 @@ impl Column {
             Column::RunKwargs => "runs.kwargs",
             Column::RunEvents => "run_event_pages.frames",
             Column::ItemValue => "store_items.value",
+            Column::TaskCallResult => "task_calls.result",
         }
     }
 }

@@ -330,6 +330,27 @@ pub trait CheckpointStore: Send + Sync {
     /// Bytes the thread's checkpoints occupy as stored (their JSON columns plus the shared
     /// chunks of large strings), before any compression the database applies.
     async fn checkpoint_bytes(&self, thread_id: ThreadId) -> StoreResult<u64>;
+    /// Records a model or tool call that finished inside task `task_id`, under a key the task
+    /// derives from the call, until `forget_task_calls`. A key already recorded is kept as it is.
+    async fn put_task_call(
+        &self,
+        thread_id: ThreadId,
+        task_id: uuid::Uuid,
+        key: &str,
+        result: &serde_json::Value,
+    ) -> StoreResult<()>;
+    /// The calls recorded for `task_id`, by key.
+    async fn task_calls(
+        &self,
+        thread_id: ThreadId,
+        task_id: uuid::Uuid,
+    ) -> StoreResult<Vec<(String, serde_json::Value)>>;
+    /// Forgets the calls of tasks whose step is checkpointed (their results are in it now).
+    async fn forget_task_calls(
+        &self,
+        thread_id: ThreadId,
+        task_ids: &[uuid::Uuid],
+    ) -> StoreResult<()>;
     /// The chain from the root to `id` (inclusive) following parent links, oldest first.
     async fn checkpoint_lineage(
         &self,

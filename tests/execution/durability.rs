@@ -19,9 +19,9 @@ use tempfile::TempDir;
 /// Killed with SIGKILL after 60% of its model calls, restarted on the same store: the run
 /// keeps its id, resumes from its checkpoints (finished researchers and searches are not
 /// redone), its stream continues after `Last-Event-ID`, and it ends with a report.
-/// The most model calls one step of the test workload makes besides those in flight: a
-/// researcher step's page summaries for two queries, and its turn.
-const STEP_CALLS: usize = 12;
+/// Calls that may start between counting those in flight and the kill: finished calls of the
+/// cut step are replayed, not made again.
+const RACING_CALLS: usize = 2;
 
 async fn sigkill_mid_research_then_restart(backend: Backend) {
     let fakes = Fakes::start(Duration::from_millis(60)).await;
@@ -65,9 +65,8 @@ async fn sigkill_mid_research_then_restart(backend: Backend) {
     assert!(!report_of(&values).is_empty(), "no report: {values}");
     assert_eq!(run_status(&client, &svc, &t, &r).await, "success");
 
-    // Nothing finished is redone: the extra calls are those in flight at the kill plus the
-    // rest of the step they were part of — at most a researcher step's page summaries (two
-    // queries' results) and its turn — far fewer than a restart from scratch (`at_kill`).
+    // Nothing finished is redone, not even inside the step that was cut: the extra calls are
+    // those in flight at the kill — far fewer than a restart from scratch (`at_kill`).
     let after = fakes.calls();
     let (llm, search) = (after.0 - before.0, after.1 - before.1);
     let redone = llm.saturating_sub(base_llm);
@@ -76,7 +75,7 @@ async fn sigkill_mid_research_then_restart(backend: Backend) {
          ({in_flight} in flight); total {llm} / {search}; redone {redone}; resumed after {resumed_after:?}"
     );
     assert!(
-        redone <= in_flight + STEP_CALLS,
+        redone <= in_flight + RACING_CALLS,
         "redone {redone} calls ({in_flight} in flight)"
     );
     assert!(
@@ -109,6 +108,124 @@ async fn sigkill_mid_research_then_restart_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_research_then_restart_postgres() {
     sigkill_mid_research_then_restart(Backend::Postgres).await;
+}
+
+/// A step cut off after some of its calls finished: the next worker redoes the step, replays
+/// the finished calls from their records and makes again only the call that was in flight. The
+/// fourth page summary hangs until the kill; every other call answers at once. Clients see each
+/// replayed call as a `replayed` event, and the run's usage still counts every call once.
+async fn finished_calls_of_a_cut_step_are_replayed(backend: Backend) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let armed = Arc::new(AtomicBool::new(false));
+    let summaries = Arc::new(AtomicUsize::new(0));
+    use support::fake_llm::FakeReply;
+    let script = support::research::scripted(support::research::Script::default());
+    let (a, n) = (armed.clone(), summaries.clone());
+    let fakes = Fakes::with_replies(move |req: &Value| {
+        let reply = script(req);
+        let is_summary = support::workload::role(req) == support::workload::Role::Summary;
+        if is_summary && a.load(Ordering::SeqCst) && n.fetch_add(1, Ordering::SeqCst) == 3 {
+            return FakeReply::delayed(Duration::from_secs(600), reply);
+        }
+        FakeReply::delayed(Duration::from_millis(20), reply)
+    })
+    .await;
+    let Some(db) = Db::fresh(backend, fakes.dir.path()).await else {
+        return;
+    };
+    let (base_llm, base_search) = baseline(&fakes, backend).await;
+    armed.store(true, Ordering::SeqCst);
+    let client = deep_research::net::client_builder().build().unwrap();
+    let mut svc = Service::start(&fakes.config, &db, FAST).await;
+    let before = fakes.calls();
+    let thread = create_thread(&client, &svc).await;
+    let run: Value = client
+        .post(svc.url(&format!("/threads/{thread}/runs")))
+        .json(
+            &json!({"assistant_id": "deep_research", "stream_resumable": true,
+                      "stream_mode": ["values", "custom"],
+                      "input": {"messages": [{"role": "user", "content": "Batteries"}]}}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run = run["run_id"].as_str().unwrap().to_owned();
+    // The hung summary is the only call left in flight, for a whole second: every other call
+    // of its step, and of the researchers beside it, is finished.
+    let settled = || summaries.load(Ordering::SeqCst) >= 4 && fakes.llm.in_flight() == 1;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut since: Option<Instant> = None;
+    while since.is_none_or(|t| t.elapsed() < Duration::from_secs(1)) {
+        assert!(
+            Instant::now() < deadline,
+            "the fourth summary never hung alone"
+        );
+        since = if settled() {
+            since.or(Some(Instant::now()))
+        } else {
+            None
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    svc.kill();
+    let at_kill = fakes.llm.calls() - before.0;
+    let svc = Service::start(&fakes.config, &db, FAST).await;
+    let values = join(&client, &svc, &thread, &run).await;
+    assert!(!report_of(&values).is_empty(), "no report: {values}");
+    let after = fakes.calls();
+    let (llm, search) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(
+        llm,
+        base_llm + 1,
+        "only the call in flight is made again (killed after {at_kill} calls)"
+    );
+    assert_eq!(search, base_search, "the cut step's searches had finished");
+    let frames = follow(
+        &client,
+        svc.url(&format!("/threads/{thread}/runs/{run}/stream")),
+        Some("-1".into()),
+    );
+    wait_until(Duration::from_secs(10), "the stored stream", || {
+        frames.lock().unwrap().iter().any(|f| f.event == "end")
+            || frames
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|f| f.event == "values" && !report_of(&f.data).is_empty())
+    })
+    .await;
+    let replayed = frames
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|f| f.event == "custom" && f.data["type"] == "replayed")
+        .count();
+    assert!(replayed >= 3, "{replayed} replayed events");
+    // Every call counted once: the replayed ones' tokens are in the run's total (the meter
+    // restarted from the last checkpoint without them), as an uninterrupted run counts them.
+    armed.store(false, Ordering::SeqCst);
+    let (t, r) = start_research(&client, &svc, "Batteries").await;
+    let whole = join(&client, &svc, &t, &r).await;
+    for field in ["input_tokens", "output_tokens"] {
+        assert_eq!(
+            values["usage"][field], whole["usage"][field],
+            "{field}: cut {} vs whole {}",
+            values["usage"], whole["usage"]
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_calls_of_a_cut_step_are_replayed_sqlite() {
+    finished_calls_of_a_cut_step_are_replayed(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_calls_of_a_cut_step_are_replayed_postgres() {
+    finished_calls_of_a_cut_step_are_replayed(Backend::Postgres).await;
 }
 
 // ---- SIGTERM with a second replica -----------------------------------------------------------

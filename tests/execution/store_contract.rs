@@ -106,6 +106,7 @@ contract_tests!(
     cancel_runs,
     retention,
     checkpoints,
+    task_calls_are_kept_until_forgotten,
     large_strings_are_stored_once,
     chunks_a_run_stored_are_not_sent_again,
     events,
@@ -2156,6 +2157,50 @@ mod contract {
         );
         let err = s.copy_thread(tid, to, now).await.unwrap_err();
         assert!(matches!(err, StoreError::Conflict("thread")), "{err}");
+    }
+
+    pub async fn task_calls_are_kept_until_forgotten(s: Arc<dyn Store>) {
+        let tid = new_thread(&s).await;
+        let other = new_thread(&s).await;
+        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        s.put_task_call(tid, a, "model:1", &json!({"answer": 1}))
+            .await
+            .unwrap();
+        // A key recorded twice keeps its first result (a replayed call is not recorded anew).
+        s.put_task_call(tid, a, "model:1", &json!({"answer": 2}))
+            .await
+            .unwrap();
+        s.put_task_call(tid, a, "tool:x", &json!("found"))
+            .await
+            .unwrap();
+        s.put_task_call(tid, b, "model:1", &json!({"answer": 3}))
+            .await
+            .unwrap();
+        s.put_task_call(other, c, "model:1", &json!(4))
+            .await
+            .unwrap();
+        let mut calls = s.task_calls(tid, a).await.unwrap();
+        calls.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(
+            calls,
+            vec![
+                ("model:1".to_owned(), json!({"answer": 1})),
+                ("tool:x".to_owned(), json!("found"))
+            ]
+        );
+        // Another thread's task is not read through this thread.
+        assert!(s.task_calls(tid, c).await.unwrap().is_empty());
+        s.forget_task_calls(tid, &[a, c]).await.unwrap();
+        assert!(s.task_calls(tid, a).await.unwrap().is_empty());
+        assert_eq!(s.task_calls(tid, b).await.unwrap().len(), 1);
+        assert_eq!(
+            s.task_calls(other, c).await.unwrap().len(),
+            1,
+            "other thread kept"
+        );
+        s.forget_task_calls(tid, &[]).await.unwrap();
+        assert!(s.delete_thread(other).await.unwrap());
+        assert!(s.task_calls(other, c).await.unwrap().is_empty());
     }
 
     pub async fn delete_thread_cascades(s: Arc<dyn Store>) {

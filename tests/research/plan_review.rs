@@ -165,6 +165,13 @@ async fn an_approved_plan_runs_as_planned_and_without_review_nothing_pauses() {
     )
     .await;
     assert!(!done["final_report"].as_str().unwrap_or_default().is_empty());
+    // The run that resumed after the review counts what the first run spent too.
+    assert_eq!(
+        done["usage"]["calls"],
+        json!(ra.llm.requests().len()),
+        "{}",
+        done["usage"]
+    );
     assert_eq!(
         researched_topics(&ra),
         BTreeSet::from(["planned topic 0".to_owned(), "planned topic 1".to_owned()])

@@ -147,10 +147,14 @@ pub struct Fakes {
 impl Fakes {
     pub async fn start(delay: Duration) -> Fakes {
         let script = scripted(Script::default());
-        let llm = FakeLlm::start(Arc::new(move |req: &Value| {
-            FakeReply::delayed(delay, script(req))
-        }))
-        .await;
+        Self::with_replies(move |req: &Value| FakeReply::delayed(delay, script(req))).await
+    }
+
+    /// The fakes with the model answering through `reply`.
+    pub async fn with_replies(
+        reply: impl Fn(&Value) -> FakeReply + Send + Sync + 'static,
+    ) -> Fakes {
+        let llm = FakeLlm::start(Arc::new(reply)).await;
         let tavily = FakeTavily::start().await;
         tavily.set_latency(Duration::from_millis(20));
         let dir = TempDir::new().expect("temp dir");

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use tracing::Instrument;
 use uuid::Uuid;
 
+mod calls;
 mod node;
 mod scope;
 mod writer;
@@ -164,10 +165,12 @@ fn task_entry(id: Uuid, name: &str, interrupts: &[Interrupt], resume: &[Value]) 
 }
 
 /// Fresh tasks for `next`; `__start__` carries the prepared input.
-fn fresh_tasks(next: &[String], start_input: Option<&Value>) -> Vec<Value> {
+fn fresh_tasks(scope: &RunScope, next: &[String], start_input: Option<&Value>) -> Vec<Value> {
     next.iter()
         .map(|name| {
-            let mut task = task_entry(Uuid::new_v4(), name, &[], &[]);
+            let id = Uuid::new_v4();
+            scope.calls.created(id);
+            let mut task = task_entry(id, name, &[], &[]);
             if name == START
                 && let (Some(input), Some(map)) = (start_input, task.as_object_mut())
             {
@@ -289,8 +292,14 @@ async fn run_step(
     }
     inv.graph.channels.apply(state, &writes);
     let ran = tasks.iter().map(|t| t.name.clone()).collect();
+    let finished: Vec<Uuid> = tasks
+        .iter()
+        .filter(|t| !paused.iter().any(|(p, _)| p.id == t.id))
+        .map(|t| t.id)
+        .collect();
     if paused.is_empty() {
         writer.write("loop", &writes, &next, state, None).await?;
+        calls::forget_finished(scope, &finished).await;
         return Ok(StepEnd {
             ran,
             next,
@@ -306,7 +315,7 @@ async fn run_step(
     let mut scheduled: Vec<String> = paused.iter().map(|(t, _)| t.name.clone()).collect();
     for name in next {
         if !scheduled.contains(&name) {
-            tasks.extend(fresh_tasks(std::slice::from_ref(&name), None));
+            tasks.extend(fresh_tasks(scope, std::slice::from_ref(&name), None));
             scheduled.push(name);
         }
     }
@@ -315,6 +324,7 @@ async fn run_step(
     writer
         .write_tasks("loop", &writes, &scheduled, tasks, state, Some(&pause))
         .await?;
+    calls::forget_finished(scope, &finished).await;
     Ok(StepEnd {
         ran,
         next: scheduled,
@@ -356,7 +366,8 @@ async fn run_task(
         scope.sink.emit(GraphEvent::TaskStart {
             ns: inv.ns.clone(),
             step,
-            task: json!({"id": task.id, "name": task.name, "input": *state,
+            task: json!({"id": task.id, "name": task.name,
+                         "input": inv.graph.channels.for_clients(&state),
                          "triggers": [format!("branch:to:{}", task.name)]}),
         });
     }
@@ -369,6 +380,7 @@ async fn run_task(
         meta: Arc::default(),
         resume: Arc::new(task.resume.clone()),
         asked: Arc::default(),
+        calls: Arc::new(calls::TaskCalls::new(!scope.calls.is_new(task.id))),
     };
     // One span per node: in a trace, the researcher subgraph's nodes nest under the supervisor
     // node that started them.
@@ -425,7 +437,9 @@ fn report_update(
     if !wants_updates && !wants_tasks {
         return;
     }
-    let update = Value::Object(writes.iter().cloned().collect());
+    let mut update: JsonMap = writes.iter().cloned().collect();
+    inv.graph.channels.hide_in(&mut update);
+    let update = Value::Object(update);
     if wants_updates {
         sink.emit(GraphEvent::Updates {
             ns: inv.ns.clone(),

@@ -29,6 +29,8 @@ pub struct NodeContext {
     pub(super) resume: Arc<Vec<Value>>,
     /// How many times the task has asked so far in this execution.
     pub(super) asked: Arc<AtomicUsize>,
+    /// The task's finished calls (see `calls.rs`).
+    pub(super) calls: Arc<super::calls::TaskCalls>,
 }
 
 impl NodeContext {
@@ -85,6 +87,55 @@ impl NodeContext {
                 value,
             ))),
         }
+    }
+
+    /// The key of this task's next call described by `what` (what the call is, e.g. a hash of
+    /// its request): the n-th identical call of the task gets the n-th key.
+    pub fn call_key(&self, what: &str) -> String {
+        self.calls.key(what)
+    }
+
+    /// What call `key` returned when an earlier execution of this task finished it before its
+    /// step was checkpointed (`None`: make the call).
+    pub async fn recall(&self, key: &str) -> Option<Value> {
+        self.calls.recall(&self.scope, self.task_id, key).await
+    }
+
+    /// Keeps a finished call's result until this task's step is checkpointed, so a redo of the
+    /// step replays it instead of calling again.
+    pub async fn record_call(&self, key: &str, result: &Value) {
+        self.calls
+            .record(&self.scope, self.task_id, key, result)
+            .await;
+    }
+
+    /// The task of the top-level graph this node runs under (its own, in the top-level graph):
+    /// a subgraph's steps are checkpointed, but the top-level step that started them is not
+    /// until they are all done.
+    pub fn root_task(&self) -> Uuid {
+        self.graph_ns
+            .split('|')
+            .next()
+            .and_then(|segment| segment.rsplit(':').next())
+            .and_then(|id| id.parse().ok())
+            .unwrap_or(self.task_id)
+    }
+
+    /// Records something spent (a finished model call's tokens) under the top-level task, until
+    /// that task's step is checkpointed: a redo of the step reads it back with
+    /// `recorded_spend`, since what the step's subgraphs checkpointed is not done again.
+    pub async fn record_spend(&self, entry: &Value) {
+        let key = format!("spend:{}", Uuid::new_v4());
+        super::calls::record_for(&self.scope, self.root_task(), &key, entry).await;
+    }
+
+    /// What earlier executions of this top-level task recorded as spent (`record_spend`), once
+    /// per execution; empty for a task this execution created, and from a subgraph's node.
+    pub async fn recorded_spend(&self) -> Vec<Value> {
+        if !self.graph_ns.is_empty() {
+            return Vec::new();
+        }
+        super::calls::spent_before(&self.scope, self.task_id).await
     }
 
     /// Sends a `custom` stream event.

@@ -40,6 +40,8 @@ pub struct RunScope {
     pub(super) stored_chunks: StoredChunks,
     /// Per-run values shared by every node of every (sub)graph, one per type.
     locals: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// Which tasks this execution created, and which have finished calls on record.
+    pub(super) calls: super::calls::CallLedger,
 }
 
 impl RunScope {
@@ -71,6 +73,7 @@ impl RunScope {
             seen_messages: Mutex::new(HashSet::new()),
             stored_chunks: StoredChunks::new(thread_id),
             locals: Mutex::new(HashMap::new()),
+            calls: super::calls::CallLedger::default(),
         }
     }
 

@@ -158,7 +158,7 @@ impl<'a> CheckpointWriter<'a> {
             (head_next, tasks)
         } else {
             let next: Vec<String> = command.goto.iter().filter(|n| *n != END).cloned().collect();
-            let tasks = fresh_tasks(&next, None);
+            let tasks = fresh_tasks(self.scope, &next, None);
             (next, tasks)
         };
         self.write_tasks("input", &writes, &next, tasks, state, None)
@@ -174,7 +174,7 @@ impl<'a> CheckpointWriter<'a> {
         state: &JsonMap,
         start_input: Option<Value>,
     ) -> Result<(), RunError> {
-        let tasks = fresh_tasks(next, start_input.as_ref());
+        let tasks = fresh_tasks(self.scope, next, start_input.as_ref());
         self.write_tasks(source, writes, next, tasks, state, None)
             .await
     }
@@ -232,7 +232,7 @@ impl<'a> CheckpointWriter<'a> {
         let sink = &self.scope.sink;
         let payload = sink
             .wants(&self.ns, EventKind::Checkpoints)
-            .then(|| checkpoint_payload(&cp, self.head.as_ref(), state));
+            .then(|| checkpoint_payload(&cp, self.head.as_ref(), self.graph, state));
         self.head = Some(without_writes(cp));
         // A run's input checkpoint still holds the previous state; clients first see values
         // once the input is applied. A command's update is applied at once.
@@ -257,7 +257,7 @@ impl<'a> CheckpointWriter<'a> {
         #[derive(serde::Serialize)]
         struct Frame<'a> {
             #[serde(flatten)]
-            state: &'a JsonMap,
+            state: crate::graph::channels::ForClients<'a>,
             #[serde(rename = "__interrupt__", skip_serializing_if = "Option::is_none")]
             interrupt: Option<Value>,
         }
@@ -265,6 +265,7 @@ impl<'a> CheckpointWriter<'a> {
             Some(pause @ Pause::Interrupts(_)) => Some(pause.wire()),
             _ => None,
         };
+        let state = self.graph.channels.for_clients(state);
         match serde_json::to_string(&Frame { state, interrupt }) {
             Ok(values) => self.scope.sink.emit(GraphEvent::Values {
                 ns: self.ns.clone(),
@@ -298,7 +299,12 @@ pub(super) struct Begun {
 }
 
 /// The `checkpoints` stream payload for a checkpoint.
-fn checkpoint_payload(cp: &Checkpoint, parent: Option<&Checkpoint>, state: &JsonMap) -> Value {
+fn checkpoint_payload(
+    cp: &Checkpoint,
+    parent: Option<&Checkpoint>,
+    graph: &Graph,
+    state: &JsonMap,
+) -> Value {
     let config = |c: &Checkpoint| {
         json!({"configurable": {"thread_id": c.thread_id, "checkpoint_ns": c.checkpoint_ns,
                                 "checkpoint_id": c.checkpoint_id}})
@@ -316,7 +322,7 @@ fn checkpoint_payload(cp: &Checkpoint, parent: Option<&Checkpoint>, state: &Json
     json!({
         "config": config(cp),
         "parent_config": parent.map(config),
-        "values": state,
+        "values": graph.channels.for_clients(state),
         "metadata": cp.metadata,
         "next": cp.next,
         "tasks": tasks,

@@ -222,6 +222,74 @@ impl crate::store::CheckpointStore for SqlStore {
         Ok(u64::try_from(bytes).unwrap_or_default())
     }
 
+    async fn put_task_call(
+        &self,
+        thread_id: ThreadId,
+        task_id: uuid::Uuid,
+        key: &str,
+        result: &serde_json::Value,
+    ) -> StoreResult<()> {
+        let _timer = StoreTimer::start("put_task_call");
+        let sql = "INSERT INTO task_calls (thread_id, task_id, call_key, result) \
+                   VALUES ($1, $2, $3, $4) ON CONFLICT (task_id, call_key) DO NOTHING";
+        q(sql.to_owned())
+            .bind(thread_id.to_string())
+            .bind(task_id.to_string())
+            .bind(key.to_owned())
+            .bind(sealed_json(Column::TaskCallResult, result)?)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn task_calls(
+        &self,
+        thread_id: ThreadId,
+        task_id: uuid::Uuid,
+    ) -> StoreResult<Vec<(String, serde_json::Value)>> {
+        let _timer = StoreTimer::start("task_calls");
+        let sql = "SELECT call_key, result FROM task_calls WHERE thread_id = $1 AND task_id = $2";
+        let query = q(sql.to_owned())
+            .bind(thread_id.to_string())
+            .bind(task_id.to_string());
+        all(&self.pool, query, |row| {
+            Ok((
+                text(row, "call_key")?,
+                opened_json(row, "result", Column::TaskCallResult)?,
+            ))
+        })
+        .await
+    }
+
+    async fn forget_task_calls(
+        &self,
+        thread_id: ThreadId,
+        task_ids: &[uuid::Uuid],
+    ) -> StoreResult<()> {
+        let _timer = StoreTimer::start("forget_task_calls");
+        if task_ids.is_empty() {
+            return Ok(());
+        }
+        // The ids travel as one JSON array, so every call is the same statement.
+        let ids: Vec<String> = task_ids.iter().map(uuid::Uuid::to_string).collect();
+        let sql = match self.dialect {
+            Dialect::Postgres => {
+                "DELETE FROM task_calls WHERE thread_id = $1 \
+                 AND task_id IN (SELECT json_array_elements_text($2::json))"
+            }
+            Dialect::Sqlite => {
+                "DELETE FROM task_calls WHERE thread_id = $1 \
+                 AND task_id IN (SELECT value FROM json_each($2))"
+            }
+        };
+        q(sql.to_owned())
+            .bind(thread_id.to_string())
+            .bind(to_json(&ids)?)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn checkpoint_lineage(
         &self,
         thread_id: ThreadId,
