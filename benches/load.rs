@@ -598,8 +598,20 @@ impl Server {
                 .fetch_one(&pool)
                 .await
                 .expect("checkpoints size on disk");
+                // Every table of the service with its indexes and TOAST (what the issue's
+                // "bytes stored per run" counts).
+                let (all,): (i64,) = sqlx::query_as(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint \
+                     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE n.nspname = current_schema() AND c.relkind = 'r'",
+                )
+                .fetch_one(&pool)
+                .await
+                .expect("tables' size on disk");
                 pool.close().await;
-                Storage::new(ck, ev, Some(disk as u64))
+                let mut storage = Storage::new(ck, ev, Some(disk as u64));
+                storage.all_on_disk = Some(all as u64);
+                storage
             }
             Db::Sqlite(path) => {
                 let pool = sqlx::sqlite::SqlitePoolOptions::new()
@@ -684,6 +696,8 @@ struct Storage {
     checkpoints: HashMap<String, (u64, u64)>,
     events: HashMap<String, (u64, u64)>,
     checkpoints_on_disk: Option<u64>,
+    /// Every table and index of the service (Postgres only).
+    all_on_disk: Option<u64>,
 }
 
 impl Storage {
@@ -697,6 +711,7 @@ impl Storage {
             checkpoints: map(ck),
             events: map(ev),
             checkpoints_on_disk: disk,
+            all_on_disk: None,
         }
     }
 }
@@ -915,6 +930,7 @@ struct Outcome {
     event_rows: f64,
     event_bytes: f64,
     ckpt_disk: Option<f64>,
+    all_disk: Option<f64>,
     /// Postgres statements per run and their execution time in ms per run.
     pg_statements: Option<(f64, f64)>,
     model_calls: f64,
@@ -960,7 +976,8 @@ impl Outcome {
         format!(
             "    details: server CPU {:.2} s total; driver+fakes CPU {:.2} s ({:.1} ms/run); \
              model calls/run {:.1}; searches/run {:.1}; SSE events/run {:.0}; stored events/run \
-             {:.0} frames, {:.1} KB of pages; checkpoints on disk/run {}; Postgres statements/run {}; \
+             {:.0} frames, {:.1} KB of pages; checkpoints on disk/run {}; all tables on disk/run {}; \
+             Postgres statements/run {}; \
              delivery lag max {} ms; first event was metadata in {}/{} runs{}",
             self.server_cpu_s,
             self.driver_cpu_s,
@@ -972,6 +989,11 @@ impl Outcome {
             self.event_bytes / 1024.0,
             self.ckpt_disk
                 .map_or("–".into(), |b| format!("{:.1} KB", b / 1024.0)),
+            self.all_disk.map_or("–".into(), |b| format!(
+                "{:.1} KB ({:.2}× the final state)",
+                b / 1024.0,
+                b / self.state_bytes.max(1.0)
+            )),
             self.pg_statements.map_or("–".into(), |(n, ms)| format!(
                 "{n:.1}, executing {ms:.2} ms"
             )),
@@ -1107,6 +1129,7 @@ async fn concurrent_runs(
         event_rows: ev_rows as f64 / kf,
         event_bytes: ev_bytes as f64 / kf,
         ckpt_disk: storage.checkpoints_on_disk.map(|b| b as f64 / kf),
+        all_disk: storage.all_on_disk.map(|b| b as f64 / kf),
         pg_statements: statements.map(|(n, ms)| (n as f64 / kf, ms / kf)),
         model_calls: (llm1 - llm0) as f64 / kf,
         searches: (tav1 - tav0) as f64 / kf,
