@@ -125,8 +125,8 @@ impl<'a> Caller<'a> {
         pending.disarm();
         self.record(&name, resp.as_ref().ok());
         if let Ok(resp) = &resp {
-            self.keep_spend(&name, resp.usage).await;
-            replay::record(self.ctx, &key, resp).await;
+            self.keep_spend(&name, resp.usage);
+            replay::record(self.ctx, &key, resp);
         }
         resp
     }
@@ -213,9 +213,9 @@ impl<'a> Caller<'a> {
         match out {
             Ok((value, response)) => {
                 self.record(&model_name, Some(&response));
-                self.keep_spend(&model_name, response.usage).await;
+                self.keep_spend(&model_name, response.usage);
                 let done = Answered { value, response };
-                replay::record(self.ctx, &key, &done).await;
+                replay::record(self.ctx, &key, &done);
                 Ok(done.value)
             }
             Err(e) => Err(self.fail(e)),
@@ -239,9 +239,9 @@ impl<'a> Caller<'a> {
     }
 
     /// Records a finished call's spend for a redo of the top-level step it belongs to.
-    async fn keep_spend(&self, model: &str, usage: crate::llm::Usage) {
+    fn keep_spend(&self, model: &str, usage: crate::llm::Usage) {
         if let Ok(entry) = serde_json::to_value(self.spent_entry(model, usage)) {
-            self.ctx.record_spend(&entry).await;
+            self.ctx.record_spend(&entry);
         }
     }
 
@@ -333,11 +333,7 @@ impl Drop for Abandoned<'_> {
             tracing::debug!(model = %self.model, input_tokens = usage.input_tokens,
                 "model call abandoned; counting its prompt");
             self.caller.record_usage(&self.model, usage);
-            // Kept for a redo of the step too; a drop cannot wait for the store.
-            if let Ok(entry) = serde_json::to_value(self.caller.spent_entry(&self.model, usage)) {
-                let ctx = self.caller.ctx.clone();
-                tokio::spawn(async move { ctx.record_spend(&entry).await });
-            }
+            self.caller.keep_spend(&self.model, usage);
         }
     }
 }

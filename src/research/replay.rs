@@ -89,9 +89,9 @@ pub async fn recall<T: DeserializeOwned>(
 }
 
 /// Records a finished call for a redo of this step.
-pub async fn record<T: Serialize>(ctx: &NodeContext, key: &str, result: &T) {
+pub fn record<T: Serialize>(ctx: &NodeContext, key: &str, result: &T) {
     if let Ok(value) = serde_json::to_value(result) {
-        ctx.record_call(key, &value).await;
+        ctx.record_call(key, &value);
     }
 }
 
@@ -124,6 +124,6 @@ impl SearchMemory for EngineResults {
     }
 
     async fn record(&self, key: &str, hits: &[SearchHit]) {
-        record(&self.ctx, key, &hits).await;
+        record(&self.ctx, key, &hits);
     }
 }

@@ -371,7 +371,7 @@ async fn remembered(
     }
     let done = run.await?;
     if !done.0.starts_with(TOOL_ERROR) {
-        replay::record(caller.ctx, &key, &done).await;
+        replay::record(caller.ctx, &key, &done);
     }
     Ok(done)
 }

@@ -330,15 +330,9 @@ pub trait CheckpointStore: Send + Sync {
     /// Bytes the thread's checkpoints occupy as stored (their JSON columns plus the shared
     /// chunks of large strings), before any compression the database applies.
     async fn checkpoint_bytes(&self, thread_id: ThreadId) -> StoreResult<u64>;
-    /// Records a model or tool call that finished inside task `task_id`, under a key the task
-    /// derives from the call, until `forget_task_calls`. A key already recorded is kept as it is.
-    async fn put_task_call(
-        &self,
-        thread_id: ThreadId,
-        task_id: uuid::Uuid,
-        key: &str,
-        result: &serde_json::Value,
-    ) -> StoreResult<()>;
+    /// Records model or tool calls that finished inside tasks, each under a key its task
+    /// derives from the call, until `forget_task_calls`. A key already recorded keeps its result.
+    async fn put_task_calls(&self, thread_id: ThreadId, calls: &[TaskCall]) -> StoreResult<()>;
     /// The calls recorded for `task_id`, by key.
     async fn task_calls(
         &self,

@@ -613,3 +613,11 @@ pub struct CronTick {
     pub due: Timestamp,
     pub next: Option<Timestamp>,
 }
+
+/// A call a task finished in a step not yet checkpointed (`CheckpointStore::put_task_calls`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskCall {
+    pub task_id: uuid::Uuid,
+    pub key: String,
+    pub result: Value,
+}

@@ -9,7 +9,7 @@ use deep_research::store::{
     Comparison, Cron, CronQuery, CronTick, EventId, FieldMatch, IfExists, ItemQuery, JsonMap,
     LeaseState, MultitaskStrategy, Namespace, NamespaceQuery, Owner, Run, RunEnd, RunFailure,
     RunInsert, RunStatus, SortOrder, SqlStore, Store, StoreError, StoredChunks, StoredEvent,
-    Thread, ThreadQuery, ThreadStatus, ThreadSummary,
+    TaskCall, Thread, ThreadQuery, ThreadStatus, ThreadSummary,
 };
 use deep_research::time::Timestamp;
 use serde_json::{Value, json};
@@ -2163,22 +2163,35 @@ mod contract {
         let tid = new_thread(&s).await;
         let other = new_thread(&s).await;
         let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-        s.put_task_call(tid, a, "model:1", &json!({"answer": 1}))
+        let call = |task_id: Uuid, key: &str, result: Value| TaskCall {
+            task_id,
+            key: key.to_owned(),
+            result,
+        };
+        // A key recorded twice keeps its first result, within one batch and across batches.
+        s.put_task_calls(
+            tid,
+            &[
+                call(a, "model:1", json!({"answer": 1})),
+                call(a, "model:1", json!({"answer": 2})),
+            ],
+        )
+        .await
+        .unwrap();
+        s.put_task_calls(
+            tid,
+            &[
+                call(a, "model:1", json!({"answer": 3})),
+                call(a, "tool:x", json!("found")),
+                call(b, "model:1", json!({"answer": 3})),
+            ],
+        )
+        .await
+        .unwrap();
+        s.put_task_calls(other, &[call(c, "model:1", json!(4))])
             .await
             .unwrap();
-        // A key recorded twice keeps its first result (a replayed call is not recorded anew).
-        s.put_task_call(tid, a, "model:1", &json!({"answer": 2}))
-            .await
-            .unwrap();
-        s.put_task_call(tid, a, "tool:x", &json!("found"))
-            .await
-            .unwrap();
-        s.put_task_call(tid, b, "model:1", &json!({"answer": 3}))
-            .await
-            .unwrap();
-        s.put_task_call(other, c, "model:1", &json!(4))
-            .await
-            .unwrap();
+        s.put_task_calls(tid, &[]).await.unwrap();
         let mut calls = s.task_calls(tid, a).await.unwrap();
         calls.sort_by(|x, y| x.0.cmp(&y.0));
         assert_eq!(

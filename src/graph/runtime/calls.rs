@@ -8,13 +8,25 @@
 //! how many calls before it in the task were the same, so repeated identical calls replay in
 //! order. Only tasks this execution did not create can have records; the lookup is skipped for
 //! the others. A step's records are deleted once its checkpoint is written.
+//!
+//! Records reach the store in batches: one writer task per run gathers what arrives within
+//! `BATCH_WINDOW` into one insert (and one delete), in order, so a step's deletion never
+//! overtakes its records. A crash loses at most that window's records: those calls are made
+//! again, as before.
 
 use super::RunScope;
+use crate::ids::ThreadId;
+use crate::store::{CheckpointStore, TaskCall};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 use tokio::sync::OnceCell;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use uuid::Uuid;
+
+/// How long the writer gathers records before it writes them.
+const BATCH_WINDOW: Duration = Duration::from_millis(100);
 
 /// The finished calls of one task.
 pub(super) struct TaskCalls {
@@ -73,21 +85,56 @@ impl TaskCalls {
     }
 
     /// Records a finished call's result until the task's step is checkpointed.
-    pub(super) async fn record(&self, scope: &RunScope, task_id: Uuid, key: &str, result: &Value) {
-        record_for(scope, task_id, key, result).await;
+    pub(super) fn record(&self, scope: &RunScope, task_id: Uuid, key: &str, result: &Value) {
+        record_for(scope, task_id, key, result);
     }
 }
 
 /// Records `result` under `task_id` until that task's step is checkpointed.
-pub(super) async fn record_for(scope: &RunScope, task_id: Uuid, key: &str, result: &Value) {
+pub(super) fn record_for(scope: &RunScope, task_id: Uuid, key: &str, result: &Value) {
     scope.calls.called(task_id);
-    if let Err(error) = scope
-        .store
-        .put_task_call(scope.thread_id, task_id, key, result)
-        .await
-    {
-        tracing::warn!(%error, "could not record a finished call; a redo would repeat it");
-    }
+    scope.calls.send(
+        scope,
+        Pending::Put(TaskCall {
+            task_id,
+            key: key.to_owned(),
+            result: result.clone(),
+        }),
+    );
+}
+
+/// What the writer has to do, in the order it was asked.
+enum Pending {
+    Put(TaskCall),
+    Forget(Vec<Uuid>),
+}
+
+/// Starts a run's record writer; it ends once the run's scope is gone and all is written.
+fn spawn_writer(store: Arc<dyn CheckpointStore>, thread_id: ThreadId) -> UnboundedSender<Pending> {
+    let (tx, mut rx) = unbounded_channel::<Pending>();
+    tokio::spawn(async move {
+        while let Some(first) = rx.recv().await {
+            tokio::time::sleep(BATCH_WINDOW).await;
+            let mut puts = Vec::new();
+            let mut forgets = Vec::new();
+            let mut next = Some(first);
+            while let Some(op) = next {
+                match op {
+                    Pending::Put(call) => puts.push(call),
+                    Pending::Forget(ids) => forgets.extend(ids),
+                }
+                next = rx.try_recv().ok();
+            }
+            // A step's records were queued before its deletion, so puts go first.
+            if let Err(error) = store.put_task_calls(thread_id, &puts).await {
+                tracing::warn!(%error, "could not record finished calls; a redo would repeat them");
+            }
+            if let Err(error) = store.forget_task_calls(thread_id, &forgets).await {
+                tracing::warn!(%error, "could not delete a finished step's call records");
+            }
+        }
+    });
+    tx
 }
 
 /// The `spend:` records of a top-level task an earlier execution scheduled, once per execution.
@@ -123,6 +170,8 @@ pub(super) struct CallLedger {
     with_records: Mutex<HashSet<Uuid>>,
     /// Top-level tasks whose earlier spend this execution has read back.
     restored: Mutex<HashSet<Uuid>>,
+    /// The run's record writer, started with its first record.
+    writer: OnceLock<UnboundedSender<Pending>>,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -133,6 +182,14 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl CallLedger {
+    fn send(&self, scope: &RunScope, op: Pending) {
+        let writer = self
+            .writer
+            .get_or_init(|| spawn_writer(scope.store.clone(), scope.thread_id));
+        // The writer lives as long as this ledger; a send fails only if it panicked.
+        let _ = writer.send(op);
+    }
+
     pub(super) fn created(&self, task_id: Uuid) {
         locked(&self.created).insert(task_id);
     }
@@ -158,12 +215,9 @@ impl CallLedger {
 
 /// Deletes the records of `finished` tasks (their step is checkpointed). A failure leaves rows
 /// behind, which go with the thread; it is logged, not fatal.
-pub(super) async fn forget_finished(scope: &RunScope, finished: &[Uuid]) {
+pub(super) fn forget_finished(scope: &RunScope, finished: &[Uuid]) {
     let done = scope.calls.take_recorded(finished);
-    if done.is_empty() {
-        return;
-    }
-    if let Err(error) = scope.store.forget_task_calls(scope.thread_id, &done).await {
-        tracing::warn!(%error, "could not delete a finished step's call records");
+    if !done.is_empty() {
+        scope.calls.send(scope, Pending::Forget(done));
     }
 }

@@ -299,7 +299,7 @@ async fn run_step(
         .collect();
     if paused.is_empty() {
         writer.write("loop", &writes, &next, state, None).await?;
-        calls::forget_finished(scope, &finished).await;
+        calls::forget_finished(scope, &finished);
         return Ok(StepEnd {
             ran,
             next,
@@ -324,7 +324,7 @@ async fn run_step(
     writer
         .write_tasks("loop", &writes, &scheduled, tasks, state, Some(&pause))
         .await?;
-    calls::forget_finished(scope, &finished).await;
+    calls::forget_finished(scope, &finished);
     Ok(StepEnd {
         ran,
         next: scheduled,

@@ -103,10 +103,8 @@ impl NodeContext {
 
     /// Keeps a finished call's result until this task's step is checkpointed, so a redo of the
     /// step replays it instead of calling again.
-    pub async fn record_call(&self, key: &str, result: &Value) {
-        self.calls
-            .record(&self.scope, self.task_id, key, result)
-            .await;
+    pub fn record_call(&self, key: &str, result: &Value) {
+        self.calls.record(&self.scope, self.task_id, key, result);
     }
 
     /// The task of the top-level graph this node runs under (its own, in the top-level graph):
@@ -124,9 +122,9 @@ impl NodeContext {
     /// Records something spent (a finished model call's tokens) under the top-level task, until
     /// that task's step is checkpointed: a redo of the step reads it back with
     /// `recorded_spend`, since what the step's subgraphs checkpointed is not done again.
-    pub async fn record_spend(&self, entry: &Value) {
+    pub fn record_spend(&self, entry: &Value) {
         let key = format!("spend:{}", Uuid::new_v4());
-        super::calls::record_for(&self.scope, self.root_task(), &key, entry).await;
+        super::calls::record_for(&self.scope, self.root_task(), &key, entry);
     }
 
     /// What earlier executions of this top-level task recorded as spent (`record_spend`), once

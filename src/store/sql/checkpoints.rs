@@ -222,21 +222,38 @@ impl crate::store::CheckpointStore for SqlStore {
         Ok(u64::try_from(bytes).unwrap_or_default())
     }
 
-    async fn put_task_call(
+    async fn put_task_calls(
         &self,
         thread_id: ThreadId,
-        task_id: uuid::Uuid,
-        key: &str,
-        result: &serde_json::Value,
+        calls: &[crate::store::TaskCall],
     ) -> StoreResult<()> {
-        let _timer = StoreTimer::start("put_task_call");
-        let sql = "INSERT INTO task_calls (thread_id, task_id, call_key, result) \
-                   VALUES ($1, $2, $3, $4) ON CONFLICT (task_id, call_key) DO NOTHING";
+        let _timer = StoreTimer::start("put_task_calls");
+        if calls.is_empty() {
+            return Ok(());
+        }
+        // One statement for the batch: the rows travel as one JSON array of triples.
+        let rows = calls
+            .iter()
+            .map(|c| {
+                let sealed = sealed_json(Column::TaskCallResult, &c.result)?;
+                Ok([c.task_id.to_string(), c.key.clone(), sealed])
+            })
+            .collect::<StoreResult<Vec<[String; 3]>>>()?;
+        let sql = match self.dialect {
+            Dialect::Postgres => {
+                "INSERT INTO task_calls (thread_id, task_id, call_key, result) \
+                 SELECT $1, c->>0, c->>1, c->>2 FROM json_array_elements($2::json) AS c \
+                 ON CONFLICT (task_id, call_key) DO NOTHING"
+            }
+            Dialect::Sqlite => {
+                "INSERT OR IGNORE INTO task_calls (thread_id, task_id, call_key, result) \
+                 SELECT $1, json_extract(value, '$[0]'), json_extract(value, '$[1]'), \
+                 json_extract(value, '$[2]') FROM json_each($2)"
+            }
+        };
         q(sql.to_owned())
             .bind(thread_id.to_string())
-            .bind(task_id.to_string())
-            .bind(key.to_owned())
-            .bind(sealed_json(Column::TaskCallResult, result)?)
+            .bind(to_json(&rows)?)
             .execute(&self.pool)
             .await?;
         Ok(())
