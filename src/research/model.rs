@@ -240,9 +240,7 @@ impl<'a> Caller<'a> {
 
     /// Records a finished call's spend for a redo of the top-level step it belongs to.
     fn keep_spend(&self, model: &str, usage: crate::llm::Usage) {
-        if let Ok(entry) = serde_json::to_value(self.spent_entry(model, usage)) {
-            self.ctx.record_spend(&entry);
-        }
+        self.ctx.record_spend(&self.spent_entry(model, usage));
     }
 
     fn spent_entry(&self, model: &str, usage: crate::llm::Usage) -> SpentEntry {

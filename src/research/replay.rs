@@ -89,10 +89,8 @@ pub async fn recall<T: DeserializeOwned>(
 }
 
 /// Records a finished call for a redo of this step.
-pub fn record<T: Serialize>(ctx: &NodeContext, key: &str, result: &T) {
-    if let Ok(value) = serde_json::to_value(result) {
-        ctx.record_call(key, &value);
-    }
+pub fn record<T: Serialize + ?Sized>(ctx: &NodeContext, key: &str, result: &T) {
+    ctx.record_call(key, result);
 }
 
 /// A search engine's results, kept with the researcher task's calls.
@@ -124,6 +122,6 @@ impl SearchMemory for EngineResults {
     }
 
     async fn record(&self, key: &str, hits: &[SearchHit]) {
-        record(&self.ctx, key, &hits);
+        record(&self.ctx, key, hits);
     }
 }

@@ -619,5 +619,6 @@ pub struct CronTick {
 pub struct TaskCall {
     pub task_id: uuid::Uuid,
     pub key: String,
-    pub result: Value,
+    /// The call's result as JSON text (serialized once, where it was made).
+    pub result: String,
 }

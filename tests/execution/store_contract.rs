@@ -2166,7 +2166,7 @@ mod contract {
         let call = |task_id: Uuid, key: &str, result: Value| TaskCall {
             task_id,
             key: key.to_owned(),
-            result,
+            result: result.to_string(),
         };
         // A key recorded twice keeps its first result, within one batch and across batches.
         s.put_task_calls(

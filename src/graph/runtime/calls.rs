@@ -17,6 +17,7 @@
 use super::RunScope;
 use crate::ids::ThreadId;
 use crate::store::{CheckpointStore, TaskCall};
+use serde::Serialize;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -85,20 +86,38 @@ impl TaskCalls {
     }
 
     /// Records a finished call's result until the task's step is checkpointed.
-    pub(super) fn record(&self, scope: &RunScope, task_id: Uuid, key: &str, result: &Value) {
+    pub(super) fn record<T: Serialize + ?Sized>(
+        &self,
+        scope: &RunScope,
+        task_id: Uuid,
+        key: &str,
+        result: &T,
+    ) {
         record_for(scope, task_id, key, result);
     }
 }
 
 /// Records `result` under `task_id` until that task's step is checkpointed.
-pub(super) fn record_for(scope: &RunScope, task_id: Uuid, key: &str, result: &Value) {
+pub(super) fn record_for<T: Serialize + ?Sized>(
+    scope: &RunScope,
+    task_id: Uuid,
+    key: &str,
+    result: &T,
+) {
+    let result = match serde_json::to_string(result) {
+        Ok(text) => text,
+        Err(error) => {
+            tracing::warn!(%error, "a finished call could not be recorded");
+            return;
+        }
+    };
     scope.calls.called(task_id);
     scope.calls.send(
         scope,
         Pending::Put(TaskCall {
             task_id,
             key: key.to_owned(),
-            result: result.clone(),
+            result,
         }),
     );
 }

@@ -103,7 +103,7 @@ impl NodeContext {
 
     /// Keeps a finished call's result until this task's step is checkpointed, so a redo of the
     /// step replays it instead of calling again.
-    pub fn record_call(&self, key: &str, result: &Value) {
+    pub fn record_call<T: serde::Serialize + ?Sized>(&self, key: &str, result: &T) {
         self.calls.record(&self.scope, self.task_id, key, result);
     }
 
@@ -122,7 +122,7 @@ impl NodeContext {
     /// Records something spent (a finished model call's tokens) under the top-level task, until
     /// that task's step is checkpointed: a redo of the step reads it back with
     /// `recorded_spend`, since what the step's subgraphs checkpointed is not done again.
-    pub fn record_spend(&self, entry: &Value) {
+    pub fn record_spend<T: serde::Serialize + ?Sized>(&self, entry: &T) {
         let key = format!("spend:{}", Uuid::new_v4());
         super::calls::record_for(&self.scope, self.root_task(), &key, entry);
     }

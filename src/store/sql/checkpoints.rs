@@ -235,7 +235,7 @@ impl crate::store::CheckpointStore for SqlStore {
         let rows = calls
             .iter()
             .map(|c| {
-                let sealed = sealed_json(Column::TaskCallResult, &c.result)?;
+                let sealed = sealed(Column::TaskCallResult, c.result.clone())?;
                 Ok([c.task_id.to_string(), c.key.clone(), sealed])
             })
             .collect::<StoreResult<Vec<[String; 3]>>>()?;
