@@ -1,12 +1,14 @@
 //! Research calls a redone step replays instead of paying for again (the records are kept by
 //! `graph::runtime::calls`): the keys model and tool calls are found under, and the event that
 //! tells clients a call was replayed. A model call is keyed by what shapes its answer (model,
-//! messages, tools, output schema, limit), a tool call by its id in the model's turn.
+//! messages, tools, output schema, limit), an MCP tool call by its id in the model's turn. A
+//! search engine query is not recorded: its pages would make the records larger than the
+//! run's whole state, and a query costs little next to the summaries of its pages, which are
+//! recorded (keyed by the page's content, so they replay when the engine returns it again).
 
 use super::events::ResearchEvent;
 use crate::graph::NodeContext;
 use crate::llm::ChatRequest;
-use crate::tools::{SearchHit, SearchMemory};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::hash::{DefaultHasher, Hasher};
@@ -91,37 +93,4 @@ pub async fn recall<T: DeserializeOwned>(
 /// Records a finished call for a redo of this step.
 pub fn record<T: Serialize + ?Sized>(ctx: &NodeContext, key: &str, result: &T) {
     ctx.record_call(key, result);
-}
-
-/// A search engine's results, kept with the researcher task's calls.
-pub struct EngineResults {
-    pub ctx: NodeContext,
-    /// The engine's short name (`tavily`, `local`, …): part of the key.
-    pub engine: &'static str,
-}
-
-impl std::fmt::Debug for EngineResults {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "EngineResults({} of task {})",
-            self.engine, self.ctx.task_id
-        )
-    }
-}
-
-#[async_trait::async_trait]
-impl SearchMemory for EngineResults {
-    fn key(&self, query: &str) -> String {
-        self.ctx
-            .call_key(&format!("search:{}:{query}", self.engine))
-    }
-
-    async fn recall(&self, key: &str) -> Option<Vec<SearchHit>> {
-        recall(&self.ctx, key, "tool", self.engine).await
-    }
-
-    async fn record(&self, key: &str, hits: &[SearchHit]) {
-        record(&self.ctx, key, hits);
-    }
 }

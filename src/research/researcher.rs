@@ -21,7 +21,6 @@ use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::future::Future;
-use std::sync::Arc;
 
 /// How a tool's result starts when the call failed (the model reads it; a redo tries again).
 const TOOL_ERROR: &str = "Error executing tool";
@@ -358,8 +357,8 @@ async fn run_tool(
     }
 }
 
-/// A search or tool call's result, replayed when this step had finished it before it was cut
-/// off. A failure is not kept: a redo tries again.
+/// An MCP tool call's result, replayed when this step had finished it before it was cut off.
+/// A failure is not kept: a redo tries again.
 async fn remembered(
     caller: &Caller<'_>,
     call: &ToolCall,
@@ -454,10 +453,6 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Sou
         summary_slots: deps.summary_slots.clone(),
         verbatim_chars: cfg.verbatim_page_chars,
         ledger,
-        memory: Some(Arc::new(replay::EngineResults {
-            ctx: caller.ctx.clone(),
-            engine: engine_id,
-        })),
     };
     let summarizer = ModelSummarizer { caller };
     let local = matches!(searcher, Searcher::Corpus(_));

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// One search result.
-#[derive(Clone, Debug, PartialEq, Deserialize, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct SearchHit {
     #[serde(default)]
     pub title: String,

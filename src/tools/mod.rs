@@ -9,6 +9,6 @@ pub mod web_search;
 
 pub use engines::{Engine, QueryOptions};
 pub use web_search::{
-    PageSummarizer, PageSummary, SearchConfig, SearchError, SearchHit, SearchMemory, SearchOptions,
-    SearchOutput, Searcher, Source, SummaryLedger, WebSearch, web_search,
+    PageSummarizer, PageSummary, SearchConfig, SearchError, SearchHit, SearchOptions, SearchOutput,
+    Searcher, Source, SummaryLedger, WebSearch, web_search,
 };

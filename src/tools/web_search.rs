@@ -335,19 +335,6 @@ pub struct SearchOptions {
     pub verbatim_chars: usize,
     /// The run's summaries so far (reused per location) and its budget.
     pub ledger: Arc<SummaryLedger>,
-    /// Engine results a redone step finds again instead of querying the engine (none: always
-    /// query).
-    pub memory: Option<Arc<dyn SearchMemory>>,
-}
-
-/// Keeps an engine's results for one query until the step that asked is checkpointed, so a
-/// redo of the step after a crash does not query (and pay for) it again.
-#[async_trait]
-pub trait SearchMemory: Send + Sync + std::fmt::Debug {
-    /// The key of this step's next query `query` (a step may ask the same query twice).
-    fn key(&self, query: &str) -> String;
-    async fn recall(&self, key: &str) -> Option<Vec<SearchHit>>;
-    async fn record(&self, key: &str, hits: &[SearchHit]);
 }
 
 impl SearchOptions {
@@ -360,7 +347,6 @@ impl SearchOptions {
             summary_slots,
             verbatim_chars: 0,
             ledger: Arc::new(SummaryLedger::new(usize::MAX)),
-            memory: None,
         }
     }
 }
@@ -518,7 +504,7 @@ async fn run_search(
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
 ) -> Result<SearchOutput, SearchError> {
-    let responses = try_join_all(queries.iter().map(|q| query_once(search, q, opts))).await?;
+    let responses = try_join_all(queries.iter().map(|q| search.search(q, &opts.query))).await?;
     let mut hits = dedupe(responses);
     if hits.is_empty() {
         return Ok(SearchOutput {
@@ -536,24 +522,6 @@ async fn run_search(
     )
     .await;
     Ok(format_output(&hits, shown))
-}
-
-/// One query's results: from memory when a cut-off earlier attempt of the step had them.
-async fn query_once(
-    search: &Searcher,
-    query: &str,
-    opts: &SearchOptions,
-) -> Result<Vec<SearchHit>, SearchError> {
-    let Some(memory) = &opts.memory else {
-        return search.search(query, &opts.query).await;
-    };
-    let key = memory.key(query);
-    if let Some(hits) = memory.recall(&key).await {
-        return Ok(hits);
-    }
-    let hits = search.search(query, &opts.query).await?;
-    memory.record(&key, &hits).await;
-    Ok(hits)
 }
 
 /// First occurrence wins, in query order then rank order.
