@@ -9,10 +9,10 @@
 //! order. Only tasks this execution did not create can have records; the lookup is skipped for
 //! the others. A step's records are deleted once its checkpoint is written.
 //!
-//! Records reach the store in batches: one writer task per run gathers what arrives within
-//! `BATCH_WINDOW` into one insert (and one delete), in order, so a step's deletion never
-//! overtakes its records. A crash loses at most that window's records: those calls are made
-//! again, as before.
+//! Records reach the store in batches: one writer task per run writes what is waiting as one
+//! insert (and one delete), in order, so a step's deletion never overtakes its records; what
+//! arrives meanwhile is the next batch. Nothing waits for the store, and a crash loses only the
+//! records of the write in progress: those calls are made again, as before.
 
 use super::RunScope;
 use crate::ids::ThreadId;
@@ -21,13 +21,9 @@ use serde::Serialize;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 use tokio::sync::OnceCell;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 use uuid::Uuid;
-
-/// How long the writer gathers records before it writes them.
-const BATCH_WINDOW: Duration = Duration::from_millis(100);
 
 /// The finished calls of one task.
 pub(super) struct TaskCalls {
@@ -133,7 +129,6 @@ fn spawn_writer(store: Arc<dyn CheckpointStore>, thread_id: ThreadId) -> Unbound
     let (tx, mut rx) = unbounded_channel::<Pending>();
     tokio::spawn(async move {
         while let Some(first) = rx.recv().await {
-            tokio::time::sleep(BATCH_WINDOW).await;
             let mut puts = Vec::new();
             let mut forgets = Vec::new();
             let mut next = Some(first);
