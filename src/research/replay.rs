@@ -27,8 +27,8 @@ impl std::io::Write for HashWriter<'_> {
     }
 }
 
-/// A hash of everything that shapes a model's answer to `req` (not message ids). (`DefaultHasher` is the same
-/// in every process of one build; after an upgrade a record is just not found.)
+/// A hash of everything that shapes a model's answer to `req` (not message ids). `DefaultHasher`
+/// is the same in every process of one build; after an upgrade a record is just not found.
 fn digest(req: &ChatRequest) -> u64 {
     let mut hasher = DefaultHasher::new();
     hasher.write(req.model.to_string().as_bytes());
