@@ -80,17 +80,6 @@ impl TaskCalls {
             .await;
         earlier.get(key).cloned()
     }
-
-    /// Records a finished call's result until the task's step is checkpointed.
-    pub(super) fn record<T: Serialize + ?Sized>(
-        &self,
-        scope: &RunScope,
-        task_id: Uuid,
-        key: &str,
-        result: &T,
-    ) {
-        record_for(scope, task_id, key, result);
-    }
 }
 
 /// Records `result` under `task_id` until that task's step is checkpointed.

@@ -104,7 +104,7 @@ impl NodeContext {
     /// Keeps a finished call's result until this task's step is checkpointed, so a redo of the
     /// step replays it instead of calling again.
     pub fn record_call<T: serde::Serialize + ?Sized>(&self, key: &str, result: &T) {
-        self.calls.record(&self.scope, self.task_id, key, result);
+        super::calls::record_for(&self.scope, self.task_id, key, result);
     }
 
     /// The task of the top-level graph this node runs under (its own, in the top-level graph):
