@@ -81,6 +81,8 @@ struct Opts {
     pg_admin: Option<String>,
     /// Keep each scenario's store (temp dir, Postgres database) and server log for inspection.
     keep: bool,
+    /// Run the K matrix under the shipped process-wide limits instead of lifting them.
+    shipped_limits: bool,
 }
 
 /// Load benchmark of deep-research (the server runs as a child process).
@@ -124,6 +126,12 @@ struct Args {
     /// Keep each scenario's SQLite file / Postgres database and server log
     #[arg(long)]
     keep: bool,
+    /// Process-wide limits of the K matrix: `none` lifts every cap (runs, researchers,
+    /// summaries, searches, model calls in flight) so that K runs execute at once; `shipped`
+    /// keeps config/default.toml's (64 runs, 32 researchers, 16 summaries, 16 searches and 16
+    /// model calls in flight), so that peak memory is set by the settings
+    #[arg(long, default_value = "none", value_parser = ["none", "shipped"])]
+    limits: String,
     /// Smoke preset: --k 1,5 --latency-ms 0 --turns 3 --subscribers 20 --timeout-s 120 (flags
     /// given too still win)
     #[arg(long)]
@@ -190,6 +198,7 @@ fn parse_opts() -> Opts {
         db_max_connections: args.db_max_connections,
         pg_admin,
         keep: args.keep,
+        shipped_limits: args.limits == "shipped",
     };
     assert!(
         !opts.stores.contains(&StoreKind::Postgres) || opts.pg_admin.is_some(),
@@ -302,8 +311,21 @@ async fn start_fakes(latency: Duration, chunk: Duration) -> Fakes {
     Fakes { llm, tavily }
 }
 
-/// Providers pointed at the fakes; every process-wide cap set so high it does not bind.
-fn config_toml(fakes: &Fakes) -> String {
+/// Providers pointed at the fakes; every process-wide cap set so high it does not bind,
+/// unless `shipped` keeps the defaults of config/default.toml.
+fn config_toml(fakes: &Fakes, shipped: bool) -> String {
+    let toml = uncapped_config_toml(fakes);
+    if !shipped {
+        return toml;
+    }
+    toml.lines()
+        .filter(|l| !l.starts_with("max_concurrent_") && !l.starts_with("search_max_in_flight"))
+        .filter(|l| !l.starts_with("max_in_flight"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn uncapped_config_toml(fakes: &Fakes) -> String {
     format!(
         r#"
 [server]
@@ -392,7 +414,8 @@ fn server_in_group(group: u32, bin: &str) -> Option<u32> {
 }
 
 impl Server {
-    async fn start(opts: &Opts, store: StoreKind, max_runs: usize, config: &str) -> Self {
+    /// `max_runs`: the worker count (`None`: the server's default).
+    async fn start(opts: &Opts, store: StoreKind, max_runs: Option<usize>, config: &str) -> Self {
         let dir = tempfile::TempDir::new().expect("temp dir");
         let config_path = dir.path().join("bench.toml");
         std::fs::write(&config_path, config).expect("write the config file");
@@ -412,8 +435,10 @@ impl Server {
         };
         cmd.arg("serve")
             .args(["--no-auth", "--port", "0", "--config"])
-            .arg(&config_path)
-            .args(["--max-concurrent-runs", &max_runs.to_string()]);
+            .arg(&config_path);
+        if let Some(n) = max_runs {
+            cmd.args(["--max-concurrent-runs", &n.to_string()]);
+        }
         if let Some(n) = opts.db_max_connections {
             cmd.args(["--db-max-connections", &n.to_string()]);
         }
@@ -600,17 +625,30 @@ impl Server {
                 .expect("checkpoints size on disk");
                 // Every table of the service with its indexes and TOAST (what the issue's
                 // "bytes stored per run" counts).
-                let (all,): (i64,) = sqlx::query_as(
-                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint \
-                     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                     WHERE n.nspname = current_schema() AND c.relkind = 'r'",
-                )
-                .fetch_one(&pool)
-                .await
-                .expect("tables' size on disk");
+                let all_tables = || async {
+                    let (bytes,): (i64,) = sqlx::query_as(
+                        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint \
+                         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                         WHERE n.nspname = current_schema() AND c.relkind = 'r'",
+                    )
+                    .fetch_one(&pool)
+                    .await
+                    .expect("tables' size on disk");
+                    bytes as u64
+                };
+                let all = all_tables().await;
+                // What stays once the space of deleted rows is reclaimed (autovacuum's work,
+                // done here at once): the per-step call records are deleted as each step's
+                // checkpoint lands, so right after a burst their dead rows are still counted.
+                sqlx::raw_sql("VACUUM")
+                    .execute(&pool)
+                    .await
+                    .expect("vacuum the benchmark database");
+                let vacuumed = all_tables().await;
                 pool.close().await;
                 let mut storage = Storage::new(ck, ev, Some(disk as u64));
-                storage.all_on_disk = Some(all as u64);
+                storage.all_on_disk = Some(all);
+                storage.all_after_vacuum = Some(vacuumed);
                 storage
             }
             Db::Sqlite(path) => {
@@ -698,6 +736,8 @@ struct Storage {
     checkpoints_on_disk: Option<u64>,
     /// Every table and index of the service (Postgres only).
     all_on_disk: Option<u64>,
+    /// The same after `VACUUM`.
+    all_after_vacuum: Option<u64>,
 }
 
 impl Storage {
@@ -712,6 +752,7 @@ impl Storage {
             events: map(ev),
             checkpoints_on_disk: disk,
             all_on_disk: None,
+            all_after_vacuum: None,
         }
     }
 }
@@ -931,6 +972,7 @@ struct Outcome {
     event_bytes: f64,
     ckpt_disk: Option<f64>,
     all_disk: Option<f64>,
+    all_vacuumed: Option<f64>,
     /// Postgres statements per run and their execution time in ms per run.
     pg_statements: Option<(f64, f64)>,
     model_calls: f64,
@@ -976,7 +1018,7 @@ impl Outcome {
         format!(
             "    details: server CPU {:.2} s total; driver+fakes CPU {:.2} s ({:.1} ms/run); \
              model calls/run {:.1}; searches/run {:.1}; SSE events/run {:.0}; stored events/run \
-             {:.0} frames, {:.1} KB of pages; checkpoints on disk/run {}; all tables on disk/run {}; \
+             {:.0} frames, {:.1} KB of pages; checkpoints on disk/run {}; all tables on disk/run {}; after VACUUM {}; \
              Postgres statements/run {}; \
              delivery lag max {} ms; first event was metadata in {}/{} runs{}",
             self.server_cpu_s,
@@ -991,6 +1033,11 @@ impl Outcome {
                 .map_or("–".into(), |b| format!("{:.1} KB", b / 1024.0)),
             self.all_disk.map_or("–".into(), |b| format!(
                 "{:.1} KB ({:.2}× the final state)",
+                b / 1024.0,
+                b / self.state_bytes.max(1.0)
+            )),
+            self.all_vacuumed.map_or("–".into(), |b| format!(
+                "{:.1} KB ({:.2}×)",
                 b / 1024.0,
                 b / self.state_bytes.max(1.0)
             )),
@@ -1036,7 +1083,9 @@ async fn concurrent_runs(
 ) -> Outcome {
     let chunk = Duration::from_millis(opts.chunk_ms);
     let fakes = start_fakes(Duration::from_millis(latency_ms), chunk).await;
-    let server = Server::start(opts, store, k.max(1), &config_toml(&fakes)).await;
+    let workers = (!opts.shipped_limits).then_some(k.max(1));
+    let config = config_toml(&fakes, opts.shipped_limits);
+    let server = Server::start(opts, store, workers, &config).await;
     let client = http_client();
     let self_pid = std::process::id().to_string();
 
@@ -1130,6 +1179,7 @@ async fn concurrent_runs(
         event_bytes: ev_bytes as f64 / kf,
         ckpt_disk: storage.checkpoints_on_disk.map(|b| b as f64 / kf),
         all_disk: storage.all_on_disk.map(|b| b as f64 / kf),
+        all_vacuumed: storage.all_after_vacuum.map(|b| b as f64 / kf),
         pg_statements: statements.map(|(n, ms)| (n as f64 / kf, ms / kf)),
         model_calls: (llm1 - llm0) as f64 / kf,
         searches: (tav1 - tav0) as f64 / kf,
@@ -1151,7 +1201,7 @@ async fn conversation(opts: &Opts, store: StoreKind, turns: usize) {
     );
     println!("|---|---|---|---|---|---|---|---|");
     let fakes = start_fakes(Duration::ZERO, Duration::from_millis(opts.chunk_ms)).await;
-    let server = Server::start(opts, store, 4, &config_toml(&fakes)).await;
+    let server = Server::start(opts, store, Some(4), &config_toml(&fakes, false)).await;
     let client = http_client();
     let tid = new_thread(&client, &server.base)
         .await
@@ -1219,7 +1269,7 @@ async fn subscribers(
         Duration::from_millis(chunk_ms),
     )
     .await;
-    let server = Server::start(opts, store, 4, &config_toml(&fakes)).await;
+    let server = Server::start(opts, store, Some(4), &config_toml(&fakes, false)).await;
     let client = http_client();
     let tid = new_thread(&client, &server.base)
         .await
@@ -1348,6 +1398,12 @@ async fn main() {
     }
 
     if !opts.ks.is_empty() {
+        if opts.shipped_limits {
+            println!(
+                "\nK matrix under the shipped limits (config/default.toml: 64 runs executing, the \
+                 rest queued; 32 researchers, 16 summaries, 16 searches, 16 model calls in flight)"
+            );
+        }
         println!("\n{TABLE_HEADER}");
         for &store in &opts.stores {
             for &latency in &opts.latencies_ms {
