@@ -984,7 +984,58 @@ struct Outcome {
     first_error: Option<String>,
 }
 
+/// The Python reference's figures (the issue's: ODR 0.0.16 on langgraph 1.2, the same workload
+/// and fakes, a 2-core machine). Not measured here: printed for the ratios.
+mod python {
+    /// Process CPU per run at K ≥ 10, ms (low, high).
+    pub const CPU_MS: (f64, f64) = (580.0, 700.0);
+    /// Peak RSS with K runs in flight at 200 ms latency, MB.
+    pub const RSS_MB: [(usize, f64); 3] = [(10, 180.0), (50, 378.0), (200, 939.0)];
+    /// POST → first event with 50 runs queued, ms (mean).
+    pub const FIRST_EVENT_K50_MS: f64 = 14_500.0;
+    /// Checkpoint payload bytes ÷ the final state.
+    pub const STORED_RATIO: f64 = 10.8;
+}
+
 impl Outcome {
+    /// This row's figures as ratios to the Python reference, where the issue gives one.
+    fn versus_python(&self) -> String {
+        let k = self.k as f64;
+        let cpu = self.server_cpu_s * 1000.0 / k + self.pg_cpu_s.map_or(0.0, |s| s * 1000.0 / k);
+        let mut parts = vec![format!(
+            "CPU per run (server and its Postgres) {:.3}–{:.3}× ({cpu:.1} ms against {:.0}–{:.0})",
+            cpu / python::CPU_MS.1,
+            cpu / python::CPU_MS.0,
+            python::CPU_MS.0,
+            python::CPU_MS.1
+        )];
+        if self.latency_ms == 200
+            && let Some(&(_, mb)) = python::RSS_MB.iter().find(|(kk, _)| *kk == self.k)
+        {
+            parts.push(format!(
+                "peak RSS {:.2}× ({:.0} MB against {mb:.0})",
+                self.peak_rss_mb / mb,
+                self.peak_rss_mb
+            ));
+        }
+        if self.k == 50
+            && let Some(p50) = self.first_p50
+        {
+            parts.push(format!(
+                "first event p50 {:.4}× ({p50:.1} ms against {:.1} s)",
+                p50 / python::FIRST_EVENT_K50_MS,
+                python::FIRST_EVENT_K50_MS / 1000.0
+            ));
+        }
+        let ratio = self.ckpt_bytes / self.state_bytes.max(1.0);
+        parts.push(format!(
+            "checkpoint bytes ÷ final state {:.2}× ({ratio:.2} against {:.1})",
+            ratio / python::STORED_RATIO,
+            python::STORED_RATIO
+        ));
+        format!("    vs Python ODR: {}", parts.join("; "))
+    }
+
     fn row(&self) -> String {
         let k = self.k as f64;
         format!(
@@ -1412,10 +1463,12 @@ async fn main() {
                 single.crit_s = crit;
                 println!("{}", single.row());
                 println!("{}", single.details());
+                println!("{}", single.versus_python());
                 for &k in opts.ks.iter().filter(|&&k| k > 1) {
                     let outcome = concurrent_runs(&opts, store, k, latency, crit, hz).await;
                     println!("{}", outcome.row());
                     println!("{}", outcome.details());
+                    println!("{}", outcome.versus_python());
                 }
             }
         }
