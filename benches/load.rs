@@ -314,18 +314,17 @@ async fn start_fakes(latency: Duration, chunk: Duration) -> Fakes {
 /// Providers pointed at the fakes; every process-wide cap set so high it does not bind,
 /// unless `shipped` keeps the defaults of config/default.toml.
 fn config_toml(fakes: &Fakes, shipped: bool) -> String {
-    let toml = uncapped_config_toml(fakes);
-    if !shipped {
-        return toml;
-    }
-    toml.lines()
-        .filter(|l| !l.starts_with("max_concurrent_") && !l.starts_with("search_max_in_flight"))
-        .filter(|l| !l.starts_with("max_in_flight"))
-        .map(|l| format!("{l}\n"))
-        .collect()
-}
-
-fn uncapped_config_toml(fakes: &Fakes) -> String {
+    let (limits, provider_cap) = if shipped {
+        (String::new(), String::new())
+    } else {
+        (
+            format!(
+                "max_concurrent_researchers = {NO_CAP}\nmax_concurrent_summaries = {NO_CAP}\n\
+                 search_max_in_flight = {NO_CAP}\n"
+            ),
+            format!("max_in_flight = {NO_CAP}\n"),
+        )
+    };
     format!(
         r#"
 [server]
@@ -341,14 +340,11 @@ final_report_model = "{MODEL}"
 allow_clarification = true
 
 [limits]
-max_concurrent_researchers = {NO_CAP}
-max_concurrent_summaries = {NO_CAP}
-search_max_in_flight = {NO_CAP}
-
+{limits}
 [providers.openai]
 base_url = "{llm}"
 api_key = "sk-bench"
-max_in_flight = {NO_CAP}
+{provider_cap}
 
 [search.tavily]
 base_url = "{tavily}"

@@ -177,3 +177,35 @@ fn the_audit_reads_a_finished_report_against_its_own_list() {
     let a = audit(invented, &sources());
     assert_eq!((a.citations, a.supported, a.removed), (1, 0, 1));
 }
+
+/// Stemming each distinct word once gives the words and numbers that stemming every token in
+/// one tokenizer pipeline gave.
+#[test]
+fn stemming_each_distinct_word_once_changes_no_term() {
+    let text = "Running runners ran; the RUNNING of 1,000 runs in 8kB pages, v15 and 015 pages. \
+                Vacuuming vacuums vacuumed tables: a table's dead tuples, tuples and TUPLES.";
+    let mut pipeline = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(LowerCaser)
+        .filter(StopWordFilter::new(Language::English).unwrap())
+        .filter(Stemmer::new(Language::English))
+        .build();
+    let (mut words, mut numbers) = (HashSet::new(), HashSet::new());
+    let spaced = spaced(text);
+    let mut stream = pipeline.token_stream(&spaced);
+    while stream.advance() {
+        let t = &stream.token().text;
+        if t.chars().all(|c| c.is_ascii_digit()) {
+            numbers.insert(t.trim_start_matches('0').to_owned());
+        } else if t.chars().count() >= 2 {
+            words.insert(t.clone());
+        }
+    }
+    let mut memo = Words::new();
+    assert_eq!(terms(&mut memo, text), (words.clone(), numbers.clone()));
+    // The memo is shared across texts: a second pass gives the same answer.
+    assert_eq!(terms(&mut memo, text), (words.clone(), numbers));
+    assert!(
+        words.contains("run") && words.contains("vacuum"),
+        "{words:?}"
+    );
+}
