@@ -10,6 +10,7 @@ use super::{SseFrame, parse_sse};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
@@ -148,6 +149,41 @@ impl Fakes {
     pub async fn start(delay: Duration) -> Fakes {
         let script = scripted(Script::default());
         Self::with_replies(move |req: &Value| FakeReply::delayed(delay, script(req))).await
+    }
+
+    /// Like `start`, with a switch: while it is on, every new model call hangs (for ten
+    /// minutes) instead of being answered. A run held this way settles with its unfinished
+    /// calls exactly those in flight at the model, so a kill cuts it at a known point.
+    pub async fn holdable(delay: Duration) -> (Fakes, Arc<AtomicBool>) {
+        let hold = Arc::new(AtomicBool::new(false));
+        let held = hold.clone();
+        let script = scripted(Script::default());
+        let fakes = Self::with_replies(move |req: &Value| {
+            let wait = if held.load(Ordering::SeqCst) {
+                Duration::from_secs(600)
+            } else {
+                delay
+            };
+            FakeReply::delayed(wait, script(req))
+        })
+        .await;
+        (fakes, hold)
+    }
+
+    /// Waits until no model call has started or finished for `quiet`: every answer received
+    /// has been handled and the next call is held.
+    pub async fn settle(&self, quiet: Duration, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let state = || (self.llm.calls(), self.llm.in_flight());
+        let (mut last, mut since) = (state(), Instant::now());
+        while since.elapsed() < quiet {
+            assert!(Instant::now() < deadline, "the model calls never settled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let now = state();
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
     }
 
     /// The fakes with the model answering through `reply`.
