@@ -82,8 +82,10 @@ pub struct EvalOptions {
     pub api_key: Option<String>,
 }
 
-/// One question's run and its scores.
+/// One question's run and its scores. Result files from older versions lack the newer fields;
+/// they read as empty rather than refusing the file (`serde(default)` here and below).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
 pub struct QuestionResult {
     pub id: String,
     pub status: String,
@@ -118,6 +120,7 @@ pub struct QuestionResult {
 
 /// A whole evaluation.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default)]
 pub struct EvalReport {
     pub set: String,
     pub corpus: String,
@@ -129,6 +132,7 @@ pub struct EvalReport {
 
 /// Figures over the whole set.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default)]
 pub struct Summary {
     pub questions: usize,
     pub researched: usize,
@@ -142,6 +146,16 @@ pub struct Summary {
     pub total_wall_secs: f64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+}
+
+/// The research settings every run of the set gets: the operator's, searching the set's corpus,
+/// never asking a clarifying question.
+pub fn run_settings(set: &QuestionSet, opts: &EvalOptions) -> Value {
+    let mut configurable = opts.configurable.clone();
+    configurable["search_api"] = json!("local");
+    configurable["corpus"] = json!(set.corpus);
+    configurable["allow_clarification"] = json!(false);
+    configurable
 }
 
 /// Runs every question, one after another, on the server at `base_url`.
@@ -159,10 +173,8 @@ pub async fn run(
     let http = crate::net::client_builder()
         .default_headers(headers)
         .build()?;
-    let mut configurable = opts.configurable.clone();
-    configurable["search_api"] = json!("local");
-    configurable["corpus"] = json!(set.corpus);
-    configurable["allow_clarification"] = json!(false);
+    let configurable = run_settings(set, opts);
+    let started_at = chrono::Utc::now().to_rfc3339();
     let mut results = Vec::new();
     for q in questions {
         let result = run_one(&http, base_url, q, &configurable, opts).await?;
@@ -174,7 +186,7 @@ pub async fn run(
         set: set.name.clone(),
         corpus: set.corpus.clone(),
         configurable,
-        started_at: chrono::Utc::now().to_rfc3339(),
+        started_at,
         results,
         summary,
     })
@@ -522,6 +534,55 @@ pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
     out
 }
 
+/// One report from several that measured parts of the same set with the same settings (a set
+/// longer than one sitting is measured in parts). A question measured twice, or parts from
+/// another set, corpus or settings, are refused: the figures would mix two measurements.
+pub fn merge(parts: Vec<(String, EvalReport)>) -> anyhow::Result<EvalReport> {
+    let Some((first_name, first)) = parts.first() else {
+        anyhow::bail!("nothing to merge");
+    };
+    let mut merged = EvalReport {
+        set: first.set.clone(),
+        corpus: first.corpus.clone(),
+        ..EvalReport::default()
+    };
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for (name, part) in &parts {
+        anyhow::ensure!(
+            (&part.set, &part.corpus) == (&first.set, &first.corpus),
+            "{name} measured set '{}' on corpus '{}', {first_name} set '{}' on corpus '{}'",
+            part.set,
+            part.corpus,
+            first.set,
+            first.corpus
+        );
+        // Parts written while a run was still going carry no settings; the others must agree.
+        if !part.configurable.is_null() {
+            anyhow::ensure!(
+                merged.configurable.is_null() || merged.configurable == part.configurable,
+                "{name} was measured with other settings than the parts before it: {} vs {}",
+                part.configurable,
+                merged.configurable
+            );
+            merged.configurable = part.configurable.clone();
+        }
+        if merged.started_at.is_empty()
+            || (!part.started_at.is_empty() && part.started_at < merged.started_at)
+        {
+            merged.started_at = part.started_at.clone();
+        }
+        for result in &part.results {
+            if let Some(other) = seen.insert(result.id.clone(), name.clone()) {
+                anyhow::bail!("question {} is in both {other} and {name}", result.id);
+            }
+            merged.results.push(result.clone());
+        }
+    }
+    merged.results.sort_by(|a, b| a.id.cmp(&b.id));
+    merged.summary = summarize(&merged.results);
+    Ok(merged)
+}
+
 fn fmt_num(x: f64) -> String {
     if x.fract() == 0.0 {
         format!("{x:.0}")
@@ -592,6 +653,52 @@ mod tests {
             table.contains("| q1 | success | 1 | 1/2 | 1/2 | 1/1 | 1 | 3 | 3 |"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn parts_of_one_set_merge_and_mixed_measurements_are_refused() {
+        let result = |id: &str, recall: f64| QuestionResult {
+            id: id.into(),
+            researched: true,
+            fact_recall: recall,
+            ..QuestionResult::default()
+        };
+        let part = |results: Vec<QuestionResult>, configurable: Value| EvalReport {
+            set: "s".into(),
+            corpus: "c".into(),
+            configurable,
+            summary: summarize(&results),
+            results,
+            ..EvalReport::default()
+        };
+        let settings = json!({"search_api": "local"});
+        let a = part(vec![result("q2", 1.0)], settings.clone());
+        let b = part(vec![result("q1", 0.5)], Value::Null);
+        let merged = merge(vec![("a".into(), a.clone()), ("b".into(), b.clone())]).unwrap();
+        let ids: Vec<&str> = merged.results.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["q1", "q2"]);
+        assert_eq!(
+            (merged.summary.questions, merged.summary.fact_recall),
+            (2, 0.75)
+        );
+        assert_eq!(merged.configurable, settings);
+
+        let twice = merge(vec![("a".into(), a.clone()), ("a2".into(), a.clone())]);
+        assert!(
+            twice
+                .unwrap_err()
+                .to_string()
+                .contains("q2 is in both a and a2")
+        );
+        let other = part(vec![result("q3", 0.0)], json!({"search_api": "tavily"}));
+        let mixed = merge(vec![("a".into(), a.clone()), ("o".into(), other)]);
+        assert!(mixed.unwrap_err().to_string().contains("other settings"));
+        let elsewhere = EvalReport {
+            corpus: "d".into(),
+            ..b
+        };
+        assert!(merge(vec![("a".into(), a), ("e".into(), elsewhere)]).is_err());
+        assert!(merge(vec![]).is_err());
     }
 
     #[test]

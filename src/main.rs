@@ -157,6 +157,10 @@ struct EvalCmd {
     /// Compare two result files (A then B) instead of running anything.
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
     compare: Vec<std::path::PathBuf>,
+    /// Merge result files that measured parts of one set with the same settings into
+    /// `--output` (and its table) instead of running anything.
+    #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "compare")]
+    merge: Vec<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -381,13 +385,22 @@ async fn private_server(
 
 async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
     use deep_research::eval::{self, EvalOptions, EvalReport, QuestionSet};
+    let read = |p: &std::path::Path| -> anyhow::Result<EvalReport> {
+        let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+        serde_json::from_str(&text).with_context(|| p.display().to_string())
+    };
     if let [a, b] = cmd.compare.as_slice() {
-        let read = |p: &std::path::Path| -> anyhow::Result<EvalReport> {
-            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
-            serde_json::from_str(&text).with_context(|| p.display().to_string())
-        };
         print!("{}", eval::compare(&read(a)?, &read(b)?));
         return Ok(());
+    }
+    if !cmd.merge.is_empty() {
+        let parts = cmd
+            .merge
+            .iter()
+            .map(|p| Ok((p.display().to_string(), read(p)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let report = eval::merge(parts)?;
+        return write_results(&report, &cmd.output);
     }
     let set = QuestionSet::load(&cmd.questions)?;
     let questions = set.select(&cmd.only, cmd.limit);
@@ -435,6 +448,10 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
     // what it measured.
     let mut done: Vec<eval::QuestionResult> = Vec::new();
     let output = cmd.output.clone();
+    let (settings, started_at) = (
+        eval::run_settings(&set, &opts),
+        chrono::Utc::now().to_rfc3339(),
+    );
     let mut progress = |r: &eval::QuestionResult| {
         println!(
             "{}: {} in {:.0} s, {} sources, facts {}/{}, cited paragraphs {}/{}, supported {}/{}, invented {}",
@@ -454,9 +471,10 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
         let partial = EvalReport {
             set: set.name.clone(),
             corpus: set.corpus.clone(),
+            configurable: settings.clone(),
+            started_at: started_at.clone(),
             summary: eval::summarize(&done),
             results: done.clone(),
-            ..EvalReport::default()
         };
         if let Ok(text) = serde_json::to_string_pretty(&partial) {
             let _ = std::fs::write(&output, text);
@@ -468,11 +486,18 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
-    let report = result?;
-    std::fs::write(&cmd.output, serde_json::to_string_pretty(&report)?)?;
-    let table = eval::markdown(&report);
-    std::fs::write(cmd.output.with_extension("md"), &table)?;
-    println!("\n{table}\nResults: {} (and .md)", cmd.output.display());
+    write_results(&result?, &cmd.output)
+}
+
+/// The results as JSON at `output` and as a Markdown table beside it.
+fn write_results(
+    report: &deep_research::eval::EvalReport,
+    output: &std::path::Path,
+) -> anyhow::Result<()> {
+    std::fs::write(output, serde_json::to_string_pretty(report)?)?;
+    let table = deep_research::eval::markdown(report);
+    std::fs::write(output.with_extension("md"), &table)?;
+    println!("\n{table}\nResults: {} (and .md)", output.display());
     Ok(())
 }
 

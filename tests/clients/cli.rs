@@ -1,5 +1,5 @@
 //! The `deep-research` binary: `serve` prints where it listens and which store it uses, answers
-//! `/ok`, and `healthcheck` reports on it.
+//! `/ok`, and `healthcheck` reports on it; `eval --merge` joins result files measured in parts.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -52,4 +52,52 @@ fn healthcheck_fails_when_nothing_listens() {
         .status()
         .unwrap();
     assert!(!status.success());
+}
+
+/// Two parts of one evaluation become one result file and table; the same question in two
+/// parts is refused, and nothing is written.
+#[test]
+fn eval_merge_joins_parts_and_refuses_a_question_measured_twice() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let part = |name: &str, id: &str, recall: f64| {
+        let path = dir.path().join(name);
+        let report = serde_json::json!({
+            "set": "postgresql-15", "corpus": "postgresql",
+            "configurable": {"search_api": "local", "corpus": "postgresql"},
+            "started_at": "2026-11-28T00:00:00Z",
+            "results": [{"id": id, "status": "success", "researched": true, "facts": 4,
+                         "fact_recall": recall, "wall_secs": 200.0}],
+            "summary": {}
+        });
+        std::fs::write(&path, report.to_string()).unwrap();
+        path
+    };
+    let (a, b) = (part("a.json", "pg-02", 0.5), part("b.json", "pg-01", 1.0));
+    let out = dir.path().join("all.json");
+    let merge = |files: &[&std::path::Path]| {
+        Command::new(env!("CARGO_BIN_EXE_deep-research"))
+            .arg("eval")
+            .arg("--merge")
+            .args(files)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let done = merge(&[&a, &b]);
+    assert!(done.status.success(), "{done:?}");
+    let merged: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(merged["results"][0]["id"], "pg-01");
+    assert_eq!(merged["summary"]["questions"], 2);
+    assert_eq!(merged["summary"]["fact_recall"], 0.75);
+    let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
+    assert!(table.contains("| key-fact recall | 75% |"), "{table}");
+
+    std::fs::remove_file(&out).unwrap();
+    let twice = merge(&[&a, &b, &a]);
+    assert!(!twice.status.success());
+    let err = String::from_utf8_lossy(&twice.stderr);
+    assert!(err.contains("question pg-02 is in both"), "{err}");
+    assert!(!out.exists(), "a refused merge writes nothing");
 }
