@@ -97,6 +97,11 @@ pub struct QuestionResult {
     pub facts: usize,
     pub facts_found: Vec<String>,
     pub fact_recall: f64,
+    /// Key facts stated in the text of a source the run retrieved: what its report could have
+    /// said. Recall far below this is lost in writing; this low, the search missed. `None` in
+    /// result files written before this figure existed.
+    pub facts_retrieved: Option<Vec<String>>,
+    pub retrieved_recall: Option<f64>,
     pub paragraphs: usize,
     pub cited_paragraphs: usize,
     pub cited_paragraph_share: f64,
@@ -116,6 +121,10 @@ pub struct QuestionResult {
     /// What the run retrieved, and the report itself, for reading the figures against.
     pub source_urls: Vec<String>,
     pub report: String,
+    /// The sources with the text the check read and the summary the researcher was shown:
+    /// what `rescore` needs to score the report again with another check.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retrieved: Vec<crate::research::state::Source>,
 }
 
 /// A whole evaluation.
@@ -126,6 +135,8 @@ pub struct EvalReport {
     pub corpus: String,
     pub configurable: Value,
     pub started_at: String,
+    /// How the corpus's locations begin (`EvalOptions::corpus_prefix`).
+    pub corpus_prefix: String,
     pub results: Vec<QuestionResult>,
     pub summary: Summary,
 }
@@ -139,6 +150,8 @@ pub struct Summary {
     /// Researched, and no cited location outside the corpus.
     pub researched_without_invention: usize,
     pub fact_recall: f64,
+    /// Over the questions whose results have the figure.
+    pub retrieved_recall: f64,
     pub cited_paragraph_share: f64,
     pub supported_share: f64,
     pub invented: usize,
@@ -187,6 +200,7 @@ pub async fn run(
         corpus: set.corpus.clone(),
         configurable,
         started_at,
+        corpus_prefix: opts.corpus_prefix.clone(),
         results,
         summary,
     })
@@ -289,13 +303,9 @@ pub fn score(
         .collect();
     let sources = Sources::from_state(&state_sources);
     let audit = support::audit(report, &sources);
-    let flat = normalize_text(report);
-    let facts_found: Vec<String> = q
-        .facts
-        .iter()
-        .filter(|f| f.any.iter().any(|w| flat.contains(&normalize_text(w))))
-        .map(|f| f.fact.clone())
-        .collect();
+    let facts_found = facts_in(q, &[report]);
+    let texts: Vec<&str> = state_sources.iter().map(|s| s.text.as_str()).collect();
+    let facts_retrieved = facts_in(q, &texts);
     let usage = &values["usage"];
     let calls_by_model = usage["models"]
         .as_object()
@@ -319,6 +329,8 @@ pub fn score(
         facts: q.facts.len(),
         fact_recall: ratio(facts_found.len(), q.facts.len()),
         facts_found,
+        retrieved_recall: Some(ratio(facts_retrieved.len(), q.facts.len())),
+        facts_retrieved: Some(facts_retrieved),
         paragraphs: audit.paragraphs,
         cited_paragraphs: audit.cited_paragraphs,
         cited_paragraph_share: ratio(audit.cited_paragraphs, audit.paragraphs),
@@ -335,7 +347,82 @@ pub fn score(
         fallbacks: values["fallbacks"].clone(),
         source_urls: sources.list.iter().map(|s| s.url.clone()).collect(),
         report: report.to_owned(),
+        retrieved: state_sources,
     }
+}
+
+/// `r` scored again from what it kept (its report and retrieved sources) with today's checks
+/// and the question's facts as they are now; cost and status stay as measured.
+pub fn rescore(
+    q: &Question,
+    r: &QuestionResult,
+    corpus_prefix: &str,
+) -> anyhow::Result<QuestionResult> {
+    anyhow::ensure!(
+        !r.retrieved.is_empty() || r.source_urls.is_empty(),
+        "{}: the result kept no source texts (measured before results kept them)",
+        r.id
+    );
+    let models: serde_json::Map<String, Value> = r
+        .calls_by_model
+        .iter()
+        .map(|(name, calls)| (name.clone(), json!({ "calls": calls })))
+        .collect();
+    let values = json!({
+        "final_report": r.report,
+        "sources": r.retrieved,
+        "citations": r.draft,
+        "fallbacks": r.fallbacks,
+        "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                  "calls": r.calls, "models": models},
+    });
+    let wall = Duration::from_secs_f64(r.wall_secs.max(0.0));
+    Ok(score(
+        q,
+        &values,
+        &r.status,
+        r.error.clone(),
+        wall,
+        corpus_prefix,
+    ))
+}
+
+/// Every result of `report` scored again (`rescore`) against `set`'s questions.
+pub fn rescore_all(set: &QuestionSet, report: &EvalReport) -> anyhow::Result<EvalReport> {
+    anyhow::ensure!(
+        report.set == set.name,
+        "the results are of set '{}', the questions of '{}'",
+        report.set,
+        set.name
+    );
+    let mut results = Vec::new();
+    for r in &report.results {
+        let q = set
+            .questions
+            .iter()
+            .find(|q| q.id == r.id)
+            .ok_or_else(|| anyhow::anyhow!("question {} is not in set '{}'", r.id, set.name))?;
+        results.push(rescore(q, r, &report.corpus_prefix)?);
+    }
+    Ok(EvalReport {
+        summary: summarize(&results),
+        results,
+        ..report.clone()
+    })
+}
+
+/// The question's key facts that one of `texts` states in an accepted wording.
+fn facts_in(q: &Question, texts: &[&str]) -> Vec<String> {
+    let flat: Vec<String> = texts.iter().map(|t| normalize_text(t)).collect();
+    q.facts
+        .iter()
+        .filter(|f| {
+            f.any
+                .iter()
+                .any(|w| flat.iter().any(|t| t.contains(&normalize_text(w))))
+        })
+        .map(|f| f.fact.clone())
+        .collect()
 }
 
 /// Entries of the report's Sources section that are not in the corpus (a reference without a
@@ -403,6 +490,13 @@ pub fn summarize(results: &[QuestionResult]) -> Summary {
             round2(researched.iter().map(|r| f(r)).sum::<f64>() / researched.len() as f64)
         }
     };
+    let mean_of_all = |f: fn(&QuestionResult) -> f64| {
+        if results.is_empty() {
+            0.0
+        } else {
+            round2(results.iter().map(f).sum::<f64>() / results.len() as f64)
+        }
+    };
     let mut walls: Vec<f64> = results.iter().map(|r| r.wall_secs).collect();
     walls.sort_by(f64::total_cmp);
     let median = match walls.len() {
@@ -415,10 +509,10 @@ pub fn summarize(results: &[QuestionResult]) -> Summary {
         researched: researched.len(),
         researched_without_invention: researched.iter().filter(|r| r.invented == 0).count(),
         // Recall counts every question: a run that wrote nothing found no fact.
-        fact_recall: if results.is_empty() {
-            0.0
-        } else {
-            round2(results.iter().map(|r| r.fact_recall).sum::<f64>() / results.len() as f64)
+        fact_recall: mean_of_all(|r| r.fact_recall),
+        retrieved_recall: {
+            let known: Vec<f64> = results.iter().filter_map(|r| r.retrieved_recall).collect();
+            round2(known.iter().sum::<f64>() / known.len().max(1) as f64)
         },
         cited_paragraph_share: mean(|r| r.cited_paragraph_share),
         supported_share: mean(|r| r.supported_share),
@@ -436,7 +530,8 @@ pub fn markdown(report: &EvalReport) -> String {
     let mut out = format!(
         "## {} on corpus '{}' ({})\n\n| figure | value |\n|---|---|\n\
          | questions | {} |\n| researched | {} |\n| researched without inventing a source | {} |\n\
-         | key-fact recall | {:.0}% |\n| body paragraphs citing a source | {:.0}% |\n\
+         | key-fact recall | {:.0}% |\n| key facts in the retrieved texts | {:.0}% |\n\
+         | body paragraphs citing a source | {:.0}% |\n\
          | citations supported by the cited text | {:.0}% |\n| cited locations not in the corpus | {} |\n\
          | median wall time | {:.0} s |\n| tokens in / out | {} / {} |\n\n",
         report.set,
@@ -446,6 +541,7 @@ pub fn markdown(report: &EvalReport) -> String {
         s.researched,
         s.researched_without_invention,
         s.fact_recall * 100.0,
+        s.retrieved_recall * 100.0,
         s.cited_paragraph_share * 100.0,
         s.supported_share * 100.0,
         s.invented,
@@ -454,17 +550,20 @@ pub fn markdown(report: &EvalReport) -> String {
         s.output_tokens,
     );
     out.push_str(
-        "| question | status | sources | facts | cited ¶ | supported | invented | wall s | calls |\n\
+        "| question | status | sources | facts (retrieved) | cited ¶ | supported | invented | wall s | calls |\n\
          |---|---|---|---|---|---|---|---|---|\n",
     );
     for r in &report.results {
         out.push_str(&format!(
-            "| {} | {} | {} | {}/{} | {}/{} | {}/{} | {} | {:.0} | {} |\n",
+            "| {} | {} | {} | {}/{} ({}) | {}/{} | {}/{} | {} | {:.0} | {} |\n",
             r.id,
             r.status,
             r.sources,
             r.facts_found.len(),
             r.facts,
+            r.facts_retrieved
+                .as_ref()
+                .map_or("–".to_owned(), |f| f.len().to_string()),
             r.cited_paragraphs,
             r.paragraphs,
             r.supported,
@@ -480,7 +579,7 @@ pub fn markdown(report: &EvalReport) -> String {
 /// What changed from `a` to `b`: the set's figures side by side, then each question both ran.
 pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
     let (x, y) = (&a.summary, &b.summary);
-    let rows: [(&str, f64, f64); 9] = [
+    let rows: [(&str, f64, f64); 10] = [
         ("questions", x.questions as f64, y.questions as f64),
         ("researched", x.researched as f64, y.researched as f64),
         (
@@ -493,6 +592,11 @@ pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
             "cited paragraph share",
             x.cited_paragraph_share,
             y.cited_paragraph_share,
+        ),
+        (
+            "key facts retrieved",
+            x.retrieved_recall,
+            y.retrieved_recall,
         ),
         ("supported share", x.supported_share, y.supported_share),
         ("invented", x.invented as f64, y.invented as f64),
@@ -544,6 +648,7 @@ pub fn merge(parts: Vec<(String, EvalReport)>) -> anyhow::Result<EvalReport> {
     let mut merged = EvalReport {
         set: first.set.clone(),
         corpus: first.corpus.clone(),
+        corpus_prefix: first.corpus_prefix.clone(),
         ..EvalReport::default()
     };
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
@@ -565,6 +670,9 @@ pub fn merge(parts: Vec<(String, EvalReport)>) -> anyhow::Result<EvalReport> {
                 merged.configurable
             );
             merged.configurable = part.configurable.clone();
+        }
+        if merged.corpus_prefix.is_empty() {
+            merged.corpus_prefix = part.corpus_prefix.clone();
         }
         if merged.started_at.is_empty()
             || (!part.started_at.is_empty() && part.started_at < merged.started_at)
@@ -618,7 +726,9 @@ mod tests {
         let values = json!({
             "final_report": "# Vacuum\n\nVACUUM   Reclaims Storage held by dead tuples [1].\n\nIt matters a lot for everyone here.\n\n### Sources\n\n[1] Vacuum: file:///docs/v.html#a\n[2] Made up (2024)",
             "sources": [{"url": "file:///docs/v.html#a", "title": "Vacuum",
-                         "text": "VACUUM reclaims storage occupied by dead tuples."}],
+                         "text": "VACUUM reclaims storage occupied by dead tuples."},
+                        {"url": "file:///docs/a.html", "title": "Autovacuum",
+                         "text": "The AUTOVACUUM daemon runs it."}],
             "usage": {"input_tokens": 10, "output_tokens": 5, "calls": 3,
                       "models": {"llamacpp:research": {"calls": 2}, "llamacpp:final_report": {"calls": 1}}},
             "citations": {"citations": 1}
@@ -634,6 +744,11 @@ mod tests {
         assert!(r.researched);
         assert_eq!(r.facts_found, ["reclaims storage"]);
         assert_eq!(r.fact_recall, 0.5);
+        assert_eq!(
+            r.facts_retrieved.as_deref(),
+            Some(&["reclaims storage".to_owned(), "autovacuum".to_owned()][..])
+        );
+        assert_eq!(r.retrieved_recall, Some(1.0));
         assert_eq!((r.paragraphs, r.cited_paragraphs), (2, 1));
         assert_eq!((r.citations, r.supported), (1, 1));
         assert_eq!(
@@ -650,8 +765,48 @@ mod tests {
             ..EvalReport::default()
         });
         assert!(
-            table.contains("| q1 | success | 1 | 1/2 | 1/2 | 1/1 | 1 | 3 | 3 |"),
+            table.contains("| q1 | success | 2 | 1/2 (2) | 1/2 | 1/1 | 1 | 3 | 3 |"),
             "{table}"
+        );
+    }
+
+    #[test]
+    fn a_kept_result_scores_again_the_same_and_follows_new_facts() {
+        let values = json!({
+            "final_report": "# Vacuum\n\nVACUUM reclaims storage held by dead tuples [1].\n\n### Sources\n\n[1] Vacuum: file:///docs/v.html#a",
+            "sources": [{"url": "file:///docs/v.html#a", "title": "Vacuum",
+                         "text": "VACUUM reclaims storage occupied by dead tuples."}],
+            "usage": {"input_tokens": 10, "output_tokens": 5, "calls": 3,
+                      "models": {"llamacpp:research": {"calls": 3}}},
+        });
+        let first = score(
+            &question(),
+            &values,
+            "success",
+            None,
+            Duration::from_secs(7),
+            "file:///docs/",
+        );
+        let kept: QuestionResult =
+            serde_json::from_str(&serde_json::to_string(&first).unwrap()).unwrap();
+        let again = rescore(&question(), &kept, "file:///docs/").unwrap();
+        assert_eq!(
+            serde_json::to_value(&again).unwrap(),
+            serde_json::to_value(&first).unwrap()
+        );
+        let mut harder = question();
+        harder.facts[0].any = vec!["returns space to the operating system".into()];
+        let again = rescore(&harder, &kept, "file:///docs/").unwrap();
+        assert_eq!((again.fact_recall, again.supported), (0.0, 1));
+
+        let older = QuestionResult {
+            retrieved: vec![],
+            ..kept
+        };
+        let refused = rescore(&question(), &older, "file:///docs/").unwrap_err();
+        assert!(
+            refused.to_string().contains("kept no source texts"),
+            "{refused}"
         );
     }
 
@@ -672,7 +827,12 @@ mod tests {
             ..EvalReport::default()
         };
         let settings = json!({"search_api": "local"});
-        let a = part(vec![result("q2", 1.0)], settings.clone());
+        // q1's file predates the retrieved-facts figure: it counts in recall, not in that one.
+        let measured = QuestionResult {
+            retrieved_recall: Some(1.0),
+            ..result("q2", 1.0)
+        };
+        let a = part(vec![measured], settings.clone());
         let b = part(vec![result("q1", 0.5)], Value::Null);
         let merged = merge(vec![("a".into(), a.clone()), ("b".into(), b.clone())]).unwrap();
         let ids: Vec<&str> = merged.results.iter().map(|r| r.id.as_str()).collect();
@@ -681,6 +841,7 @@ mod tests {
             (merged.summary.questions, merged.summary.fact_recall),
             (2, 0.75)
         );
+        assert_eq!(merged.summary.retrieved_recall, 1.0);
         assert_eq!(merged.configurable, settings);
 
         let twice = merge(vec![("a".into(), a.clone()), ("a2".into(), a.clone())]);

@@ -161,6 +161,10 @@ struct EvalCmd {
     /// `--output` (and its table) instead of running anything.
     #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with = "compare")]
     merge: Vec<std::path::PathBuf>,
+    /// Score a result file again with today's checks and the set's facts (from what it kept:
+    /// each report and its sources' texts) into `--output`, instead of running anything.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "merge"])]
+    rescore: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -402,6 +406,11 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
         let report = eval::merge(parts)?;
         return write_results(&report, &cmd.output);
     }
+    if let Some(path) = &cmd.rescore {
+        let set = QuestionSet::load(&cmd.questions)?;
+        let report = eval::rescore_all(&set, &read(path)?)?;
+        return write_results(&report, &cmd.output);
+    }
     let set = QuestionSet::load(&cmd.questions)?;
     let questions = set.select(&cmd.only, cmd.limit);
     anyhow::ensure!(!questions.is_empty(), "no question selected");
@@ -473,6 +482,7 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
             corpus: set.corpus.clone(),
             configurable: settings.clone(),
             started_at: started_at.clone(),
+            corpus_prefix: opts.corpus_prefix.clone(),
             summary: eval::summarize(&done),
             results: done.clone(),
         };

@@ -101,3 +101,62 @@ fn eval_merge_joins_parts_and_refuses_a_question_measured_twice() {
     assert!(err.contains("question pg-02 is in both"), "{err}");
     assert!(!out.exists(), "a refused merge writes nothing");
 }
+
+/// `eval --rescore` scores a kept result again against the set's questions; a result that kept
+/// no source texts is refused by name.
+#[test]
+fn eval_rescore_scores_kept_results_and_refuses_results_without_texts() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let set = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("eval/postgresql-15.json");
+    let result = |retrieved: serde_json::Value| {
+        serde_json::json!({
+            "set": "postgresql-15", "corpus": "postgresql", "corpus_prefix": "file:///docs/",
+            "results": [{"id": "pg-03", "status": "success", "wall_secs": 100.0,
+                         "report": "# work_mem\n\nThe default of work_mem is 4MB [1].\n\n### Sources\n\n[1] Resource Consumption: file:///docs/runtime-config-resource.html",
+                         "source_urls": ["file:///docs/runtime-config-resource.html"],
+                         "retrieved": retrieved}]
+        })
+    };
+    let rescore = |name: &str, report: serde_json::Value| {
+        let input = dir.path().join(name);
+        std::fs::write(&input, report.to_string()).unwrap();
+        let out = dir.path().join(format!("rescored-{name}"));
+        let done = Command::new(env!("CARGO_BIN_EXE_deep-research"))
+            .arg("eval")
+            .arg("--questions")
+            .arg(&set)
+            .arg("--rescore")
+            .arg(&input)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        (done, out)
+    };
+    let kept = serde_json::json!([{"url": "file:///docs/runtime-config-resource.html",
+        "title": "Resource Consumption",
+        "text": "work_mem (integer): the default value is four megabytes (4MB)."}]);
+    let (done, out) = rescore("kept.json", result(kept));
+    assert!(done.status.success(), "{done:?}");
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let r = &again["results"][0];
+    assert_eq!(
+        r["facts_found"],
+        serde_json::json!(["work_mem defaults to 4 MB"])
+    );
+    assert_eq!(
+        (r["citations"].as_u64(), r["supported"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(r["researched"], true);
+
+    let (refused, out) = rescore("older.json", result(serde_json::json!([])));
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("pg-03: the result kept no source texts"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
