@@ -101,7 +101,13 @@ pub struct QuestionResult {
     /// said. Recall far below this is lost in writing; this low, the search missed. `None` in
     /// result files written before this figure existed.
     pub facts_retrieved: Option<Vec<String>>,
-    pub retrieved_recall: Option<f64>,
+    /// Key facts in what the researchers were shown of those sources (a page's summary, or the
+    /// page itself when it was short enough to go unsummarised).
+    pub facts_shown: Option<Vec<String>>,
+    /// Key facts in the findings the report writer was given (the researchers' compressed
+    /// notes). Read with the two above, where the facts were lost: search, summary, compression
+    /// or writing.
+    pub facts_in_notes: Option<Vec<String>>,
     pub paragraphs: usize,
     pub cited_paragraphs: usize,
     pub cited_paragraph_share: f64,
@@ -125,6 +131,9 @@ pub struct QuestionResult {
     /// what `rescore` needs to score the report again with another check.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub retrieved: Vec<crate::research::state::Source>,
+    /// The findings the writer was given.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// A whole evaluation.
@@ -150,8 +159,10 @@ pub struct Summary {
     /// Researched, and no cited location outside the corpus.
     pub researched_without_invention: usize,
     pub fact_recall: f64,
-    /// Over the questions whose results have the figure.
+    /// These three over the questions whose results have them.
     pub retrieved_recall: f64,
+    pub shown_recall: f64,
+    pub notes_recall: f64,
     pub cited_paragraph_share: f64,
     pub supported_share: f64,
     pub invented: usize,
@@ -232,13 +243,20 @@ async fn run_one(
     let url = format!("{base_url}/threads/{thread_id}/runs/stream");
     let mut events = crate::cli::stream_run(http, &url, &body).await?;
     let mut values = Value::Null;
+    // The report step clears the findings from the state, so they are kept as they stream by.
+    let mut notes = Value::Null;
     let mut error: Option<String> = None;
     let streamed = tokio::time::timeout(opts.run_limit, async {
         while let Some(event) = events.next().await {
             let Ok(event) = event else { break };
             let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
             match event.event.as_str() {
-                "values" => values = data,
+                "values" => {
+                    if data["notes"].as_array().is_some_and(|n| !n.is_empty()) {
+                        notes = data["notes"].clone();
+                    }
+                    values = data;
+                }
                 "error" => {
                     error = Some(format!("{}: {}", data["error"], data["message"]));
                 }
@@ -265,6 +283,9 @@ async fn run_one(
         // Streamed values leave out the sources' texts; the state API has them (the check of
         // the citations reads them).
         values = final_state(http, base_url, &thread_id).await?;
+    }
+    if !notes.is_null() && values["notes"].as_array().is_none_or(Vec::is_empty) {
+        values["notes"] = notes;
     }
     Ok(score(q, &values, status, error, wall, &opts.corpus_prefix))
 }
@@ -306,6 +327,22 @@ pub fn score(
     let facts_found = facts_in(q, &[report]);
     let texts: Vec<&str> = state_sources.iter().map(|s| s.text.as_str()).collect();
     let facts_retrieved = facts_in(q, &texts);
+    let shown: Vec<String> = state_sources
+        .iter()
+        .map(|s| {
+            s.summary
+                .as_ref()
+                .map_or_else(|| s.text.clone(), |p| p.render())
+        })
+        .collect();
+    let facts_shown = facts_in(q, &shown.iter().map(String::as_str).collect::<Vec<_>>());
+    let notes: Vec<String> = values["notes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
+    let facts_in_notes = facts_in(q, &notes.iter().map(String::as_str).collect::<Vec<_>>());
     let usage = &values["usage"];
     let calls_by_model = usage["models"]
         .as_object()
@@ -329,8 +366,9 @@ pub fn score(
         facts: q.facts.len(),
         fact_recall: ratio(facts_found.len(), q.facts.len()),
         facts_found,
-        retrieved_recall: Some(ratio(facts_retrieved.len(), q.facts.len())),
         facts_retrieved: Some(facts_retrieved),
+        facts_shown: Some(facts_shown),
+        facts_in_notes: Some(facts_in_notes),
         paragraphs: audit.paragraphs,
         cited_paragraphs: audit.cited_paragraphs,
         cited_paragraph_share: ratio(audit.cited_paragraphs, audit.paragraphs),
@@ -348,6 +386,7 @@ pub fn score(
         source_urls: sources.list.iter().map(|s| s.url.clone()).collect(),
         report: report.to_owned(),
         retrieved: state_sources,
+        notes,
     }
 }
 
@@ -372,6 +411,7 @@ pub fn rescore(
         "final_report": r.report,
         "sources": r.retrieved,
         "citations": r.draft,
+        "notes": r.notes,
         "fallbacks": r.fallbacks,
         "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
                   "calls": r.calls, "models": models},
@@ -510,10 +550,9 @@ pub fn summarize(results: &[QuestionResult]) -> Summary {
         researched_without_invention: researched.iter().filter(|r| r.invented == 0).count(),
         // Recall counts every question: a run that wrote nothing found no fact.
         fact_recall: mean_of_all(|r| r.fact_recall),
-        retrieved_recall: {
-            let known: Vec<f64> = results.iter().filter_map(|r| r.retrieved_recall).collect();
-            round2(known.iter().sum::<f64>() / known.len().max(1) as f64)
-        },
+        retrieved_recall: mean_where_known(results, |r| r.facts_retrieved.as_ref()),
+        shown_recall: mean_where_known(results, |r| r.facts_shown.as_ref()),
+        notes_recall: mean_where_known(results, |r| r.facts_in_notes.as_ref()),
         cited_paragraph_share: mean(|r| r.cited_paragraph_share),
         supported_share: mean(|r| r.supported_share),
         invented: results.iter().map(|r| r.invented).sum(),
@@ -524,13 +563,27 @@ pub fn summarize(results: &[QuestionResult]) -> Summary {
     }
 }
 
+/// The mean share of key facts at one stage, over the results that measured that stage.
+fn mean_where_known(
+    results: &[QuestionResult],
+    stage: fn(&QuestionResult) -> Option<&Vec<String>>,
+) -> f64 {
+    let known: Vec<f64> = results
+        .iter()
+        .filter_map(|r| stage(r).map(|found| ratio(found.len(), r.facts)))
+        .collect();
+    round2(known.iter().sum::<f64>() / known.len().max(1) as f64)
+}
+
 /// The results as a Markdown table, the set's figures first.
 pub fn markdown(report: &EvalReport) -> String {
     let s = &report.summary;
     let mut out = format!(
         "## {} on corpus '{}' ({})\n\n| figure | value |\n|---|---|\n\
          | questions | {} |\n| researched | {} |\n| researched without inventing a source | {} |\n\
-         | key-fact recall | {:.0}% |\n| key facts in the retrieved texts | {:.0}% |\n\
+         | key-fact recall | {:.0}% |\n| key facts in the writer's findings | {:.0}% |\n\
+         | key facts in what the researchers were shown | {:.0}% |\n\
+         | key facts in the retrieved texts | {:.0}% |\n\
          | body paragraphs citing a source | {:.0}% |\n\
          | citations supported by the cited text | {:.0}% |\n| cited locations not in the corpus | {} |\n\
          | median wall time | {:.0} s |\n| tokens in / out | {} / {} |\n\n",
@@ -541,6 +594,8 @@ pub fn markdown(report: &EvalReport) -> String {
         s.researched,
         s.researched_without_invention,
         s.fact_recall * 100.0,
+        s.notes_recall * 100.0,
+        s.shown_recall * 100.0,
         s.retrieved_recall * 100.0,
         s.cited_paragraph_share * 100.0,
         s.supported_share * 100.0,
@@ -550,20 +605,20 @@ pub fn markdown(report: &EvalReport) -> String {
         s.output_tokens,
     );
     out.push_str(
-        "| question | status | sources | facts (retrieved) | cited ¶ | supported | invented | wall s | calls |\n\
+        "| question | status | sources | facts: report (findings / shown / retrieved) | cited ¶ | supported | invented | wall s | calls |\n\
          |---|---|---|---|---|---|---|---|---|\n",
     );
     for r in &report.results {
         out.push_str(&format!(
-            "| {} | {} | {} | {}/{} ({}) | {}/{} | {}/{} | {} | {:.0} | {} |\n",
+            "| {} | {} | {} | {}/{} ({} / {} / {}) | {}/{} | {}/{} | {} | {:.0} | {} |\n",
             r.id,
             r.status,
             r.sources,
             r.facts_found.len(),
             r.facts,
-            r.facts_retrieved
-                .as_ref()
-                .map_or("–".to_owned(), |f| f.len().to_string()),
+            count(&r.facts_in_notes),
+            count(&r.facts_shown),
+            count(&r.facts_retrieved),
             r.cited_paragraphs,
             r.paragraphs,
             r.supported,
@@ -579,7 +634,7 @@ pub fn markdown(report: &EvalReport) -> String {
 /// What changed from `a` to `b`: the set's figures side by side, then each question both ran.
 pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
     let (x, y) = (&a.summary, &b.summary);
-    let rows: [(&str, f64, f64); 10] = [
+    let rows: [(&str, f64, f64); 12] = [
         ("questions", x.questions as f64, y.questions as f64),
         ("researched", x.researched as f64, y.researched as f64),
         (
@@ -593,6 +648,8 @@ pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
             x.cited_paragraph_share,
             y.cited_paragraph_share,
         ),
+        ("key facts in the findings", x.notes_recall, y.notes_recall),
+        ("key facts shown", x.shown_recall, y.shown_recall),
         (
             "key facts retrieved",
             x.retrieved_recall,
@@ -691,6 +748,13 @@ pub fn merge(parts: Vec<(String, EvalReport)>) -> anyhow::Result<EvalReport> {
     Ok(merged)
 }
 
+/// How many facts a stage holds, or a dash where it was not measured.
+fn count(found: &Option<Vec<String>>) -> String {
+    found
+        .as_ref()
+        .map_or("–".to_owned(), |f| f.len().to_string())
+}
+
 fn fmt_num(x: f64) -> String {
     if x.fract() == 0.0 {
         format!("{x:.0}")
@@ -748,7 +812,8 @@ mod tests {
             r.facts_retrieved.as_deref(),
             Some(&["reclaims storage".to_owned(), "autovacuum".to_owned()][..])
         );
-        assert_eq!(r.retrieved_recall, Some(1.0));
+        assert_eq!(r.facts_shown.as_deref().map(<[String]>::len), Some(2));
+        assert_eq!(r.facts_in_notes.as_deref(), Some(&[][..]));
         assert_eq!((r.paragraphs, r.cited_paragraphs), (2, 1));
         assert_eq!((r.citations, r.supported), (1, 1));
         assert_eq!(
@@ -765,7 +830,7 @@ mod tests {
             ..EvalReport::default()
         });
         assert!(
-            table.contains("| q1 | success | 2 | 1/2 (2) | 1/2 | 1/1 | 1 | 3 | 3 |"),
+            table.contains("| q1 | success | 2 | 1/2 (0 / 2 / 2) | 1/2 | 1/1 | 1 | 3 | 3 |"),
             "{table}"
         );
     }
@@ -778,6 +843,7 @@ mod tests {
                          "text": "VACUUM reclaims storage occupied by dead tuples."}],
             "usage": {"input_tokens": 10, "output_tokens": 5, "calls": 3,
                       "models": {"llamacpp:research": {"calls": 3}}},
+            "notes": ["The autovacuum daemon runs VACUUM."],
         });
         let first = score(
             &question(),
@@ -786,6 +852,10 @@ mod tests {
             None,
             Duration::from_secs(7),
             "file:///docs/",
+        );
+        assert_eq!(
+            first.facts_in_notes.as_deref(),
+            Some(&["autovacuum".to_owned()][..])
         );
         let kept: QuestionResult =
             serde_json::from_str(&serde_json::to_string(&first).unwrap()).unwrap();
@@ -829,7 +899,8 @@ mod tests {
         let settings = json!({"search_api": "local"});
         // q1's file predates the retrieved-facts figure: it counts in recall, not in that one.
         let measured = QuestionResult {
-            retrieved_recall: Some(1.0),
+            facts: 2,
+            facts_retrieved: Some(vec!["a".into(), "b".into()]),
             ..result("q2", 1.0)
         };
         let a = part(vec![measured], settings.clone());
