@@ -32,6 +32,9 @@ pub enum AgentFallback {
     /// A researcher wrote its search plan instead of searching: its listed queries (or its
     /// topic) were searched for it.
     PlannedSearch,
+    /// The model's clean-up of a researcher's findings was unusable (a tool call, nothing, a
+    /// line for pages of results): the results it was shown went on as its findings.
+    ResultsAsFindings,
 }
 
 impl AgentFallback {
@@ -40,6 +43,7 @@ impl AgentFallback {
             Self::CorrectiveTurn => "corrective_turn",
             Self::BriefAsOneTopic => "brief_as_one_topic",
             Self::PlannedSearch => "planned_search",
+            Self::ResultsAsFindings => "results_as_findings",
         }
     }
 }

@@ -14,6 +14,7 @@ mod model;
 mod plan_review;
 pub mod progress;
 pub mod prompts;
+mod raw_findings;
 mod replay;
 mod researcher;
 pub mod state;

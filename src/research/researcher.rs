@@ -7,6 +7,7 @@ use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
 use super::messages::{self as msg, Kind, Message, ToolCall};
 use super::model::{Caller, Deps, Role, node_error, run_config};
+use super::raw_findings;
 use super::replay;
 use super::state::{LastTurn, ResearcherState, ResearcherUpdate, Source, SourceKind};
 use super::{ResearchDeps, research_complete_tool, think_tool};
@@ -597,6 +598,12 @@ async fn compress(
         match caller.call(req, false).await {
             Ok(resp) => {
                 let text = Message::from_model(resp.message).text();
+                let results = search_results(&history);
+                let found_chars = results.iter().map(String::len).sum();
+                if let Some(why) = raw_findings::unusable(&text, found_chars) {
+                    fallbacks::record(&ctx, AgentFallback::ResultsAsFindings.as_str(), why);
+                    return compressed(&history, raw_findings::from_results(&results));
+                }
                 return compressed(&history, text);
             }
             Err(NodeError::Failed { kind, message }) if kind == "ContextOverflowError" => {
@@ -613,18 +620,23 @@ async fn compress(
 /// The search results as they came, for a researcher stopped by the spend cap before its notes
 /// could be summarised.
 fn uncompressed(history: &[Message]) -> String {
-    let found: Vec<String> = history
-        .iter()
-        .filter(|m| m.kind() == Kind::Tool && !m.is_result_of("think_tool"))
-        .map(Message::text)
-        .collect();
+    let found = search_results(history);
     if found.is_empty() {
         return "(The spend cap was reached before this topic was searched.)".into();
     }
     format!(
         "(Search results as found: the spend cap was reached before they were summarised.)\n\n{}",
-        found.join("\n\n")
+        raw_findings::from_results(&found)
     )
+}
+
+/// The texts of the researcher's tool results, reflections left out.
+fn search_results(history: &[Message]) -> Vec<String> {
+    history
+        .iter()
+        .filter(|m| m.kind() == Kind::Tool && !m.is_result_of("think_tool"))
+        .map(Message::text)
+        .collect()
 }
 
 fn compressed(history: &[Message], text: String) -> Result<Command, NodeError> {

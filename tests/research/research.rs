@@ -1875,3 +1875,46 @@ async fn values_that_do_not_fit_the_research_state_are_refused() {
         json!(["a finding"])
     );
 }
+
+/// A small model answers the clean-up request with a tool call of its own: that is not taken
+/// as the researcher's findings (the writer would get nothing and write from memory). The
+/// results the researcher was shown go on instead, each cited, and the run says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_up_answered_with_a_tool_call_hands_on_the_results_as_found() {
+    let inner = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let responder = move |req: &Value| {
+        if r::role(req) == Role::Compress {
+            FakeReply::text(r#"{"name": "tavily_search", "arguments": {"queries": ["batteries"]}}"#)
+        } else {
+            inner(req)
+        }
+    };
+    let ra = r::start(responder, "[research]\nallow_clarification = false\n").await;
+    let tid = new_thread(&ra.app).await;
+    let values = last_values(&stream(&ra, &tid, "Batteries", json!({})).await);
+    assert!(values["final_report"].is_string(), "{values}");
+    assert_eq!(
+        values["fallbacks"]["results_as_findings"], 1,
+        "{}",
+        values["fallbacks"]
+    );
+    let report_request = ra
+        .llm
+        .requests()
+        .iter()
+        .filter(|q| r::role(q) == Role::Report)
+        .map(r::all_text)
+        .next_back()
+        .expect("a report request");
+    assert!(
+        !report_request.contains("\"arguments\""),
+        "the tool call reached the writer"
+    );
+    assert!(
+        report_request.contains("The page explains the topic in detail.\n\"a key quote\" [1]"),
+        "the summaries the researcher was shown, cited: {report_request}"
+    );
+}

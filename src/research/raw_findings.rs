@@ -1,0 +1,185 @@
+//! A researcher's findings when its model's clean-up cannot be used: the search results it was
+//! shown, turned into findings with citations. A small model sometimes answers the clean-up
+//! request with a tool call of its own (its history is full of them) or with one line where
+//! pages of results came in; the report writer, given that, writes from memory and cites
+//! nothing it retrieved.
+
+use serde_json::Value;
+
+/// Clean-ups shorter than this, from results many times longer, lost the results.
+const MIN_FINDINGS_CHARS: usize = 200;
+
+/// Why the model's clean-up `text` cannot stand in for results of `found_chars` characters, if
+/// it cannot.
+pub fn unusable(text: &str, found_chars: usize) -> Option<&'static str> {
+    let t = text
+        .trim()
+        .trim_start_matches("<tool_call>")
+        .trim_end_matches("</tool_call>")
+        .trim()
+        .trim_start_matches("```json")
+        .trim_start_matches("```")
+        .trim_end_matches("```")
+        .trim();
+    if t.is_empty() {
+        return Some("the clean-up was empty");
+    }
+    if serde_json::from_str::<Value>(t).is_ok_and(|v| v.is_object() || v.is_array()) {
+        return Some("the clean-up was a tool call, not findings");
+    }
+    if t.chars().count() < MIN_FINDINGS_CHARS && found_chars > 10 * MIN_FINDINGS_CHARS {
+        return Some("the clean-up was a line where pages of results came in");
+    }
+    None
+}
+
+/// One `--- SOURCE n: title ---` block of a search tool's result.
+struct Block<'a> {
+    title: &'a str,
+    url: &'a str,
+    content: String,
+}
+
+/// The blocks of one search result text, in order (none for other tools' results).
+fn blocks(result: &str) -> Vec<Block<'_>> {
+    let mut out = Vec::new();
+    for part in result.split("\n--- SOURCE ").skip(1) {
+        let Some((head, rest)) = part.split_once(" ---\n") else {
+            continue;
+        };
+        let title = head.split_once(": ").map_or(head, |(_, t)| t).trim();
+        let Some(rest) = rest.trim_start().strip_prefix("URL: ") else {
+            continue;
+        };
+        let (url, rest) = rest.split_once('\n').unwrap_or((rest, ""));
+        // The label line ("SUMMARY:" or "CONTENT:"), then the content up to the rule.
+        let body = rest.trim_start();
+        let body = body.split_once(":\n").map_or(body, |(_, b)| b);
+        let body = body.split("\n----------").next().unwrap_or(body);
+        let content = body
+            .replace("<summary>", "")
+            .replace("</summary>", "")
+            .replace("<key_excerpts>", "")
+            .replace("</key_excerpts>", "");
+        let content = content
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n");
+        if !url.trim().is_empty() && !content.is_empty() {
+            out.push(Block {
+                title,
+                url: url.trim(),
+                content,
+            });
+        }
+    }
+    out
+}
+
+/// The tool results `results` as findings: each source's content followed by its citation,
+/// then the `### Sources` list the report step renumbers from. Results without source blocks
+/// (other tools) are kept as they are.
+pub fn from_results(results: &[String]) -> String {
+    let mut body: Vec<String> = Vec::new();
+    let mut list: Vec<(String, String)> = Vec::new();
+    for result in results {
+        let found = blocks(result);
+        if found.is_empty() {
+            if !result.trim().is_empty() {
+                body.push(result.trim().to_owned());
+            }
+            continue;
+        }
+        for b in found {
+            let n = match list.iter().position(|(_, url)| url == b.url) {
+                Some(i) => i + 1,
+                None => {
+                    list.push((b.title.to_owned(), b.url.to_owned()));
+                    list.len()
+                }
+            };
+            body.push(format!("{} [{n}]", b.content));
+        }
+    }
+    if list.is_empty() {
+        return body.join("\n\n");
+    }
+    let sources: Vec<String> = list
+        .iter()
+        .enumerate()
+        .map(|(i, (title, url))| format!("[{}] {title}: {url}", i + 1))
+        .collect();
+    format!(
+        "{}\n\n### Sources\n{}",
+        body.join("\n\n"),
+        sources.join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(sources: &[(&str, &str, &str, &str)]) -> String {
+        let mut text = String::from("Search results: \n\n");
+        for (i, (title, url, label, content)) in sources.iter().enumerate() {
+            text.push_str(&format!(
+                "\n\n--- SOURCE {}: {title} ---\nURL: {url}\n\n{label}:\n{content}\n\n\n\n{}\n",
+                i + 1,
+                "-".repeat(80)
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn a_tool_call_an_empty_answer_or_a_line_for_pages_is_unusable() {
+        let call = r#"{"name": "document_search", "arguments": {"queries": ["standby"]}}"#;
+        assert!(unusable(call, 5_000).is_some());
+        assert!(unusable(&format!("<tool_call>\n{call}\n</tool_call>"), 50).is_some());
+        assert!(unusable(&format!("```json\n{call}\n```"), 50).is_some());
+        assert!(unusable("  \n", 0).is_some());
+        assert!(unusable("Standbys need primary_conninfo.", 9_000).is_some());
+        assert_eq!(unusable("Standbys need primary_conninfo [1].", 900), None);
+        let findings =
+            "**Findings**: ".to_owned() + &"primary_conninfo names the primary. ".repeat(8);
+        assert_eq!(unusable(&findings, 9_000), None);
+    }
+
+    #[test]
+    fn search_results_become_cited_findings_with_their_sources() {
+        let first = result(&[
+            (
+                "26.2. Log-Shipping Standby Servers",
+                "file:///doc/warm-standby.html#STANDBY-SERVER-SETUP",
+                "SUMMARY",
+                "<summary>\nSet primary_conninfo.\n</summary>\n\n<key_excerpts>\nmax_wal_senders must be high enough.\n</key_excerpts>",
+            ),
+            (
+                "hot_standby",
+                "file:///doc/hot-standby.html",
+                "CONTENT",
+                "Queries on a standby can be cancelled.",
+            ),
+        ]);
+        let again = result(&[(
+            "26.2. Log-Shipping Standby Servers",
+            "file:///doc/warm-standby.html#STANDBY-SERVER-SETUP",
+            "SUMMARY",
+            "Replication slots keep WAL.",
+        )]);
+        let findings = from_results(&[first, "Reflection recorded.".into(), again]);
+        assert_eq!(
+            findings,
+            "Set primary_conninfo.\nmax_wal_senders must be high enough. [1]\n\n\
+             Queries on a standby can be cancelled. [2]\n\n\
+             Reflection recorded.\n\n\
+             Replication slots keep WAL. [1]\n\n\
+             ### Sources\n\
+             [1] 26.2. Log-Shipping Standby Servers: file:///doc/warm-standby.html#STANDBY-SERVER-SETUP\n\
+             [2] hot_standby: file:///doc/hot-standby.html"
+        );
+    }
+}
