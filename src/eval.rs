@@ -581,9 +581,9 @@ pub fn markdown(report: &EvalReport) -> String {
     let mut out = format!(
         "## {} on corpus '{}' ({})\n\n| figure | value |\n|---|---|\n\
          | questions | {} |\n| researched | {} |\n| researched without inventing a source | {} |\n\
-         | key-fact recall | {:.0}% |\n| key facts in the writer's findings | {:.0}% |\n\
-         | key facts in what the researchers were shown | {:.0}% |\n\
-         | key facts in the retrieved texts | {:.0}% |\n\
+         | key-fact recall | {:.0}% |\n| key facts in the writer's findings | {:.0}%{} |\n\
+         | key facts in what the researchers were shown | {:.0}%{} |\n\
+         | key facts in the retrieved texts | {:.0}%{} |\n\
          | body paragraphs citing a source | {:.0}% |\n\
          | citations supported by the cited text | {:.0}% |\n| cited locations not in the corpus | {} |\n\
          | median wall time | {:.0} s |\n| tokens in / out | {} / {} |\n\n",
@@ -595,8 +595,11 @@ pub fn markdown(report: &EvalReport) -> String {
         s.researched_without_invention,
         s.fact_recall * 100.0,
         s.notes_recall * 100.0,
+        measured_in(&report.results, |r| r.facts_in_notes.is_some()),
         s.shown_recall * 100.0,
+        measured_in(&report.results, |r| r.facts_shown.is_some()),
         s.retrieved_recall * 100.0,
+        measured_in(&report.results, |r| r.facts_retrieved.is_some()),
         s.cited_paragraph_share * 100.0,
         s.supported_share * 100.0,
         s.invented,
@@ -746,6 +749,16 @@ pub fn merge(parts: Vec<(String, EvalReport)>) -> anyhow::Result<EvalReport> {
     merged.results.sort_by(|a, b| a.id.cmp(&b.id));
     merged.summary = summarize(&merged.results);
     Ok(merged)
+}
+
+/// " (k of n questions)" when only some results measured a figure (older result files).
+fn measured_in(results: &[QuestionResult], has: fn(&QuestionResult) -> bool) -> String {
+    let k = results.iter().filter(|r| has(r)).count();
+    if k == results.len() {
+        String::new()
+    } else {
+        format!(" ({k} of {} questions)", results.len())
+    }
 }
 
 /// How many facts a stage holds, or a dash where it was not measured.

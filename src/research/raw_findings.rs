@@ -1,17 +1,13 @@
 //! A researcher's findings when its model's clean-up cannot be used: the search results it was
 //! shown, turned into findings with citations. A small model sometimes answers the clean-up
-//! request with a tool call of its own (its history is full of them) or with one line where
-//! pages of results came in; the report writer, given that, writes from memory and cites
-//! nothing it retrieved.
+//! request with a tool call of its own (its history is full of them); the report writer, given
+//! that, writes from memory and cites nothing it retrieved. A short clean-up is trusted: when
+//! the results held nothing relevant, one line is the right answer.
 
 use serde_json::Value;
 
-/// Clean-ups shorter than this, from results many times longer, lost the results.
-const MIN_FINDINGS_CHARS: usize = 200;
-
-/// Why the model's clean-up `text` cannot stand in for results of `found_chars` characters, if
-/// it cannot.
-pub fn unusable(text: &str, found_chars: usize) -> Option<&'static str> {
+/// Why the model's clean-up `text` cannot stand in for the results, if it cannot.
+pub fn unusable(text: &str) -> Option<&'static str> {
     let t = text
         .trim()
         .trim_start_matches("<tool_call>")
@@ -26,9 +22,6 @@ pub fn unusable(text: &str, found_chars: usize) -> Option<&'static str> {
     }
     if serde_json::from_str::<Value>(t).is_ok_and(|v| v.is_object() || v.is_array()) {
         return Some("the clean-up was a tool call, not findings");
-    }
-    if t.chars().count() < MIN_FINDINGS_CHARS && found_chars > 10 * MIN_FINDINGS_CHARS {
-        return Some("the clean-up was a line where pages of results came in");
     }
     None
 }
@@ -135,17 +128,14 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_call_an_empty_answer_or_a_line_for_pages_is_unusable() {
+    fn a_tool_call_or_an_empty_answer_is_unusable_and_short_findings_are_not() {
         let call = r#"{"name": "document_search", "arguments": {"queries": ["standby"]}}"#;
-        assert!(unusable(call, 5_000).is_some());
-        assert!(unusable(&format!("<tool_call>\n{call}\n</tool_call>"), 50).is_some());
-        assert!(unusable(&format!("```json\n{call}\n```"), 50).is_some());
-        assert!(unusable("  \n", 0).is_some());
-        assert!(unusable("Standbys need primary_conninfo.", 9_000).is_some());
-        assert_eq!(unusable("Standbys need primary_conninfo [1].", 900), None);
-        let findings =
-            "**Findings**: ".to_owned() + &"primary_conninfo names the primary. ".repeat(8);
-        assert_eq!(unusable(&findings, 9_000), None);
+        assert!(unusable(call).is_some());
+        assert!(unusable(&format!("<tool_call>\n{call}\n</tool_call>")).is_some());
+        assert!(unusable(&format!("```json\n{call}\n```")).is_some());
+        assert!(unusable("  \n").is_some());
+        assert_eq!(unusable("Standbys need primary_conninfo [1]."), None);
+        assert_eq!(unusable("No relevant information was found."), None);
     }
 
     #[test]

@@ -598,10 +598,9 @@ async fn compress(
         match caller.call(req, false).await {
             Ok(resp) => {
                 let text = Message::from_model(resp.message).text();
-                let results = search_results(&history);
-                let found_chars = results.iter().map(String::len).sum();
-                if let Some(why) = raw_findings::unusable(&text, found_chars) {
+                if let Some(why) = raw_findings::unusable(&text) {
                     fallbacks::record(&ctx, AgentFallback::ResultsAsFindings.as_str(), why);
+                    let results = search_results(&history);
                     return compressed(&history, raw_findings::from_results(&results));
                 }
                 return compressed(&history, text);
