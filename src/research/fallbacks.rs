@@ -32,8 +32,8 @@ pub enum AgentFallback {
     /// A researcher wrote its search plan instead of searching: its listed queries (or its
     /// topic) were searched for it.
     PlannedSearch,
-    /// The model's clean-up of a researcher's findings was unusable (a tool call, or nothing):
-    /// the results it was shown went on as its findings.
+    /// The model's clean-up of a researcher's findings was unusable (a tool call, nothing, or
+    /// text that names none of the sources it was shown): the results went on as its findings.
     ResultsAsFindings,
 }
 

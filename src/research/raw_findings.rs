@@ -1,13 +1,14 @@
 //! A researcher's findings when its model's clean-up cannot be used: the search results it was
 //! shown, turned into findings with citations. A small model sometimes answers the clean-up
-//! request with a tool call of its own (its history is full of them); the report writer, given
-//! that, writes from memory and cites nothing it retrieved. A short clean-up is trusted: when
-//! the results held nothing relevant, one line is the right answer.
+//! request with a tool call of its own (its history is full of them) or by copying the
+//! request's instructions back; the report writer, given that, writes from memory and cites
+//! nothing it retrieved. The test is whether the clean-up names any source it was shown:
+//! findings that cite nothing retrieved give the writer nothing to cite either.
 
 use serde_json::Value;
 
-/// Why the model's clean-up `text` cannot stand in for the results, if it cannot.
-pub fn unusable(text: &str) -> Option<&'static str> {
+/// Why the model's clean-up `text` cannot stand in for `results`, if it cannot.
+pub fn unusable(text: &str, results: &[String]) -> Option<&'static str> {
     let t = text
         .trim()
         .trim_start_matches("<tool_call>")
@@ -22,6 +23,19 @@ pub fn unusable(text: &str) -> Option<&'static str> {
     }
     if serde_json::from_str::<Value>(t).is_ok_and(|v| v.is_object() || v.is_array()) {
         return Some("the clean-up was a tool call, not findings");
+    }
+    let shown: Vec<&str> = results
+        .iter()
+        .flat_map(|r| blocks(r))
+        .map(|b| b.url)
+        .collect();
+    // A fragment or a trailing slash may be dropped in the copy; the rest of the address stays.
+    let named = |url: &str| {
+        let bare = url.split('#').next().unwrap_or(url).trim_end_matches('/');
+        t.contains(bare)
+    };
+    if !shown.is_empty() && !shown.iter().any(|u| named(u)) {
+        return Some("the clean-up names none of the sources it was shown");
     }
     None
 }
@@ -128,14 +142,32 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_call_or_an_empty_answer_is_unusable_and_short_findings_are_not() {
+    fn a_clean_up_that_names_no_source_it_was_shown_is_unusable() {
+        let shown = [result(&[(
+            "Standby Servers",
+            "file:///doc/warm-standby.html#STANDBY-SERVER-SETUP",
+            "SUMMARY",
+            "Set primary_conninfo.",
+        )])];
         let call = r#"{"name": "document_search", "arguments": {"queries": ["standby"]}}"#;
-        assert!(unusable(call).is_some());
-        assert!(unusable(&format!("<tool_call>\n{call}\n</tool_call>")).is_some());
-        assert!(unusable(&format!("```json\n{call}\n```")).is_some());
-        assert!(unusable("  \n").is_some());
-        assert_eq!(unusable("Standbys need primary_conninfo [1]."), None);
-        assert_eq!(unusable("No relevant information was found."), None);
+        assert!(unusable(call, &[]).is_some(), "a tool call");
+        assert!(unusable(&format!("<tool_call>\n{call}\n</tool_call>"), &[]).is_some());
+        assert!(unusable(&format!("```json\n{call}\n```"), &[]).is_some());
+        assert!(unusable("  \n", &[]).is_some(), "nothing");
+        let echo = "1. **Searches made**: the queries, briefly.\n2. **Findings**: with [n].\n\
+                    3. **Sources**: \"[n] Title: URL\"";
+        assert!(
+            unusable(echo, &shown).is_some(),
+            "the instructions copied back"
+        );
+        let cited = "Set primary_conninfo [1].\n\n### Sources\n\
+                     [1] Standby Servers: file:///doc/warm-standby.html";
+        assert_eq!(unusable(cited, &shown), None, "named without its fragment");
+        assert_eq!(
+            unusable("No relevant information was found.", &[]),
+            None,
+            "nothing was shown, so nothing had to be named"
+        );
     }
 
     #[test]

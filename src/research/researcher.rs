@@ -598,9 +598,9 @@ async fn compress(
         match caller.call(req, false).await {
             Ok(resp) => {
                 let text = Message::from_model(resp.message).text();
-                if let Some(why) = raw_findings::unusable(&text) {
+                let results = search_results(&history);
+                if let Some(why) = raw_findings::unusable(&text, &results) {
                     fallbacks::record(&ctx, AgentFallback::ResultsAsFindings.as_str(), why);
-                    let results = search_results(&history);
                     return compressed(&history, raw_findings::from_results(&results));
                 }
                 return compressed(&history, text);
