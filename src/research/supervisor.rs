@@ -86,7 +86,8 @@ async fn supervisor(
         vec![],
     );
     let mut message = Message::from_model(caller.act(req).await?.message);
-    if !message.acted() && !delegated {
+    let last_round = iterations >= cfg.max_researcher_iterations;
+    if !delegated && ends_undelegated(&message, last_round) {
         delegate_brief(&ctx, &brief, &mut message);
     }
     let upd = SupervisorUpdate {
@@ -97,14 +98,30 @@ async fn supervisor(
     Ok(Command::write(upd)?.goto("supervisor_tools"))
 }
 
-/// A supervisor that would end the research before delegating anything (it answered in prose
-/// even after a corrective turn): rather than a run with no sources, the brief is researched as
-/// one topic, and the run says so.
+/// Whether this answer, in a research that has delegated nothing yet, would end it with nothing
+/// delegated: prose (even after the corrective turn), `ResearchComplete`, or only thinking in
+/// the last round (the 1.5B model often reflects first, and with one round that was the end).
+fn ends_undelegated(message: &Message, last_round: bool) -> bool {
+    let calls = message.tool_calls();
+    if calls.iter().any(|c| c.name == "ConductResearch") {
+        return false;
+    }
+    !message.acted() || last_round || calls.iter().any(|c| c.name == "ResearchComplete")
+}
+
+/// A supervisor that would end the research before delegating anything: rather than a run with
+/// no sources, the brief is researched as one topic (in place of the calls it made), and the
+/// run says so.
 fn delegate_brief(ctx: &NodeContext, brief: &str, message: &mut Message) {
     if brief.trim().is_empty() {
         return;
     }
-    let said = msg::excerpt(&message.text(), 160);
+    let calls: Vec<String> = message.tool_calls().into_iter().map(|c| c.name).collect();
+    let said = if calls.is_empty() {
+        format!("it wrote: {}", msg::excerpt(&message.text(), 160))
+    } else {
+        format!("it called {}", calls.join(", "))
+    };
     let fallback = AgentFallback::BriefAsOneTopic.as_str();
     message.add_call(
         "ConductResearch",
@@ -114,9 +131,7 @@ fn delegate_brief(ctx: &NodeContext, brief: &str, message: &mut Message) {
     fallbacks::record(
         ctx,
         fallback,
-        &format!(
-            "the supervisor never delegated (it wrote: {said}); researching the brief as one topic"
-        ),
+        &format!("the supervisor never delegated ({said}); researching the brief as one topic"),
     );
 }
 

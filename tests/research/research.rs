@@ -523,6 +523,64 @@ async fn a_supervisor_that_never_delegates_has_the_brief_researched_as_one_topic
     );
 }
 
+/// The two other ways a supervisor ended the research with nothing delegated (pg-01 of the eval
+/// set failed so on the 1.5B model): calling `ResearchComplete` at once, and only thinking in its
+/// one round. Either way the brief is researched as one topic instead of a NoSourcesError.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_supervisor_that_finishes_or_only_thinks_before_delegating_still_researches() {
+    let complete_at_once = r::on_nth(
+        scripted(Script::default()),
+        Role::Supervisor,
+        1,
+        FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+    );
+    // The default script thinks first; with one round that was the whole research.
+    let cases = [
+        (
+            "ResearchComplete",
+            r::start(complete_at_once, "").await,
+            json!({}),
+        ),
+        (
+            "think_tool",
+            r::start(scripted(Script::default()), "").await,
+            json!({"context": {"max_researcher_iterations": 1}}),
+        ),
+    ];
+    for (call, ra, extra) in cases {
+        let tid = new_thread(&ra.app).await;
+        let frames = stream(&ra, &tid, "What is new in batteries?", extra).await;
+        assert!(
+            frames.iter().all(|f| f.event != "error"),
+            "{call}: {frames:?}"
+        );
+        let values = last_values(&frames);
+        assert_eq!(
+            values["fallbacks"]["brief_as_one_topic"], 1,
+            "{call}: {}",
+            values["fallbacks"]
+        );
+        let said = frames
+            .iter()
+            .find(|f| f.event == "custom" && f.data["fallback"] == "brief_as_one_topic")
+            .map(|f| f.data.to_string())
+            .unwrap_or_default();
+        assert!(said.contains(&format!("it called {call}")), "{said}");
+        assert!(!values["sources"].as_array().unwrap().is_empty(), "{call}");
+        let first_topic = ra
+            .llm
+            .requests()
+            .iter()
+            .find(|q| r::role(q) == Role::Researcher)
+            .map(r::topic)
+            .unwrap_or_default();
+        assert!(
+            first_topic.starts_with("I want to know everything"),
+            "{call}: {first_topic}"
+        );
+    }
+}
+
 /// Every fallback at once, deterministically: a fake that answers like the 1.5B local model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_local_model_still_researches_for_real() {
