@@ -327,12 +327,14 @@ pub fn score(
     let facts_found = facts_in(q, &[report]);
     let texts: Vec<&str> = state_sources.iter().map(|s| s.text.as_str()).collect();
     let facts_retrieved = facts_in(q, &texts);
+    // What the researchers read: the summary, else the snippet shown in place of a page not
+    // summarised, else the page itself (shown whole, or all the engine returned).
     let shown: Vec<String> = state_sources
         .iter()
-        .map(|s| {
-            s.summary
-                .as_ref()
-                .map_or_else(|| s.text.clone(), |p| p.render())
+        .map(|s| match (&s.summary, &s.snippet) {
+            (Some(summary), _) => summary.render(),
+            (None, Some(snippet)) => snippet.clone(),
+            (None, None) => s.text.clone(),
         })
         .collect();
     let facts_shown = facts_in(q, &shown.iter().map(String::as_str).collect::<Vec<_>>());
@@ -827,6 +829,22 @@ mod tests {
         );
         assert_eq!(r.facts_shown.as_deref().map(<[String]>::len), Some(2));
         assert_eq!(r.facts_in_notes.as_deref(), Some(&[][..]));
+        // A page the researcher saw only the snippet of shows what the snippet holds.
+        let mut snipped = values.clone();
+        snipped["sources"][1]["snippet"] = json!("The daemon runs it.");
+        let r2 = score(
+            &question(),
+            &snipped,
+            "success",
+            None,
+            Duration::from_secs(3),
+            "file:///docs/",
+        );
+        assert_eq!(
+            r2.facts_shown.as_deref(),
+            Some(&["reclaims storage".to_owned()][..])
+        );
+        assert_eq!(r2.facts_retrieved.as_deref().map(<[String]>::len), Some(2));
         assert_eq!((r.paragraphs, r.cited_paragraphs), (2, 1));
         assert_eq!((r.citations, r.supported), (1, 1));
         assert_eq!(

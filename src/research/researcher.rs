@@ -509,13 +509,15 @@ fn searcher(caller: &Caller<'_>) -> Result<(Searcher, &'static str, &'static str
 }
 
 /// A source as the state keeps it: where, its title, the text the citation check reads, and
-/// the summary shown (so a later run on the thread need not pay for it again).
+/// what the researcher was shown of it when that was not the text (the summary, so a later run
+/// on the thread need not pay for it again, or the snippet).
 fn source_entry(source: crate::tools::Source, corpus: Option<&str>) -> Source {
     Source {
         url: source.url,
         title: source.title,
         text: source.text,
         summary: source.summary,
+        snippet: source.snippet,
         kind: corpus.map(|_| SourceKind::Document),
         ..Source::default()
     }

@@ -42,6 +42,11 @@ pub struct Source {
     /// it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<PageSummary>,
+    /// The search engine's snippet, when that is all the researcher was shown of a page too
+    /// long to show whole that was not summarised (its summary timed out, or the run's summary
+    /// budget was spent): what the research could have used is this, not `text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snippet: Option<String>,
     /// Absent for a web page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<SourceKind>,
@@ -71,6 +76,7 @@ impl Source {
         Self {
             text: String::new(),
             summary: None,
+            snippet: None,
             ..self
         }
     }

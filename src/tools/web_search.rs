@@ -422,6 +422,9 @@ pub struct Source {
     pub text: String,
     /// The summary the researcher was shown, when the page was summarised.
     pub summary: Option<PageSummary>,
+    /// The engine's snippet, when that is all the researcher was shown of a page it had (not
+    /// summarised, and too long to show whole): what the research could use is this, not `text`.
+    pub snippet: Option<String>,
 }
 
 /// The tool result text plus the sources it cites, in `SOURCE n` order.
@@ -645,6 +648,9 @@ fn format_output(hits: &[SearchHit], shown: Vec<Shown>) -> SearchOutput {
         .iter()
         .zip(shown)
         .map(|(hit, mut shown)| {
+            let snippet =
+                (!shown.verbatim && shown.summary.is_none() && shown.content != shown.page)
+                    .then(|| shown.content.clone());
             shown
                 .page
                 .truncate(truncate_chars(&shown.page, SOURCE_TEXT_CHARS).len());
@@ -653,6 +659,7 @@ fn format_output(hits: &[SearchHit], shown: Vec<Shown>) -> SearchOutput {
                 title: hit.title.clone(),
                 text: shown.page,
                 summary: shown.summary,
+                snippet,
             }
         })
         .collect();

@@ -165,6 +165,7 @@ async fn output_format_is_byte_exact() {
                     summary: "Digest of 4 chars".into(),
                     key_excerpts: "\"a quote\"".into(),
                 }),
+                snippet: None,
             },
             Source {
                 url: "https://b.test/2".into(),
@@ -172,6 +173,7 @@ async fn output_format_is_byte_exact() {
                 // No page: the snippet is what there is to check against.
                 text: "snippet two".into(),
                 summary: None,
+                snippet: None,
             },
         ]
     );
@@ -290,6 +292,19 @@ async fn timed_out_summary_falls_back_to_snippet_not_raw_page() {
     assert!(out.text.contains("SUMMARY:\nSnippet 2 about volcanoes.\n"));
     assert!(!out.text.contains("Paragraph 1 of a page about volcanoes"));
     assert!(!out.text.contains("<summary>"));
+    // The source keeps the page for the citation check and says the snippet is what was read
+    // (the eval counts what the researchers were shown from it).
+    let second = &out.sources[1];
+    assert_eq!(
+        second.snippet.as_deref(),
+        Some("Snippet 2 about volcanoes.")
+    );
+    assert!(
+        second
+            .text
+            .contains("Paragraph 1 of a page about volcanoes")
+    );
+    assert!(second.summary.is_none());
 }
 
 #[tokio::test]
