@@ -70,6 +70,7 @@ final_report_model_max_tokens = 2048
 [limits]
 model_timeout_secs = 240
 summary_timeout_secs = 90
+max_concurrent_summaries = 2
 
 [providers.llamacpp]
 base_url = "{model_url}"
