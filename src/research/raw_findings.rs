@@ -29,15 +29,50 @@ pub fn unusable(text: &str, results: &[String]) -> Option<&'static str> {
         .flat_map(|r| blocks(r))
         .map(|b| b.url)
         .collect();
-    // A fragment or a trailing slash may be dropped in the copy; the rest of the address stays.
-    let named = |url: &str| {
-        let bare = url.split('#').next().unwrap_or(url).trim_end_matches('/');
-        t.contains(bare)
-    };
+    let named = |url: &str| named_in(t, url);
     if !shown.is_empty() && !shown.iter().any(|u| named(u)) {
         return Some("the clean-up names none of the sources it was shown");
     }
+    // A source list under the instructions copied back names every source and says nothing:
+    // the findings above the list must cite something.
+    let body = findings_body(t);
+    if !shown.is_empty() && !has_marker(body) && !shown.iter().any(|u| named_in(body, u)) {
+        return Some("the clean-up's findings cite none of the sources it was shown");
+    }
     None
+}
+
+/// Whether `text` names `url` (a fragment or a trailing slash may be dropped in the copy).
+fn named_in(text: &str, url: &str) -> bool {
+    let bare = url.split('#').next().unwrap_or(url).trim_end_matches('/');
+    text.contains(bare)
+}
+
+/// The findings without their source list: everything above the first line that heads one
+/// ("### Sources", "**Sources**", "3. Sources:").
+fn findings_body(text: &str) -> &str {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let head = line
+            .trim()
+            .trim_start_matches(|c: char| c == '#' || c == '*' || c == '.' || c.is_ascii_digit())
+            .trim_start()
+            .to_ascii_lowercase();
+        if head.starts_with("sources") {
+            return &text[..offset];
+        }
+        offset += line.len();
+    }
+    text
+}
+
+/// Whether `text` holds a numbered citation such as `[3]`.
+fn has_marker(text: &str) -> bool {
+    text.split('[').skip(1).any(|rest| {
+        rest.split_once(']').is_some_and(|(inside, _)| {
+            !inside.is_empty() && inside.chars().all(|c| c.is_ascii_digit())
+        })
+    })
 }
 
 /// One `--- SOURCE n: title ---` block of a search tool's result.
@@ -160,6 +195,17 @@ mod tests {
             unusable(echo, &shown).is_some(),
             "the instructions copied back"
         );
+        // pg-01 of the eval set: the instructions copied back, then a list of every source.
+        let listed = format!(
+            "{echo}\n### Sources\n1. [1] Standby Servers — URL: \
+             file:///doc/warm-standby.html#STANDBY-SERVER-SETUP"
+        );
+        assert_eq!(
+            unusable(&listed, &shown),
+            Some("the clean-up's findings cite none of the sources it was shown")
+        );
+        let by_url = "Set primary_conninfo (file:///doc/warm-standby.html).";
+        assert_eq!(unusable(by_url, &shown), None, "cited by its location");
         let cited = "Set primary_conninfo [1].\n\n### Sources\n\
                      [1] Standby Servers: file:///doc/warm-standby.html";
         assert_eq!(unusable(cited, &shown), None, "named without its fragment");
