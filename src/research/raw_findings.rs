@@ -36,7 +36,10 @@ pub fn unusable(text: &str, results: &[String]) -> Option<&'static str> {
     // A source list under the instructions copied back names every source and says nothing:
     // the findings above the list must cite something.
     let body = findings_body(t);
-    if !shown.is_empty() && !has_marker(body) && !shown.iter().any(|u| named_in(body, u)) {
+    if !shown.is_empty()
+        && !super::support::has_citation(body)
+        && !shown.iter().any(|u| named_in(body, u))
+    {
         return Some("the clean-up's findings cite none of the sources it was shown");
     }
     None
@@ -64,15 +67,6 @@ fn findings_body(text: &str) -> &str {
         offset += line.len();
     }
     text
-}
-
-/// Whether `text` holds a numbered citation such as `[3]`.
-fn has_marker(text: &str) -> bool {
-    text.split('[').skip(1).any(|rest| {
-        rest.split_once(']').is_some_and(|(inside, _)| {
-            !inside.is_empty() && inside.chars().all(|c| c.is_ascii_digit())
-        })
-    })
 }
 
 /// One `--- SOURCE n: title ---` block of a search tool's result.

@@ -66,6 +66,11 @@ pub struct Sources {
     with_text: usize,
 }
 
+/// Whether `text` cites anything by number (`[3]`, `[1, 2]`; a markdown link is no citation).
+pub fn has_citation(text: &str) -> bool {
+    !find_markers(text).is_empty()
+}
+
 /// A location in a comparable form: the scheme and host lower-cased, no trailing slash. The
 /// fragment stays: two sections of one document are two sources.
 pub fn source_key(url: &str) -> String {
