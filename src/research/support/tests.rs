@@ -209,3 +209,98 @@ fn stemming_each_distinct_word_once_changes_no_term() {
         "{words:?}"
     );
 }
+
+#[test]
+fn words_scattered_through_a_long_page_do_not_support_a_claim_it_never_makes() {
+    // Every word of the claim is on the page, but in paragraphs about other things.
+    let filler =
+        "Unrelated prose about backups, replication slots and logical decoding. ".repeat(12);
+    let page = format!(
+        "Autovacuum workers are started by the launcher. {filler}\
+         Tables that are frozen need no further work. {filler}\
+         The daemon sleeps between rounds of work."
+    );
+    let sources = from_json(&[
+        json!({"url": "file:///m/routine.html", "title": "Routine", "text": page}),
+        json!({"url": "file:///m/other.html", "title": "Other", "text": "Replication slots keep WAL for standbys."}),
+    ]);
+    let scattered = "The autovacuum launcher sleeps while frozen tables need no workers.";
+    let r = repair(scattered, &sources);
+    assert_eq!(r.counts.attached, 0, "{}", r.report);
+    // The same words said together are supported.
+    let together = from_json(&[
+        json!({"url": "file:///m/routine.html", "title": "Routine",
+               "text": format!("{filler}The autovacuum launcher sleeps while frozen tables need no workers. {filler}")}),
+        json!({"url": "file:///m/other.html", "title": "Other", "text": "Replication slots keep WAL for standbys."}),
+    ]);
+    let r = repair(scattered, &together);
+    assert_eq!(r.counts.attached, 1, "{}", r.report);
+}
+
+#[test]
+fn passages_hold_whole_sentences_and_overlap() {
+    let sentence = "one two three four five six seven eight nine ten. ";
+    let text = sentence.repeat(30);
+    let p = passages(&text);
+    assert!(p.len() > 3, "{}", p.len());
+    for passage in &p {
+        assert!(passage.trim_start().starts_with("one") && passage.trim_end().ends_with("ten."));
+        let words = passage.split_whitespace().count();
+        assert!(
+            (PASSAGE_WORDS..PASSAGE_WORDS + 10).contains(&words) || passage.len() < text.len() / 2
+        );
+    }
+    // Halfway overlap: about twice as many passages as the text has passage lengths.
+    assert!(p.len() + 1 >= 2 * (300 / PASSAGE_WORDS), "{}", p.len());
+    assert_eq!(passages(""), Vec::<&str>::new());
+    assert_eq!(passages("No full stop"), vec!["No full stop"]);
+}
+
+/// Citations people read against the cited section of the manual (kept in `eval/`, with every
+/// source of their runs): the check must keep few of those they found unsupported and lose few
+/// of those they found supported.
+#[test]
+fn the_check_agrees_with_its_readers() {
+    #[derive(serde::Deserialize)]
+    struct Read {
+        question: String,
+        sentence: String,
+        cited: String,
+        supported: bool,
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        citations: Vec<Read>,
+        sources: HashMap<String, Vec<crate::research::state::Source>>,
+    }
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/eval/postgresql-15.read-citations.json"
+    );
+    let file: File = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let runs: HashMap<&str, Sources> = file
+        .sources
+        .iter()
+        .map(|(q, list)| (q.as_str(), Sources::from_state(list)))
+        .collect();
+    let mut words = Words::new();
+    let (mut kept, mut kept_right, mut right) = (0, 0, 0);
+    for c in &file.citations {
+        let sources = &runs[c.question.as_str()];
+        let n = sources.number_of(&c.cited).unwrap();
+        let claim = Claim::of(&mut words, &strip_markers(&c.sentence));
+        let keeps = claim.supported_by(&sources.list[n - 1], sources);
+        kept += usize::from(keeps);
+        kept_right += usize::from(keeps && c.supported);
+        right += usize::from(c.supported);
+    }
+    let precision = kept_right as f64 / kept as f64;
+    let recall = kept_right as f64 / right as f64;
+    eprintln!(
+        "of {} citations read ({right} supported): the check keeps {kept}, {kept_right} of them supported \
+         (precision {precision:.2}, keeps {recall:.2} of the supported)",
+        file.citations.len()
+    );
+    assert!(precision >= 0.8, "precision {precision:.2}");
+    assert!(recall >= 0.9, "keeps {recall:.2} of the supported");
+}
