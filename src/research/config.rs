@@ -108,6 +108,14 @@ pub struct ResearchConfig {
     /// Page summaries one run may start; past it, pages are shown by their snippets.
     #[serde(default = "summaries_default")]
     pub max_page_summaries: u32,
+    /// Each researcher's findings condensed by the compression model (ODR); off, they are the
+    /// search results as the researcher was shown them, each cited, with no model call.
+    #[serde(default = "yes")]
+    pub compress_research: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn verbatim_default() -> usize {
@@ -158,6 +166,7 @@ impl Default for ResearchConfig {
             corpus: String::new(),
             verbatim_page_chars: verbatim_default(),
             max_page_summaries: summaries_default(),
+            compress_research: true,
         }
     }
 }
@@ -208,7 +217,7 @@ const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64)
 const TOKENS: (u64, u64) = (1, 200_000);
 
 /// Every research setting, in `ResearchConfig`'s order.
-pub const SETTINGS: [Setting; 25] = [
+pub const SETTINGS: [Setting; 26] = [
     number(
         "max_structured_output_retries",
         "Attempts per structured-output or tool-calling model call before the step fails.",
@@ -359,6 +368,13 @@ pub const SETTINGS: [Setting; 25] = [
          (0: never summarise).",
         0,
         1000,
+    ),
+    setting(
+        "compress_research",
+        "Have the compression model condense each researcher's findings (true, as Open Deep \
+         Research does). False hands the writer the search results as the researcher was \
+         shown them, each cited, without that call: for a model whose condensed findings \
+         cannot be used (a small local model's nearly always fall back to the results).",
     ),
 ];
 

@@ -586,6 +586,13 @@ async fn compress(
     if over_cap(&ctx).is_some() {
         return compressed(&history, uncompressed(&history));
     }
+    if !cfg.compress_research {
+        // What the fallback below would hand on, without the call it falls back from.
+        return compressed(
+            &history,
+            raw_findings::from_results(&search_results(&history)),
+        );
+    }
     let system_prompt = deps
         .prompts
         .render("compress_system", &[("date", &msg::today())]);

@@ -1976,3 +1976,46 @@ async fn a_clean_up_answered_with_a_tool_call_hands_on_the_results_as_found() {
         "the summaries the researcher was shown, cited: {report_request}"
     );
 }
+
+/// `compress_research: false` skips the clean-up call: the writer gets the results the
+/// researcher was shown, each cited, as the fallback for an unusable clean-up would give, and
+/// no fallback is counted (nothing failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn findings_can_be_the_results_as_found_without_a_clean_up_call() {
+    let ra = r::start(
+        scripted(Script {
+            topics: 1,
+            ..Script::default()
+        }),
+        "[research]\nallow_clarification = false\n",
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let run = json!({"config": {"configurable": {"compress_research": false}}});
+    let values = last_values(&stream(&ra, &tid, "Batteries", run).await);
+    assert!(values["final_report"].is_string(), "{values}");
+    let requests = ra.llm.requests();
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|q| r::role(q) == Role::Compress)
+            .count(),
+        0,
+        "no clean-up call"
+    );
+    assert!(
+        values["fallbacks"].get("results_as_findings").is_none(),
+        "{}",
+        values["fallbacks"]
+    );
+    let report_request = requests
+        .iter()
+        .filter(|q| r::role(q) == Role::Report)
+        .map(r::all_text)
+        .next_back()
+        .expect("a report request");
+    assert!(
+        report_request.contains("The page explains the topic in detail.\n\"a key quote\" [1]"),
+        "the summaries the researcher was shown, cited: {report_request}"
+    );
+}
