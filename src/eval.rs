@@ -134,6 +134,62 @@ pub struct QuestionResult {
     /// The findings the writer was given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The researchers' tool calls and the openings of their results, in order: what was
+    /// searched for and what came back (why a run found no source, or missed a fact).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub researcher_steps: Vec<ToolStep>,
+}
+
+/// One tool call of a researcher, or one result.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(default)]
+pub struct ToolStep {
+    pub tool: String,
+    /// A call's arguments (null for a result).
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub args: Value,
+    /// A result's opening characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+/// How much of a tool result a step keeps: enough to tell "no results" and which sources.
+const STEP_RESULT_CHARS: usize = 400;
+
+/// The researcher steps in one streamed `updates` frame of a researcher subgraph (its event is
+/// `updates|…|researcher:<id>`); none for any other frame.
+fn researcher_steps(event: &str, data: &Value) -> Vec<ToolStep> {
+    if !event.starts_with("updates|") || !event.contains("|researcher:") {
+        return vec![];
+    }
+    let mut steps = Vec::new();
+    for node in ["researcher", "researcher_tools"] {
+        for m in data[node]["researcher_messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for call in m["tool_calls"].as_array().into_iter().flatten() {
+                steps.push(ToolStep {
+                    tool: call["name"].as_str().unwrap_or_default().to_owned(),
+                    args: call["args"].clone(),
+                    result: None,
+                });
+            }
+            if m["type"] == "tool" {
+                let content = match &m["content"] {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                steps.push(ToolStep {
+                    tool: m["name"].as_str().unwrap_or_default().to_owned(),
+                    args: Value::Null,
+                    result: Some(content.chars().take(STEP_RESULT_CHARS).collect()),
+                });
+            }
+        }
+    }
+    steps
 }
 
 /// A whole evaluation.
@@ -236,7 +292,9 @@ async fn run_one(
     let body = json!({
         "assistant_id": "deep_research",
         "input": {"messages": [{"role": "user", "content": q.question}]},
-        "stream_mode": ["values"],
+        // Updates of the researchers' subgraphs carry their tool calls and results.
+        "stream_mode": ["values", "updates"],
+        "stream_subgraphs": true,
         "config": {"configurable": configurable},
     });
     let started = Instant::now();
@@ -246,10 +304,12 @@ async fn run_one(
     // The report step clears the findings from the state, so they are kept as they stream by.
     let mut notes = Value::Null;
     let mut error: Option<String> = None;
+    let mut steps: Vec<ToolStep> = Vec::new();
     let streamed = tokio::time::timeout(opts.run_limit, async {
         while let Some(event) = events.next().await {
             let Ok(event) = event else { break };
             let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+            steps.extend(researcher_steps(&event.event, &data));
             match event.event.as_str() {
                 "values" => {
                     if data["notes"].as_array().is_some_and(|n| !n.is_empty()) {
@@ -287,7 +347,9 @@ async fn run_one(
     if !notes.is_null() && values["notes"].as_array().is_none_or(Vec::is_empty) {
         values["notes"] = notes;
     }
-    Ok(score(q, &values, status, error, wall, &opts.corpus_prefix))
+    let mut result = score(q, &values, status, error, wall, &opts.corpus_prefix);
+    result.researcher_steps = steps;
+    Ok(result)
 }
 
 /// The thread's values as `/state` shows them (with the texts of its sources).
@@ -389,6 +451,7 @@ pub fn score(
         report: report.to_owned(),
         retrieved: state_sources,
         notes,
+        researcher_steps: Vec::new(),
     }
 }
 
@@ -419,14 +482,9 @@ pub fn rescore(
                   "calls": r.calls, "models": models},
     });
     let wall = Duration::from_secs_f64(r.wall_secs.max(0.0));
-    Ok(score(
-        q,
-        &values,
-        &r.status,
-        r.error.clone(),
-        wall,
-        corpus_prefix,
-    ))
+    let mut again = score(q, &values, &r.status, r.error.clone(), wall, corpus_prefix);
+    again.researcher_steps = r.researcher_steps.clone();
+    Ok(again)
 }
 
 /// Every result of `report` scored again (`rescore`) against `set`'s questions.
@@ -864,6 +922,28 @@ mod tests {
             table.contains("| q1 | success | 2 | 1/2 (0 / 2 / 2) | 1/2 | 1/1 | 1 | 3 | 3 |"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn the_researchers_calls_and_results_are_read_from_their_updates() {
+        let frame = json!({"researcher": {"researcher_messages": [
+            {"type": "ai", "content": "", "tool_calls": [
+                {"name": "document_search", "args": {"queries": ["WAL archiving"]}, "id": "c1"}]}]}});
+        let tools = json!({"researcher_tools": {"researcher_messages": [
+            {"type": "tool", "name": "document_search", "tool_call_id": "c1",
+             "content": format!("No results.{}", "x".repeat(1000))}]}});
+        let ns = "updates|research_supervisor:1|supervisor_tools:2|researcher:3";
+        let mut steps = researcher_steps(ns, &frame);
+        steps.extend(researcher_steps(ns, &tools));
+        assert_eq!(steps.len(), 2);
+        assert_eq!(steps[0].tool, "document_search");
+        assert_eq!(steps[0].args["queries"][0], "WAL archiving");
+        let result = steps[1].result.as_deref().unwrap_or_default();
+        assert!(result.starts_with("No results.") && result.chars().count() == STEP_RESULT_CHARS);
+        // The supervisor's updates and root frames are not a researcher's.
+        assert!(researcher_steps("updates|research_supervisor:1", &frame).is_empty());
+        assert!(researcher_steps("updates", &frame).is_empty());
+        assert!(researcher_steps("values", &frame).is_empty());
     }
 
     #[test]

@@ -2019,3 +2019,75 @@ async fn findings_can_be_the_results_as_found_without_a_clean_up_call() {
         "the summaries the researcher was shown, cited: {report_request}"
     );
 }
+
+/// `eval` over real HTTP against the service on scripted fakes: a question researched over a
+/// local corpus is scored (key facts, citations, nothing invented), and the result keeps what
+/// the researcher searched for and what came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eval_scores_a_question_and_keeps_what_the_researcher_searched() {
+    use deep_research::eval::{self, EvalOptions, Fact, Question, QuestionSet};
+    let (docs, _index, config) = docs_corpus();
+    let ra = r::start(
+        |req: &Value| match support::workload::role(req) {
+            Role::Brief => FakeReply::Json(json!({"research_brief": "How does VACUUM work?"})),
+            Role::Supervisor => match support::workload::turns(req) {
+                0 => FakeReply::ToolCalls(vec![(
+                    "ConductResearch".into(),
+                    json!({"research_topic": "What VACUUM reclaims"}),
+                )]),
+                _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+            },
+            Role::Researcher => match support::workload::turns(req) {
+                0 => FakeReply::ToolCalls(vec![(
+                    "document_search".into(),
+                    json!({"queries": ["vacuum dead tuples"]}),
+                )]),
+                _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+            },
+            Role::Report => FakeReply::Text(
+                "# Vacuum\n\nVACUUM reclaims storage occupied by dead tuples.".into(),
+            ),
+            _ => FakeReply::Text("ok".into()),
+        },
+        &format!("[research]\nallow_clarification = false\ncompress_research = false\n\n{config}"),
+    )
+    .await;
+    let fact = |words: &str| Fact {
+        fact: words.into(),
+        any: vec![words.into()],
+    };
+    let set = QuestionSet {
+        name: "t".into(),
+        description: String::new(),
+        corpus: "manual".into(),
+        questions: vec![Question {
+            id: "q1".into(),
+            question: "How does VACUUM work?".into(),
+            facts: vec![fact("dead tuples"), fact("60 seconds")],
+            pages: vec![],
+        }],
+    };
+    let root = std::fs::canonicalize(docs.path()).unwrap();
+    let opts = EvalOptions {
+        configurable: json!({}),
+        corpus_prefix: format!("file://{}/", root.display()),
+        run_limit: std::time::Duration::from_secs(60),
+        api_key: None,
+    };
+    let report = eval::run(&ra.app.address, &set, &set.questions, &opts, &mut |_| {})
+        .await
+        .unwrap();
+    let r = &report.results[0];
+    assert!(r.researched, "{r:?}");
+    assert_eq!(r.fact_recall, 0.5, "{r:?}");
+    assert_eq!((r.citations, r.supported, r.invented), (1, 1, 0), "{r:?}");
+    let search = &r.researcher_steps[0];
+    assert_eq!(search.tool, "document_search", "{:?}", r.researcher_steps);
+    assert_eq!(search.args["queries"][0], "vacuum dead tuples");
+    let found = r
+        .researcher_steps
+        .iter()
+        .find_map(|s| s.result.as_deref())
+        .unwrap_or_default();
+    assert!(found.contains("vacuum.html"), "{:?}", r.researcher_steps);
+}
