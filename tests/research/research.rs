@@ -1639,6 +1639,36 @@ fn file_url(req: &Value) -> String {
         .to_owned()
 }
 
+/// A run over `docs_corpus`: the brief asks how VACUUM works, the supervisor delegates one
+/// topic, the researcher makes one `document_search` for `queries` and finishes, the clean-up
+/// (when there is one) answers `compress(request)`, and the writer writes `report`.
+fn vacuum_run(
+    queries: Value,
+    compress: fn(&Value) -> FakeReply,
+    report: &'static str,
+) -> impl Fn(&Value) -> FakeReply + Send + Sync + 'static {
+    move |req: &Value| match support::workload::role(req) {
+        Role::Brief => FakeReply::Json(json!({"research_brief": "How does VACUUM work?"})),
+        Role::Supervisor => match support::workload::turns(req) {
+            0 => FakeReply::ToolCalls(vec![(
+                "ConductResearch".into(),
+                json!({"research_topic": "What VACUUM reclaims"}),
+            )]),
+            _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+        },
+        Role::Researcher => match support::workload::turns(req) {
+            0 => FakeReply::ToolCalls(vec![(
+                "document_search".into(),
+                json!({ "queries": queries.clone() }),
+            )]),
+            _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+        },
+        Role::Compress => compress(req),
+        Role::Report => FakeReply::Text(report.into()),
+        _ => FakeReply::Text("ok".into()),
+    }
+}
+
 /// A research over the operator's documents: the researcher's `document_search` reaches the
 /// corpus, sources are document sections located by `file://…#anchor`, and the report cites
 /// them, checked: an invented reference list is replaced, an unknown number removed, a claim
@@ -1647,36 +1677,20 @@ fn file_url(req: &Value) -> String {
 async fn research_over_local_documents_cites_the_sections_it_read() {
     let (docs, _index, config) = docs_corpus();
     let ra = r::start(
-        |req: &Value| match support::workload::role(req) {
-            Role::Brief => FakeReply::Json(json!({"research_brief": "How does VACUUM work?"})),
-            Role::Supervisor => match support::workload::turns(req) {
-                0 => FakeReply::ToolCalls(vec![(
-                    "ConductResearch".into(),
-                    json!({"research_topic": "What VACUUM reclaims"}),
-                )]),
-                _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
+        vacuum_run(
+            // One query as a string, as small models send it.
+            json!("vacuum dead tuples"),
+            |req| {
+                FakeReply::Text(format!(
+                    "VACUUM reclaims the storage of dead tuples [1].\n\n### Sources\n[1] Vacuum: {}",
+                    file_url(req)
+                ))
             },
-            Role::Researcher => match support::workload::turns(req) {
-                // One query as a string, as small models send it.
-                0 => FakeReply::ToolCalls(vec![(
-                    "document_search".into(),
-                    json!({"queries": "vacuum dead tuples"}),
-                )]),
-                _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
-            },
-            Role::Compress => FakeReply::Text(format!(
-                "VACUUM reclaims the storage of dead tuples [1].\n\n### Sources\n[1] Vacuum: {}",
-                file_url(req)
-            )),
-            Role::Report => FakeReply::Text(
-                "<Report>\n# Vacuum\n\nVACUUM reclaims storage occupied by dead tuples [1]. \
-                 Quantum computers will replace every database soon [7].\n\n\
-                 The autovacuum launcher starts a worker every 60 seconds by default.\n\n\
-                 ### References\n[1] Energy Efficiency Institute (2025)\n</Report>"
-                    .into(),
-            ),
-            _ => FakeReply::Text("ok".into()),
-        },
+            "<Report>\n# Vacuum\n\nVACUUM reclaims storage occupied by dead tuples [1]. \
+             Quantum computers will replace every database soon [7].\n\n\
+             The autovacuum launcher starts a worker every 60 seconds by default.\n\n\
+             ### References\n[1] Energy Efficiency Institute (2025)\n</Report>",
+        ),
         &format!("[research]\nallow_clarification = false\n\n{config}"),
     )
     .await;
@@ -2028,27 +2042,11 @@ async fn eval_scores_a_question_and_keeps_what_the_researcher_searched() {
     use deep_research::eval::{self, EvalOptions, Fact, Question, QuestionSet};
     let (docs, _index, config) = docs_corpus();
     let ra = r::start(
-        |req: &Value| match support::workload::role(req) {
-            Role::Brief => FakeReply::Json(json!({"research_brief": "How does VACUUM work?"})),
-            Role::Supervisor => match support::workload::turns(req) {
-                0 => FakeReply::ToolCalls(vec![(
-                    "ConductResearch".into(),
-                    json!({"research_topic": "What VACUUM reclaims"}),
-                )]),
-                _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
-            },
-            Role::Researcher => match support::workload::turns(req) {
-                0 => FakeReply::ToolCalls(vec![(
-                    "document_search".into(),
-                    json!({"queries": ["vacuum dead tuples"]}),
-                )]),
-                _ => FakeReply::ToolCalls(vec![("ResearchComplete".into(), json!({}))]),
-            },
-            Role::Report => FakeReply::Text(
-                "# Vacuum\n\nVACUUM reclaims storage occupied by dead tuples.".into(),
-            ),
-            _ => FakeReply::Text("ok".into()),
-        },
+        vacuum_run(
+            json!(["vacuum dead tuples"]),
+            |_| FakeReply::Text("unused: the clean-up is off".into()),
+            "# Vacuum\n\nVACUUM reclaims storage occupied by dead tuples.",
+        ),
         &format!("[research]\nallow_clarification = false\ncompress_research = false\n\n{config}"),
     )
     .await;
