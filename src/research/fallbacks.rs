@@ -35,6 +35,9 @@ pub enum AgentFallback {
     /// The model's clean-up of a researcher's findings was unusable (a tool call, nothing, or
     /// text that names none of the sources it was shown): the results went on as its findings.
     ResultsAsFindings,
+    /// A search call cut off mid-list (a small model listing queries until its output limit):
+    /// the queries written in full before the cut were searched.
+    QueriesSalvaged,
 }
 
 impl AgentFallback {
@@ -44,6 +47,7 @@ impl AgentFallback {
             Self::BriefAsOneTopic => "brief_as_one_topic",
             Self::PlannedSearch => "planned_search",
             Self::ResultsAsFindings => "results_as_findings",
+            Self::QueriesSalvaged => "queries_salvaged",
         }
     }
 }

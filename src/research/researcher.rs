@@ -280,6 +280,34 @@ fn listed_queries(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The queries written in full at the start of a search call whose arguments were cut off
+/// mid-list (a small model listing variations of its topic until its output limit ends the
+/// JSON inside a string): at most five, as for a written plan; none when no list was begun.
+fn salvaged_queries(raw: &str) -> Vec<String> {
+    let Some(open) = raw.find('[') else {
+        return Vec::new();
+    };
+    let mut rest = &raw[open + 1..];
+    let mut queries: Vec<String> = Vec::new();
+    while queries.len() < 5 {
+        rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ',');
+        if !rest.starts_with('"') {
+            break;
+        }
+        let mut strings = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+        // The string the cut fell in has no closing quote: the list ends there.
+        let Some(Ok(query)) = strings.next() else {
+            break;
+        };
+        rest = &rest[strings.byte_offset()..];
+        let query = query.trim().to_owned();
+        if !query.is_empty() && !queries.contains(&query) {
+            queries.push(query);
+        }
+    }
+    queries
+}
+
 async fn tools(deps: Deps, state: LastTurn, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&ctx)?;
     let last = state.researcher_messages.unwrap_or_default();
@@ -303,15 +331,39 @@ async fn tools(deps: Deps, state: LastTurn, ctx: NodeContext) -> Result<Command,
         messages.push(Message::tool_result(content, &call.name, &call.id));
         sources.extend(found);
     }
+    let search_name = search_tool(&caller);
     for call in &invalid {
-        messages.push(Message::tool_result(
-            format!(
-                "Error executing tool: the arguments were not valid JSON ({})",
-                call.args["error"]
-            ),
-            &call.name,
-            &call.id,
-        ));
+        let raw = call.args["raw"].as_str().unwrap_or_default();
+        let salvaged = if search_name == Some(call.name.as_str()) {
+            salvaged_queries(raw)
+        } else {
+            Vec::new()
+        };
+        if salvaged.is_empty() {
+            messages.push(Message::tool_result(
+                format!(
+                    "{TOOL_ERROR}: the arguments were not valid JSON ({})",
+                    call.args["error"]
+                ),
+                &call.name,
+                &call.id,
+            ));
+            continue;
+        }
+        let detail = format!(
+            "the search call was cut off ({}); searching the {} queries written before the cut",
+            call.args["error"],
+            salvaged.len()
+        );
+        fallbacks::record(&ctx, AgentFallback::QueriesSalvaged.as_str(), &detail);
+        let whole = ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            args: json!({ "queries": salvaged }),
+        };
+        let (content, found) = run_tool(&caller, &toolbox, &whole).await?;
+        messages.push(Message::tool_result(content, &call.name, &call.id));
+        sources.extend(found);
     }
     let done = state.tool_call_iterations >= cfg.max_react_tool_calls
         || calls.iter().any(|c| c.name == "ResearchComplete")
@@ -692,6 +744,21 @@ mod tests {
             &with(&["read_text_file", "ResearchComplete"]),
             false
         ));
+    }
+
+    #[test]
+    fn the_queries_before_a_cut_are_salvaged() {
+        let cut = "{\"queries\": [\"WAL archiving\", \"PITR setup\",\n \"WAL archiving\", \"recovery_target_ti";
+        assert_eq!(salvaged_queries(cut), ["WAL archiving", "PITR setup"]);
+        let long: Vec<String> = (0..40).map(|i| format!("\"query {i}\"")).collect();
+        let runaway = format!("{{\"queries\": [{}, \"que", long.join(", "));
+        assert_eq!(salvaged_queries(&runaway).len(), 5);
+        assert!(salvaged_queries("{\"queries\": [\"unterminated").is_empty());
+        assert!(salvaged_queries("{\"queries\": \"one query, cut").is_empty());
+        assert_eq!(
+            salvaged_queries(r#"{"queries": ["say \"hi\"", "x"#),
+            ["say \"hi\""]
+        );
     }
 
     #[test]

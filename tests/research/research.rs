@@ -914,6 +914,56 @@ async fn malformed_tool_arguments_get_an_error_result_and_the_run_finishes() {
     );
 }
 
+/// A small model lists queries until its output limit cuts the JSON inside a string (pg-15 of
+/// the evaluation set, twice a run, so it never searched): the queries written in full are
+/// searched, and the run says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_call_cut_off_mid_list_searches_the_queries_before_the_cut() {
+    let inner = scripted(Script {
+        topics: 1,
+        ..Script::default()
+    });
+    let once = std::sync::Mutex::new(false);
+    let responder = move |req: &Value| {
+        if r::role(req) == Role::Researcher && r::turns(req) == 1 {
+            let mut done = once.lock().unwrap();
+            if !*done {
+                *done = true;
+                return FakeReply::RawToolArgs {
+                    name: "tavily_search".into(),
+                    args_text: "{\"queries\": [\"sodium batteries\", \"sodium batteries\",\n\"lithium cost\", \"lithium cost per kW".into(),
+                };
+            }
+        }
+        inner(req)
+    };
+    let ra = r::start(responder, "").await;
+    let tid = new_thread(&ra.app).await;
+    let values = last_values(&stream(&ra, &tid, "Batteries", json!({})).await);
+    assert!(values["final_report"].is_string(), "{values}");
+    assert_eq!(
+        values["fallbacks"]["queries_salvaged"], 1,
+        "{}",
+        values["fallbacks"]
+    );
+    let queries: Vec<String> = ra
+        .tavily
+        .requests()
+        .iter()
+        .filter_map(|r| r.body["query"].as_str().map(str::to_owned))
+        .collect();
+    for q in ["sodium batteries", "lithium cost"] {
+        let times = queries.iter().filter(|x| *x == q).count();
+        assert_eq!(times, 1, "{q} searched {times} times: {queries:?}");
+    }
+    let errors = ra
+        .llm
+        .requests()
+        .iter()
+        .any(|q| r::all_text(q).contains("the arguments were not valid JSON"));
+    assert!(!errors, "the cut call was searched, not refused");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_search_service_that_always_fails_ends_with_a_clear_error() {
     let ra = r::start(
@@ -1262,7 +1312,7 @@ async fn the_config_schema_describes_every_setting() {
     .await;
     let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
     let props = schemas["config_schema"]["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 26, "{props:?}");
+    assert_eq!(props.len(), 27, "{props:?}");
     // MCP: both shapes, and what this deployment offers.
     let mcp = &props["mcp_config"];
     assert!(mcp["properties"]["mcpServers"].is_object(), "{mcp}");
