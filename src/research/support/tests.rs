@@ -256,11 +256,9 @@ fn passages_hold_whole_sentences_and_overlap() {
     assert_eq!(passages("No full stop"), vec!["No full stop"]);
 }
 
-/// Citations people read against the cited section of the manual (kept in `eval/`, with every
-/// source of their runs): the check must keep few of those they found unsupported and lose few
-/// of those they found supported.
-#[test]
-fn the_check_agrees_with_its_readers() {
+/// How the check's verdicts on citations people read (kept in `eval/`, with every source of
+/// their runs) compare with theirs: (read, supported by reading, kept, kept and supported).
+fn agreement(file_name: &str) -> (usize, usize, usize, usize) {
     #[derive(serde::Deserialize)]
     struct Read {
         question: String,
@@ -273,10 +271,7 @@ fn the_check_agrees_with_its_readers() {
         citations: Vec<Read>,
         sources: HashMap<String, Vec<crate::research::state::Source>>,
     }
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/eval/postgresql-15.read-citations.json"
-    );
+    let path = format!("{}/eval/{file_name}", env!("CARGO_MANIFEST_DIR"));
     let file: File = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let runs: HashMap<&str, Sources> = file
         .sources
@@ -294,13 +289,27 @@ fn the_check_agrees_with_its_readers() {
         kept_right += usize::from(keeps && c.supported);
         right += usize::from(c.supported);
     }
-    let precision = kept_right as f64 / kept as f64;
-    let recall = kept_right as f64 / right as f64;
-    eprintln!(
-        "of {} citations read ({right} supported): the check keeps {kept}, {kept_right} of them supported \
-         (precision {precision:.2}, keeps {recall:.2} of the supported)",
-        file.citations.len()
-    );
-    assert!(precision >= 0.8, "precision {precision:.2}");
-    assert!(recall >= 0.9, "keeps {recall:.2} of the supported");
+    (file.citations.len(), right, kept, kept_right)
+}
+
+/// The check keeps few of the citations people found unsupported and loses few of those they
+/// found supported: on the sample its bar was chosen with (reports of `b78c4d1`, whose
+/// citations the old whole-page check had attached), and on one read afterwards (reports of
+/// `068bfe7`, every citation one the passage check kept).
+#[test]
+fn the_check_agrees_with_its_readers() {
+    for file in [
+        "postgresql-15.read-citations.json",
+        "postgresql-15.read-citations-068bfe7.json",
+    ] {
+        let (read, right, kept, kept_right) = agreement(file);
+        let precision = kept_right as f64 / kept as f64;
+        let recall = kept_right as f64 / right as f64;
+        eprintln!(
+            "{file}: of {read} citations read ({right} supported), the check keeps {kept}, \
+             {kept_right} of them supported (precision {precision:.2}, keeps {recall:.2} of the supported)"
+        );
+        assert!(precision >= 0.8, "{file}: precision {precision:.2}");
+        assert!(recall >= 0.9, "{file}: keeps {recall:.2} of the supported");
+    }
 }
