@@ -879,27 +879,32 @@ async fn the_global_researcher_cap_holds_across_a_round() {
     assert_eq!(topics.len(), 3);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_tool_arguments_get_an_error_result_and_the_run_finishes() {
+/// The scripted run on one topic, except that the researcher's second turn (once) is a
+/// `tavily_search` call whose arguments are exactly `args_text`.
+fn search_args_once(args_text: &'static str) -> impl Fn(&Value) -> FakeReply + Send + Sync {
     let inner = scripted(Script {
         topics: 1,
         ..Script::default()
     });
     let once = std::sync::Mutex::new(false);
-    let responder = move |req: &Value| {
+    move |req: &Value| {
         if r::role(req) == Role::Researcher && r::turns(req) == 1 {
             let mut done = once.lock().unwrap();
             if !*done {
                 *done = true;
                 return FakeReply::RawToolArgs {
                     name: "tavily_search".into(),
-                    args_text: "{\"queries\": [\"unterminated".into(),
+                    args_text: args_text.into(),
                 };
             }
         }
         inner(req)
-    };
-    let ra = r::start(responder, "").await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_tool_arguments_get_an_error_result_and_the_run_finishes() {
+    let ra = r::start(search_args_once("{\"queries\": [\"unterminated"), "").await;
     let tid = new_thread(&ra.app).await;
     let values = last_values(&stream(&ra, &tid, "Batteries", json!({})).await);
     assert!(values["final_report"].is_string());
@@ -919,25 +924,8 @@ async fn malformed_tool_arguments_get_an_error_result_and_the_run_finishes() {
 /// searched, and the run says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_search_call_cut_off_mid_list_searches_the_queries_before_the_cut() {
-    let inner = scripted(Script {
-        topics: 1,
-        ..Script::default()
-    });
-    let once = std::sync::Mutex::new(false);
-    let responder = move |req: &Value| {
-        if r::role(req) == Role::Researcher && r::turns(req) == 1 {
-            let mut done = once.lock().unwrap();
-            if !*done {
-                *done = true;
-                return FakeReply::RawToolArgs {
-                    name: "tavily_search".into(),
-                    args_text: "{\"queries\": [\"sodium batteries\", \"sodium batteries\",\n\"lithium cost\", \"lithium cost per kW".into(),
-                };
-            }
-        }
-        inner(req)
-    };
-    let ra = r::start(responder, "").await;
+    let cut = "{\"queries\": [\"sodium batteries\", \"sodium batteries\",\n\"lithium cost\", \"lithium cost per kW";
+    let ra = r::start(search_args_once(cut), "").await;
     let tid = new_thread(&ra.app).await;
     let values = last_values(&stream(&ra, &tid, "Batteries", json!({})).await);
     assert!(values["final_report"].is_string(), "{values}");
