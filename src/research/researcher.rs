@@ -276,9 +276,13 @@ fn listed_queries(text: &str) -> Vec<String> {
                 .trim();
             (body.chars().count() >= 3 && body.chars().count() <= 200).then(|| body.to_owned())
         })
-        .take(5)
+        .take(PLANNED_QUERIES)
         .collect()
 }
+
+/// Queries searched for a researcher whose own call could not be run as it was (a plan it
+/// wrote, a call cut off): enough to cover a topic, few enough that a runaway list costs little.
+const PLANNED_QUERIES: usize = 5;
 
 /// The queries written in full at the start of a search call whose arguments were cut off
 /// mid-list (a small model listing variations of its topic until its output limit ends the
@@ -289,7 +293,7 @@ fn salvaged_queries(raw: &str) -> Vec<String> {
     };
     let mut rest = &raw[open + 1..];
     let mut queries: Vec<String> = Vec::new();
-    while queries.len() < 5 {
+    while queries.len() < PLANNED_QUERIES {
         rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ',');
         if !rest.starts_with('"') {
             break;
