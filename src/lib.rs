@@ -30,5 +30,6 @@ pub mod sse;
 pub mod store;
 pub mod stream;
 pub mod telemetry;
+pub mod text;
 pub mod time;
 pub mod tools;

@@ -108,6 +108,10 @@ pub struct ResearchConfig {
     /// Page summaries one run may start; past it, pages are shown by their snippets.
     #[serde(default = "summaries_default")]
     pub max_page_summaries: u32,
+    /// Pages longer than `verbatim_page_chars` summarised by the summarisation model (ODR); off,
+    /// shown by their excerpts that bear on the query, with no model call.
+    #[serde(default = "yes")]
+    pub summarize_pages: bool,
     /// Each researcher's findings condensed by the compression model (ODR); off, they are the
     /// search results as the researcher was shown them, each cited, with no model call.
     #[serde(default = "yes")]
@@ -117,6 +121,9 @@ pub struct ResearchConfig {
 fn yes() -> bool {
     true
 }
+
+/// The shortest excerpts of a page worth showing: a few sentences.
+const MIN_EXCERPT_CHARS: usize = 200;
 
 fn verbatim_default() -> usize {
     2000
@@ -166,6 +173,7 @@ impl Default for ResearchConfig {
             corpus: String::new(),
             verbatim_page_chars: verbatim_default(),
             max_page_summaries: summaries_default(),
+            summarize_pages: true,
             compress_research: true,
         }
     }
@@ -217,7 +225,7 @@ const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64)
 const TOKENS: (u64, u64) = (1, 200_000);
 
 /// Every research setting, in `ResearchConfig`'s order.
-pub const SETTINGS: [Setting; 26] = [
+pub const SETTINGS: [Setting; 27] = [
     number(
         "max_structured_output_retries",
         "Attempts per structured-output or tool-calling model call before the step fails.",
@@ -370,6 +378,14 @@ pub const SETTINGS: [Setting; 26] = [
         1000,
     ),
     setting(
+        "summarize_pages",
+        "Have the summarisation model summarise each page longer than verbatim_page_chars \
+         (true, as Open Deep Research does). False shows such a page by its excerpts instead: \
+         its opening and the passages that share the most words with the query, \
+         verbatim_page_chars characters in all, without a model call (for a slow local model, \
+         whose summaries also drop facts).",
+    ),
+    setting(
         "compress_research",
         "Have the compression model condense each researcher's findings (true, as Open Deep \
          Research does). False hands the writer the search results as the researcher was \
@@ -422,6 +438,14 @@ impl ResearchConfig {
         range("search_max_results", self.search_max_results.into())?;
         range("verbatim_page_chars", self.verbatim_page_chars as u64)?;
         range("max_page_summaries", self.max_page_summaries.into())?;
+        if !self.summarize_pages && self.verbatim_page_chars < MIN_EXCERPT_CHARS {
+            return Err(format!(
+                "config.configurable.verbatim_page_chars: with summarize_pages false, pages are \
+                 shown by excerpts of verbatim_page_chars characters: it must be at least \
+                 {MIN_EXCERPT_CHARS} (got {})",
+                self.verbatim_page_chars
+            ));
+        }
         if !self.corpus.trim().is_empty() && self.search_api != SearchApi::Local {
             return Err(format!(
                 "config.configurable.corpus: a corpus is searched only with search_api 'local' \

@@ -15,7 +15,8 @@ use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use crate::llm::{NativeTool, ResponseSchema, ToolSpec};
 use crate::tools::mcp::{self, Toolbox};
 use crate::tools::{
-    PageSummarizer, PageSummary, QueryOptions, SearchOptions, Searcher, SummaryLedger, web_search,
+    LongPages, PageSummarizer, PageSummary, QueryOptions, SearchOptions, Searcher, SummaryLedger,
+    web_search,
 };
 use async_trait::async_trait;
 use futures::future::join_all;
@@ -509,6 +510,11 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Sou
         summary_timeout: deps.summary_timeout,
         summary_slots: deps.summary_slots.clone(),
         verbatim_chars: cfg.verbatim_page_chars,
+        long_pages: if cfg.summarize_pages {
+            LongPages::Summary
+        } else {
+            LongPages::Excerpts
+        },
         ledger,
     };
     let summarizer = ModelSummarizer { caller };

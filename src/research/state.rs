@@ -42,9 +42,10 @@ pub struct Source {
     /// it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<PageSummary>,
-    /// The search engine's snippet, when that is all the researcher was shown of a page too
-    /// long to show whole that was not summarised (its summary timed out, or the run's summary
-    /// budget was spent): what the research could have used is this, not `text`.
+    /// The search engine's snippet, or the page's excerpts, when that is all the researcher was
+    /// shown of a page too long to show whole that was not summarised (its summary timed out,
+    /// the run's summary budget was spent, or `summarize_pages` is off): what the research
+    /// could have used is this, not `text`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snippet: Option<String>,
     /// Absent for a web page.

@@ -4,11 +4,12 @@
 
 pub mod corpus;
 pub mod engines;
+pub mod excerpts;
 pub mod mcp;
 pub mod web_search;
 
 pub use engines::{Engine, QueryOptions};
 pub use web_search::{
-    PageSummarizer, PageSummary, SearchConfig, SearchError, SearchHit, SearchOptions, SearchOutput,
-    Searcher, Source, SummaryLedger, WebSearch, web_search,
+    LongPages, PageSummarizer, PageSummary, SearchConfig, SearchError, SearchHit, SearchOptions,
+    SearchOutput, Searcher, Source, SummaryLedger, WebSearch, web_search,
 };

@@ -331,8 +331,10 @@ pub struct SearchOptions {
     /// Process-wide cap on concurrent summaries.
     pub summary_slots: Arc<Semaphore>,
     /// Pages of at most this many characters are shown as they are: a summary of a short page
-    /// costs a model call and says no more.
+    /// costs a model call and says no more. Excerpts of a longer page are this long.
     pub verbatim_chars: usize,
+    /// What a longer page is shown as.
+    pub long_pages: LongPages,
     /// The run's summaries so far (reused per location) and its budget.
     pub ledger: Arc<SummaryLedger>,
 }
@@ -346,9 +348,19 @@ impl SearchOptions {
             summary_timeout: Duration::from_secs(60),
             summary_slots,
             verbatim_chars: 0,
+            long_pages: LongPages::Summary,
             ledger: Arc::new(SummaryLedger::new(usize::MAX)),
         }
     }
+}
+
+/// What a researcher is shown of a page longer than `SearchOptions::verbatim_chars`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LongPages {
+    /// The summarisation model's summary (ODR), the engine's snippet when there is none.
+    Summary,
+    /// The page's stretches that share most with the query (`excerpts`): no model call.
+    Excerpts,
 }
 
 /// One run's page summaries: each location is summarised once (a page two researchers find,
@@ -422,8 +434,9 @@ pub struct Source {
     pub text: String,
     /// The summary the researcher was shown, when the page was summarised.
     pub summary: Option<PageSummary>,
-    /// The engine's snippet, when that is all the researcher was shown of a page it had (not
-    /// summarised, and too long to show whole): what the research could use is this, not `text`.
+    /// The engine's snippet or the page's excerpts, when that is all the researcher was shown of
+    /// a page it had (not summarised, and too long to show whole): what the research could use
+    /// is this, not `text`.
     pub snippet: Option<String>,
 }
 
@@ -508,7 +521,7 @@ async fn run_search(
     opts: &SearchOptions,
 ) -> Result<SearchOutput, SearchError> {
     let responses = try_join_all(queries.iter().map(|q| search.search(q, &opts.query))).await?;
-    let mut hits = dedupe(responses);
+    let (asked, mut hits): (Vec<usize>, Vec<SearchHit>) = dedupe(responses).into_iter().unzip();
     if hits.is_empty() {
         return Ok(SearchOutput {
             text: NO_RESULTS.to_owned(),
@@ -518,22 +531,23 @@ async fn run_search(
     // The output shows summaries, not raw pages: each page goes to its summary and no further.
     let started = std::time::Instant::now();
     let pages: Vec<Option<String>> = hits.iter_mut().map(|h| h.raw_content.take()).collect();
-    let shown = join_all(
-        hits.iter()
-            .zip(pages)
-            .map(|(hit, page)| display_content(hit, page, summarizer, opts, started)),
-    )
+    let shown = join_all(hits.iter().zip(pages).zip(asked).map(|((hit, page), q)| {
+        let query = queries.get(q).map_or("", String::as_str);
+        display_content(hit, page, query, summarizer, opts, started)
+    }))
     .await;
     Ok(format_output(&hits, shown))
 }
 
-/// First occurrence wins, in query order then rank order.
-fn dedupe(responses: Vec<Vec<SearchHit>>) -> Vec<SearchHit> {
+/// First occurrence wins, in query order then rank order; each hit with the index of the
+/// query that found it.
+fn dedupe(responses: Vec<Vec<SearchHit>>) -> Vec<(usize, SearchHit)> {
     let mut seen = HashSet::new();
     responses
         .into_iter()
-        .flatten()
-        .filter(|hit| seen.insert(hit.url.clone()))
+        .enumerate()
+        .flat_map(|(q, hits)| hits.into_iter().map(move |hit| (q, hit)))
+        .filter(|(_, hit)| seen.insert(hit.url.clone()))
         .collect()
 }
 
@@ -542,13 +556,36 @@ struct Shown {
     content: String,
     page: String,
     summary: Option<PageSummary>,
-    /// The content is the page itself.
-    verbatim: bool,
+    kind: ShownAs,
+}
+
+/// What the content shown of a hit is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ShownAs {
+    /// The page itself.
+    Page,
+    Summary,
+    /// The engine's snippet (all it returned, or a page not summarised).
+    Snippet,
+    Excerpts,
+}
+
+impl ShownAs {
+    /// The label over the content in the tool's output: ODR's `SUMMARY` for summaries and
+    /// snippets alike; a page shown whole, or its excerpts, say so.
+    fn label(self) -> &'static str {
+        match self {
+            Self::Page => "CONTENT",
+            Self::Summary | Self::Snippet => "SUMMARY",
+            Self::Excerpts => "EXCERPTS",
+        }
+    }
 }
 
 async fn display_content(
     hit: &SearchHit,
     raw: Option<String>,
+    query: &str,
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
     started: std::time::Instant,
@@ -559,7 +596,7 @@ async fn display_content(
             content: hit.content.clone(),
             page: hit.content.clone(),
             summary: None,
-            verbatim: false,
+            kind: ShownAs::Snippet,
         };
     };
     raw.truncate(truncate_chars(&raw, opts.query.max_content_length).len());
@@ -568,21 +605,29 @@ async fn display_content(
             content: raw.clone(),
             page: raw,
             summary: None,
-            verbatim: true,
+            kind: ShownAs::Page,
+        };
+    }
+    if opts.long_pages == LongPages::Excerpts {
+        return Shown {
+            content: super::excerpts::excerpts(&raw, query, opts.verbatim_chars),
+            page: raw,
+            summary: None,
+            kind: ShownAs::Excerpts,
         };
     }
     let snippet = |page: String| Shown {
         content: hit.content.clone(),
         page,
         summary: None,
-        verbatim: false,
+        kind: ShownAs::Snippet,
     };
     if let Some(summary) = opts.ledger.recall(&hit.url) {
         return Shown {
             content: summary.render(),
             page: raw,
             summary: Some(summary),
-            verbatim: false,
+            kind: ShownAs::Summary,
         };
     }
     let Some(summarizer) = summarizer else {
@@ -595,7 +640,7 @@ async fn display_content(
                 content: summary.render(),
                 page: raw,
                 summary: Some(summary),
-                verbatim: false,
+                kind: ShownAs::Summary,
             }
         }
         Err(err) => {
@@ -634,7 +679,7 @@ fn format_output(hits: &[SearchHit], shown: Vec<Shown>) -> SearchOutput {
     let mut text = String::from("Search results: \n\n");
     for (i, (hit, shown)) in hits.iter().zip(&shown).enumerate() {
         // ODR's label; a page shown whole says so.
-        let label = if shown.verbatim { "CONTENT" } else { "SUMMARY" };
+        let label = shown.kind.label();
         text.push_str(&format!(
             "\n\n--- SOURCE {n}: {title} ---\nURL: {url}\n\n{label}:\n{content}\n\n\n\n{rule}\n",
             n = i + 1,
@@ -648,9 +693,8 @@ fn format_output(hits: &[SearchHit], shown: Vec<Shown>) -> SearchOutput {
         .iter()
         .zip(shown)
         .map(|(hit, mut shown)| {
-            let snippet =
-                (!shown.verbatim && shown.summary.is_none() && shown.content != shown.page)
-                    .then(|| shown.content.clone());
+            let partial = matches!(shown.kind, ShownAs::Snippet | ShownAs::Excerpts);
+            let snippet = (partial && shown.content != shown.page).then(|| shown.content.clone());
             shown
                 .page
                 .truncate(truncate_chars(&shown.page, SOURCE_TEXT_CHARS).len());

@@ -362,6 +362,11 @@ async fn bad_per_run_settings_are_rejected_before_the_run() {
             "AZURE_OPENAI_ENDPOINT",
         ),
         (json!({"serch_api": "none"}), "serch_api"),
+        // Excerpts of 100 characters would show next to nothing of a page.
+        (
+            json!({"summarize_pages": false, "verbatim_page_chars": 100}),
+            "must be at least 200",
+        ),
         // A server the run brings, which this server does not allow (tests/research/mcp.rs has more).
         (
             json!({"mcp_config": {"url": "http://localhost:8000", "tools": ["x"]}}),
@@ -1300,7 +1305,7 @@ async fn the_config_schema_describes_every_setting() {
     .await;
     let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
     let props = schemas["config_schema"]["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 27, "{props:?}");
+    assert_eq!(props.len(), 28, "{props:?}");
     // MCP: both shapes, and what this deployment offers.
     let mcp = &props["mcp_config"];
     assert!(mcp["properties"]["mcpServers"].is_object(), "{mcp}");
@@ -2126,4 +2131,98 @@ async fn eval_scores_a_question_and_keeps_what_the_researcher_searched() {
         .find_map(|s| s.result.as_deref())
         .unwrap_or_default();
     assert!(found.contains("vacuum.html"), "{:?}", r.researcher_steps);
+}
+
+/// `summarize_pages: false` shows a long section by its excerpts: its opening and the stretch
+/// that answers the query, left-out text marked, and no summary call. The state keeps the
+/// whole section as the citation check's text and the excerpts as what the researcher saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_section_can_be_shown_by_its_excerpts_without_a_summary_call() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    let fact = "The autovacuum launcher starts a worker every 60 seconds by default.";
+    let filler = |from: usize| {
+        (from..from + 30)
+            .map(|i| format!("Sentence {i} of the chapter covers general matters."))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    std::fs::write(
+        docs.path().join("autovacuum.html"),
+        format!(
+            "<html><head><title>Autovacuum</title></head><body><div class=\"sect1\" id=\"AUTOVACUUM\">\
+             <h2>The Autovacuum Daemon</h2><p>Autovacuum automates routine maintenance. {} {fact} {}</p>\
+             </div></body></html>",
+            filler(0),
+            filler(30)
+        ),
+    )
+    .unwrap();
+    let config = format!(
+        "[research]\nallow_clarification = false\n\n[search.local]\nindex_dir = \"{}\"\n\n\
+         [corpora.manual]\npath = \"{}\"\n",
+        index.path().display(),
+        docs.path().display()
+    );
+    let ra = r::start(
+        vacuum_run(
+            json!(["autovacuum launcher"]),
+            |_| FakeReply::Text("not asked".into()),
+            "# Autovacuum\n\nThe autovacuum launcher starts a worker every 60 seconds [1].",
+        ),
+        &config,
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let run = json!({"config": {"configurable": {
+        "search_api": "local", "summarize_pages": false, "compress_research": false,
+        "verbatim_page_chars": 600, "max_content_length": 20000}}});
+    let frames = stream(&ra, &tid, "How does autovacuum work?", run).await;
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    let requests = ra.llm.requests();
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|q| r::role(q) == Role::Summary)
+            .count(),
+        0,
+        "no summary call"
+    );
+    let seen = requests
+        .iter()
+        .filter(|q| r::role(q) == Role::Researcher && support::workload::turns(q) == 1)
+        .map(support::workload::all_text)
+        .next()
+        .expect("the researcher's turn after its search");
+    let shown = seen
+        .split("EXCERPTS:\n")
+        .nth(1)
+        .expect("the section is labelled as excerpts")
+        .split("\n-----")
+        .next()
+        .unwrap_or_default();
+    assert!(
+        shown.starts_with("Autovacuum automates routine maintenance."),
+        "{shown}"
+    );
+    assert!(shown.contains(fact), "{shown}");
+    assert!(shown.contains("[…]"), "{shown}");
+    assert!(!shown.contains("Sentence 15 of"), "{shown}");
+    assert!(shown.chars().count() <= 600, "{shown}");
+    let state = ra.app.get_json(&format!("/threads/{tid}/state")).await;
+    let source = &state["values"]["sources"][0];
+    assert!(
+        source["text"].as_str().unwrap().contains("Sentence 15 of"),
+        "{source}"
+    );
+    assert_eq!(
+        source["snippet"].as_str(),
+        Some(shown.trim_end()),
+        "{source}"
+    );
+    let report = last_values(&frames)["final_report"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(report.contains("every 60 seconds [1]."), "{report}");
 }

@@ -13,11 +13,8 @@
 //! numbered in order of first use, so a report never lists a reference nobody retrieved.
 
 pub use crate::research::state::SupportCounts;
+use crate::text::{Words, terms};
 use std::collections::{HashMap, HashSet};
-use tantivy::tokenizer::{
-    Language, LowerCaser, RawTokenizer, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
-    TokenStream,
-};
 
 mod markers;
 #[cfg(test)]
@@ -117,7 +114,7 @@ impl Sources {
                 continue;
             }
             let text = e.text.as_str();
-            let passages: Vec<Passage> = passages(text)
+            let passages: Vec<Passage> = crate::text::passages(text, PASSAGE_WORDS)
                 .into_iter()
                 .map(|p| {
                     let (terms, numbers) = terms(&mut words, p);
@@ -185,150 +182,6 @@ impl Sources {
 
 fn display_title(s: &Source) -> &str {
     if s.title.is_empty() { &s.url } else { &s.title }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Words
-
-/// Splits text into lower-cased content words and stems each distinct word once.
-struct Words {
-    split: TextAnalyzer,
-    stem: TextAnalyzer,
-    /// Stems already computed. Pages repeat most of their words, and stemming every
-    /// occurrence was half of the report node's cost (8% of a run's server CPU).
-    stems: HashMap<String, String>,
-}
-
-impl Words {
-    fn new() -> Self {
-        let split = TextAnalyzer::builder(SimpleTokenizer::default()).filter(LowerCaser);
-        let split = match StopWordFilter::new(Language::English) {
-            Some(stop) => split.filter(stop).build(),
-            None => TextAnalyzer::builder(SimpleTokenizer::default())
-                .filter(LowerCaser)
-                .build(),
-        };
-        Self {
-            split,
-            stem: TextAnalyzer::builder(RawTokenizer::default())
-                .filter(Stemmer::new(Language::English))
-                .build(),
-            stems: HashMap::new(),
-        }
-    }
-
-    /// The stem of one lower-cased word.
-    fn stem<'a>(&'a mut self, word: &'a str) -> &'a str {
-        if !self.stems.contains_key(word) {
-            let mut stream = self.stem.token_stream(word);
-            let stem = if stream.advance() {
-                stream.token().text.clone()
-            } else {
-                word.to_owned()
-            };
-            self.stems.insert(word.to_owned(), stem);
-        }
-        self.stems.get(word).map_or(word, String::as_str)
-    }
-}
-
-/// Digits and letters written together ("8kB", "v15") are read as separate words, as "8 kB"
-/// would be, and thousands separators go ("1,000" is "1000").
-fn spaced(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 16);
-    let mut prev: Option<char> = None;
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == ','
-            && prev.is_some_and(|p| p.is_ascii_digit())
-            && chars.peek().is_some_and(|n| n.is_ascii_digit())
-        {
-            continue;
-        }
-        if let Some(p) = prev
-            && ((p.is_ascii_digit() && c.is_alphabetic())
-                || (p.is_alphabetic() && c.is_ascii_digit()))
-        {
-            out.push(' ');
-        }
-        out.push(c);
-        prev = Some(c);
-    }
-    out
-}
-
-/// The stemmed content words of `text`, and (separately) its numbers.
-fn terms(words: &mut Words, text: &str) -> (HashSet<String>, HashSet<String>) {
-    let mut stems = HashSet::new();
-    let mut numbers = HashSet::new();
-    let spaced = spaced(text);
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut stream = words.split.token_stream(&spaced);
-    while stream.advance() {
-        let t = &stream.token().text;
-        if !seen.contains(t) {
-            seen.insert(t.clone());
-        }
-    }
-    drop(stream);
-    for t in seen {
-        if t.chars().all(|c| c.is_ascii_digit()) {
-            numbers.insert(t.trim_start_matches('0').to_owned());
-            continue;
-        }
-        let stem = words.stem(&t);
-        if stem.chars().count() >= 2 && !stems.contains(stem) {
-            stems.insert(stem.to_owned());
-        }
-    }
-    (stems, numbers)
-}
-
-/// `text` in passages of about `PASSAGE_WORDS` words, whole sentences each, every passage
-/// starting halfway through the one before so that a claim spanning a boundary is still found
-/// together.
-fn passages(text: &str) -> Vec<&str> {
-    let pieces = sentence_spans(text);
-    let mut out = Vec::new();
-    let mut first = 0;
-    while first < pieces.len() {
-        let (mut last, mut count) = (first, 0);
-        while last < pieces.len() && (count < PASSAGE_WORDS || last == first) {
-            count += text[pieces[last].0..pieces[last].1]
-                .split_whitespace()
-                .count();
-            last += 1;
-        }
-        out.push(&text[pieces[first].0..pieces[last - 1].1]);
-        if last >= pieces.len() {
-            break;
-        }
-        first += ((last - first) / 2).max(1);
-    }
-    out
-}
-
-/// The byte spans of `text`'s sentences (ending at `.`, `!`, `?`, `:` or `;` before white
-/// space, or at a line break), empty ones left out.
-fn sentence_spans(text: &str) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    let mut start = 0;
-    let mut chars = text.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        let next_is_space = chars.peek().is_none_or(|(_, n)| n.is_whitespace());
-        let ends = c == '\n' || (matches!(c, '.' | '!' | '?' | ':' | ';') && next_is_space);
-        if ends {
-            let end = i + c.len_utf8();
-            if !text[start..end].trim().is_empty() {
-                spans.push((start, end));
-            }
-            start = end;
-        }
-    }
-    if !text[start..].trim().is_empty() {
-        spans.push((start, text.len()));
-    }
-    spans
 }
 
 /// A claim's words, in order, with repeats (a repeated word counts once in the score).

@@ -1,6 +1,7 @@
 //! Tests of the citation check.
 
 use super::*;
+use crate::text::spaced;
 use serde_json::json;
 
 /// The state's sources as JSON, the way a checkpoint holds them.
@@ -178,38 +179,6 @@ fn the_audit_reads_a_finished_report_against_its_own_list() {
     assert_eq!((a.citations, a.supported, a.removed), (1, 0, 1));
 }
 
-/// Stemming each distinct word once gives the words and numbers that stemming every token in
-/// one tokenizer pipeline gave.
-#[test]
-fn stemming_each_distinct_word_once_changes_no_term() {
-    let text = "Running runners ran; the RUNNING of 1,000 runs in 8kB pages, v15 and 015 pages. \
-                Vacuuming vacuums vacuumed tables: a table's dead tuples, tuples and TUPLES.";
-    let mut pipeline = TextAnalyzer::builder(SimpleTokenizer::default())
-        .filter(LowerCaser)
-        .filter(StopWordFilter::new(Language::English).unwrap())
-        .filter(Stemmer::new(Language::English))
-        .build();
-    let (mut words, mut numbers) = (HashSet::new(), HashSet::new());
-    let spaced = spaced(text);
-    let mut stream = pipeline.token_stream(&spaced);
-    while stream.advance() {
-        let t = &stream.token().text;
-        if t.chars().all(|c| c.is_ascii_digit()) {
-            numbers.insert(t.trim_start_matches('0').to_owned());
-        } else if t.chars().count() >= 2 {
-            words.insert(t.clone());
-        }
-    }
-    let mut memo = Words::new();
-    assert_eq!(terms(&mut memo, text), (words.clone(), numbers.clone()));
-    // The memo is shared across texts: a second pass gives the same answer.
-    assert_eq!(terms(&mut memo, text), (words.clone(), numbers));
-    assert!(
-        words.contains("run") && words.contains("vacuum"),
-        "{words:?}"
-    );
-}
-
 #[test]
 fn words_scattered_through_a_long_page_do_not_support_a_claim_it_never_makes() {
     // Every word of the claim is on the page, but in paragraphs about other things.
@@ -235,25 +204,6 @@ fn words_scattered_through_a_long_page_do_not_support_a_claim_it_never_makes() {
     ]);
     let r = repair(scattered, &together);
     assert_eq!(r.counts.attached, 1, "{}", r.report);
-}
-
-#[test]
-fn passages_hold_whole_sentences_and_overlap() {
-    let sentence = "one two three four five six seven eight nine ten. ";
-    let text = sentence.repeat(30);
-    let p = passages(&text);
-    assert!(p.len() > 3, "{}", p.len());
-    for passage in &p {
-        assert!(passage.trim_start().starts_with("one") && passage.trim_end().ends_with("ten."));
-        let words = passage.split_whitespace().count();
-        assert!(
-            (PASSAGE_WORDS..PASSAGE_WORDS + 10).contains(&words) || passage.len() < text.len() / 2
-        );
-    }
-    // Halfway overlap: about twice as many passages as the text has passage lengths.
-    assert!(p.len() + 1 >= 2 * (300 / PASSAGE_WORDS), "{}", p.len());
-    assert_eq!(passages(""), Vec::<&str>::new());
-    assert_eq!(passages("No full stop"), vec!["No full stop"]);
 }
 
 /// How the check's verdicts on citations people read (kept in `eval/`, with every source of

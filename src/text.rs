@@ -1,0 +1,214 @@
+//! Words of English text as the citation check and page excerpts read them: lower-cased,
+//! stop words dropped, stemmed (tantivy's analysers, as the corpus index reads documents), and
+//! text cut into sentences and passages.
+
+use std::collections::{HashMap, HashSet};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RawTokenizer, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+    TokenStream,
+};
+
+/// Splits text into lower-cased content words and stems each distinct word once.
+pub struct Words {
+    split: TextAnalyzer,
+    stem: TextAnalyzer,
+    /// Stems already computed. Pages repeat most of their words, and stemming every
+    /// occurrence was half of the report node's cost (8% of a run's server CPU).
+    stems: HashMap<String, String>,
+}
+
+impl Default for Words {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Words {
+    pub fn new() -> Self {
+        let split = TextAnalyzer::builder(SimpleTokenizer::default()).filter(LowerCaser);
+        let split = match StopWordFilter::new(Language::English) {
+            Some(stop) => split.filter(stop).build(),
+            None => TextAnalyzer::builder(SimpleTokenizer::default())
+                .filter(LowerCaser)
+                .build(),
+        };
+        Self {
+            split,
+            stem: TextAnalyzer::builder(RawTokenizer::default())
+                .filter(Stemmer::new(Language::English))
+                .build(),
+            stems: HashMap::new(),
+        }
+    }
+
+    /// The stem of one lower-cased word.
+    pub fn stem<'a>(&'a mut self, word: &'a str) -> &'a str {
+        if !self.stems.contains_key(word) {
+            let mut stream = self.stem.token_stream(word);
+            let stem = if stream.advance() {
+                stream.token().text.clone()
+            } else {
+                word.to_owned()
+            };
+            self.stems.insert(word.to_owned(), stem);
+        }
+        self.stems.get(word).map_or(word, String::as_str)
+    }
+}
+
+/// Digits and letters written together ("8kB", "v15") are read as separate words, as "8 kB"
+/// would be, and thousands separators go ("1,000" is "1000").
+pub fn spaced(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut prev: Option<char> = None;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ','
+            && prev.is_some_and(|p| p.is_ascii_digit())
+            && chars.peek().is_some_and(|n| n.is_ascii_digit())
+        {
+            continue;
+        }
+        if let Some(p) = prev
+            && ((p.is_ascii_digit() && c.is_alphabetic())
+                || (p.is_alphabetic() && c.is_ascii_digit()))
+        {
+            out.push(' ');
+        }
+        out.push(c);
+        prev = Some(c);
+    }
+    out
+}
+
+/// The stemmed content words of `text`, and (separately) its numbers.
+pub fn terms(words: &mut Words, text: &str) -> (HashSet<String>, HashSet<String>) {
+    let mut stems = HashSet::new();
+    let mut numbers = HashSet::new();
+    let spaced = spaced(text);
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut stream = words.split.token_stream(&spaced);
+    while stream.advance() {
+        let t = &stream.token().text;
+        if !seen.contains(t) {
+            seen.insert(t.clone());
+        }
+    }
+    drop(stream);
+    for t in seen {
+        if t.chars().all(|c| c.is_ascii_digit()) {
+            numbers.insert(t.trim_start_matches('0').to_owned());
+            continue;
+        }
+        let stem = words.stem(&t);
+        if stem.chars().count() >= 2 && !stems.contains(stem) {
+            stems.insert(stem.to_owned());
+        }
+    }
+    (stems, numbers)
+}
+
+/// `text` in passages of about `words` words, whole sentences each, every passage
+/// starting halfway through the one before so that a claim spanning a boundary is still found
+/// together.
+pub fn passages(text: &str, words: usize) -> Vec<&str> {
+    let pieces = sentence_spans(text);
+    let mut out = Vec::new();
+    let mut first = 0;
+    while first < pieces.len() {
+        let (mut last, mut count) = (first, 0);
+        while last < pieces.len() && (count < words || last == first) {
+            count += text[pieces[last].0..pieces[last].1]
+                .split_whitespace()
+                .count();
+            last += 1;
+        }
+        out.push(&text[pieces[first].0..pieces[last - 1].1]);
+        if last >= pieces.len() {
+            break;
+        }
+        first += ((last - first) / 2).max(1);
+    }
+    out
+}
+
+/// The byte spans of `text`'s sentences (ending at `.`, `!`, `?`, `:` or `;` before white
+/// space, or at a line break), empty ones left out.
+pub fn sentence_spans(text: &str) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next_is_space = chars.peek().is_none_or(|(_, n)| n.is_whitespace());
+        let ends = c == '\n' || (matches!(c, '.' | '!' | '?' | ':' | ';') && next_is_space);
+        if ends {
+            let end = i + c.len_utf8();
+            if !text[start..end].trim().is_empty() {
+                spans.push((start, end));
+            }
+            start = end;
+        }
+    }
+    if !text[start..].trim().is_empty() {
+        spans.push((start, text.len()));
+    }
+    spans
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WORDS: usize = 80;
+
+    /// Stemming each distinct word once gives the words and numbers that stemming every token in
+    /// one tokenizer pipeline gave.
+    #[test]
+    fn stemming_each_distinct_word_once_changes_no_term() {
+        let text = "Running runners ran; the RUNNING of 1,000 runs in 8kB pages, v15 and 015 pages. \
+                    Vacuuming vacuums vacuumed tables: a table's dead tuples, tuples and TUPLES.";
+        let mut pipeline = TextAnalyzer::builder(SimpleTokenizer::default())
+            .filter(LowerCaser)
+            .filter(StopWordFilter::new(Language::English).unwrap())
+            .filter(Stemmer::new(Language::English))
+            .build();
+        let (mut words, mut numbers) = (HashSet::new(), HashSet::new());
+        let spaced = spaced(text);
+        let mut stream = pipeline.token_stream(&spaced);
+        while stream.advance() {
+            let t = &stream.token().text;
+            if t.chars().all(|c| c.is_ascii_digit()) {
+                numbers.insert(t.trim_start_matches('0').to_owned());
+            } else if t.chars().count() >= 2 {
+                words.insert(t.clone());
+            }
+        }
+        let mut memo = Words::new();
+        assert_eq!(terms(&mut memo, text), (words.clone(), numbers.clone()));
+        // The memo is shared across texts: a second pass gives the same answer.
+        assert_eq!(terms(&mut memo, text), (words.clone(), numbers));
+        assert!(
+            words.contains("run") && words.contains("vacuum"),
+            "{words:?}"
+        );
+    }
+
+    #[test]
+    fn passages_hold_whole_sentences_and_overlap() {
+        let sentence = "one two three four five six seven eight nine ten. ";
+        let text = sentence.repeat(30);
+        let p = passages(&text, WORDS);
+        assert!(p.len() > 3, "{}", p.len());
+        for passage in &p {
+            assert!(
+                passage.trim_start().starts_with("one") && passage.trim_end().ends_with("ten.")
+            );
+            let words = passage.split_whitespace().count();
+            assert!((WORDS..WORDS + 10).contains(&words) || passage.len() < text.len() / 2);
+        }
+        // Halfway overlap: about twice as many passages as the text has passage lengths.
+        assert!(p.len() + 1 >= 2 * (300 / WORDS), "{}", p.len());
+        assert_eq!(passages("", WORDS), Vec::<&str>::new());
+        assert_eq!(passages("No full stop", WORDS), vec!["No full stop"]);
+    }
+}
