@@ -38,6 +38,12 @@ pub enum AgentFallback {
     /// A search call cut off mid-list (a small model listing queries until its output limit):
     /// the queries written in full before the cut were searched.
     QueriesSalvaged,
+    /// The report writer copied its instructions back instead of writing: it was asked once
+    /// more, told so.
+    ReportAskedAgain,
+    /// The writer copied its instructions back twice: the report is the findings as gathered,
+    /// under a note saying so.
+    FindingsAsReport,
 }
 
 impl AgentFallback {
@@ -48,6 +54,8 @@ impl AgentFallback {
             Self::PlannedSearch => "planned_search",
             Self::ResultsAsFindings => "results_as_findings",
             Self::QueriesSalvaged => "queries_salvaged",
+            Self::ReportAskedAgain => "report_asked_again",
+            Self::FindingsAsReport => "findings_as_report",
         }
     }
 }

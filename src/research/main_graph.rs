@@ -4,7 +4,7 @@
 use super::citations::{self, normalize};
 use super::cost::CostMeter;
 use super::events::ResearchEvent;
-use super::fallbacks::FallbackMeter;
+use super::fallbacks::{self, AgentFallback, FallbackMeter};
 use super::messages::{self as msg, Message};
 use super::model::{Caller, Deps, Role, prepare_run, run_config};
 use super::state::{
@@ -337,7 +337,33 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         supervisor_messages: Vec::new(),
         ..state
     };
-    let resp = write_report(&deps, &ctx, &cfg, &state, &findings, &numbered).await?;
+    let mut resp = write_report(&deps, &ctx, &cfg, &state, &findings, &numbered, None).await?;
+    let instructions = deps.prompts.render("final_report", &[]);
+    let written = Message::from_model(resp.message.clone()).text();
+    if copies_instructions(&written, &instructions) {
+        fallbacks::record(
+            &ctx,
+            AgentFallback::ReportAskedAgain.as_str(),
+            &format!(
+                "the report repeated its instructions: {}",
+                msg::excerpt(&written, 160)
+            ),
+        );
+        resp = write_report(
+            &deps,
+            &ctx,
+            &cfg,
+            &state,
+            &findings,
+            &numbered,
+            Some(&written),
+        )
+        .await?;
+        let again = Message::from_model(resp.message.clone()).text();
+        if copies_instructions(&again, &instructions) {
+            return findings_as_report(&ctx, &state, &findings, &numbered);
+        }
+    }
     let mut message = Message::from_model(resp.message);
     let mut checked = check_citations(&ctx, &message.text(), &state.sources, &numbered);
     if resp.finish_reason == FinishReason::Length {
@@ -365,6 +391,69 @@ fn findings(notes: &[String], numbered: &Sources) -> String {
         .map(|note| support::renumber_findings(note, numbered))
         .collect::<Vec<_>>()
         .join("\n\n")
+}
+
+/// Whether a report is the writer's instructions copied back (a small model given a long
+/// prompt sometimes repeats its end): most of its lines of four words or more are lines of the
+/// instructions. A report quoting a line of them, or words they share with any report
+/// ("sections", "sources"), is not one.
+fn copies_instructions(report: &str, instructions: &str) -> bool {
+    let plain = |text: &str| {
+        text.split_whitespace()
+            .map(|w| {
+                w.trim_matches(|c: char| !c.is_alphanumeric())
+                    .to_lowercase()
+            })
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let source = plain(instructions);
+    let (mut copied, mut total) = (0usize, 0usize);
+    for line in report.lines() {
+        let line = plain(line);
+        if line.split(' ').count() < 4 {
+            continue;
+        }
+        total += line.len();
+        if source.contains(&line) {
+            copied += line.len();
+        }
+    }
+    total > 0 && copied * 2 > total
+}
+
+/// The report when the writer would not write one: the findings as the researchers gathered
+/// them, under a note that says so, checked like any report.
+fn findings_as_report(
+    ctx: &NodeContext,
+    state: &AgentState,
+    findings: &str,
+    numbered: &Sources,
+) -> Result<Command, NodeError> {
+    fallbacks::record(
+        ctx,
+        AgentFallback::FindingsAsReport.as_str(),
+        "the report model repeated its instructions twice",
+    );
+    let text = format!(
+        "# Findings: {}\n\n> The report model did not write a report (it repeated its instructions \
+         twice). What follows are the findings the researchers gathered, as they were given to \
+         it.\n\n{findings}\n",
+        msg::excerpt(
+            state.research_brief.as_deref().unwrap_or("the research"),
+            120
+        )
+    );
+    let checked = check_citations(ctx, &text, &state.sources, numbered);
+    let message = Message::ai(&format!("run-{}", Uuid::new_v4()), &checked.report);
+    Command::write(AgentUpdate {
+        final_report: Some(checked.report),
+        messages: Some(vec![message]),
+        notes: Some(Write::Replace(vec![])),
+        citations: Some(checked.support),
+        ..metered(ctx)
+    })
 }
 
 /// A report after both checks.
@@ -453,6 +542,8 @@ fn partial_report(
 }
 
 /// Streams the report, trimming the findings after a context overflow (up to four attempts).
+/// With `copied`, the writer's previous answer (its instructions copied back) and a request to
+/// write the report itself follow the prompt.
 async fn write_report(
     deps: &ResearchDeps,
     ctx: &NodeContext,
@@ -460,6 +551,7 @@ async fn write_report(
     state: &AgentState,
     findings: &str,
     numbered: &Sources,
+    copied: Option<&str>,
 ) -> Result<crate::llm::ChatResponse, NodeError> {
     let source_list = numbered.numbered_list();
     let caller = Caller::new(deps, ctx, cfg);
@@ -479,7 +571,12 @@ async fn write_report(
                 ("date", &date),
             ],
         );
-        let req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
+        let mut messages = vec![Message::human(prompt)];
+        if let Some(copied) = copied {
+            messages.push(Message::ai_text(copied));
+            messages.push(Message::human(deps.prompts.render("report_again", &[])));
+        }
+        let req = caller.request(Role::FinalReport, messages)?;
         match caller.call(req, true).await {
             Ok(resp) => return Ok(resp),
             Err(NodeError::Failed { kind, .. }) if kind == "ContextOverflowError" => {
@@ -511,6 +608,26 @@ async fn write_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_made_of_its_instructions_is_told_from_one_that_quotes_them() {
+        let instructions =
+            crate::research::prompts::Prompts::built_in().render("final_report", &[]);
+        // pg-23 of the evaluation set, as the writer answered.
+        let copied = "# How to write it\n\n## Start with a \"#\" title, then \"##\" sections \
+            (\"###\" subsections where useful).\n\n## Plain language, paragraphs by default, \
+            bullet points where they help.\n\n## How to cite:\n\n- Cite only numbers from that \
+            list. Never invent a source, an author, a year or a URL.\n- Do not write a list of \
+            sources at the end: it is added for you from your citations.";
+        assert!(copies_instructions(copied, &instructions));
+        let report = "# Vacuum\n\n## What it does\n\nVACUUM reclaims storage occupied by dead \
+            tuples [1]. Autovacuum is on by default [2].\n\nPlain language, paragraphs by \
+            default, bullet points where they help.\n\nThe launcher starts a worker every \
+            minute in each database, up to autovacuum_max_workers at once [2].";
+        assert!(!copies_instructions(report, &instructions));
+        assert!(!copies_instructions("", &instructions));
+        assert!(!copies_instructions("# Title\n\n## Sources", &instructions));
+    }
 
     #[test]
     fn findings_shrink_below_what_failed() {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Built-in templates by name.
-const BUILT_IN: [(&str, &str); 12] = [
+const BUILT_IN: [(&str, &str); 13] = [
     (
         "clarify_with_user",
         include_str!("../../prompts/clarify_with_user.txt"),
@@ -33,6 +33,10 @@ const BUILT_IN: [(&str, &str); 12] = [
     (
         "final_report",
         include_str!("../../prompts/final_report.txt"),
+    ),
+    (
+        "report_again",
+        include_str!("../../prompts/report_again.txt"),
     ),
     (
         "summarize_webpage",

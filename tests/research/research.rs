@@ -2226,3 +2226,108 @@ async fn a_long_section_can_be_shown_by_its_excerpts_without_a_summary_call() {
         .to_owned();
     assert!(report.contains("every 60 seconds [1]."), "{report}");
 }
+
+/// The writer's instructions as a small model copies them back (pg-22 of the evaluation set):
+/// the end of the report prompt, line for line.
+fn instructions_copied() -> String {
+    let prompt = include_str!("../../prompts/final_report.txt");
+    let tail = &prompt[prompt.find("How to write it").unwrap()..];
+    format!("# How to write it\n\n{tail}")
+}
+
+/// A run over `docs_corpus` whose writer answers each report request with `write(turns)`
+/// (`turns`: its answers already in the request).
+fn echoing_writer(
+    write: fn(usize) -> String,
+) -> impl Fn(&Value) -> FakeReply + Send + Sync + 'static {
+    let run = vacuum_run(
+        json!("vacuum dead tuples"),
+        |_| FakeReply::Text("unused".into()),
+        "",
+    );
+    move |req: &Value| match support::workload::role(req) {
+        Role::Report => FakeReply::Text(write(support::workload::turns(req))),
+        _ => run(req),
+    }
+}
+
+async fn research_with(write: fn(usize) -> String) -> (ResearchApp, Vec<support::SseFrame>) {
+    let (docs, index, config) = docs_corpus();
+    let ra = r::start(
+        echoing_writer(write),
+        &format!("[research]\nallow_clarification = false\ncompress_research = false\n\n{config}"),
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let run = json!({"config": {"configurable": {"search_api": "local"}}});
+    let frames = stream(&ra, &tid, "How does VACUUM work?", run).await;
+    drop((docs, index));
+    (ra, frames)
+}
+
+/// A writer that copies its instructions back is told so and asked once more; its second
+/// answer is the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_that_repeats_its_instructions_is_asked_for_again() {
+    let (ra, frames) = research_with(|turns| match turns {
+        0 => instructions_copied(),
+        _ => "# Vacuum\n\nVACUUM reclaims storage occupied by dead tuples [1].".into(),
+    })
+    .await;
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    let values = last_values(&frames);
+    let report = values["final_report"].as_str().unwrap();
+    assert!(
+        report.starts_with("# Vacuum\n\nVACUUM reclaims storage occupied by dead tuples [1]."),
+        "{report}"
+    );
+    assert_eq!(
+        values["fallbacks"]["report_asked_again"], 1,
+        "{}",
+        values["fallbacks"]
+    );
+    assert!(values["fallbacks"].get("findings_as_report").is_none());
+    let asked = ra
+        .llm
+        .requests()
+        .into_iter()
+        .filter(|q| r::role(q) == Role::Report)
+        .collect::<Vec<_>>();
+    assert_eq!(asked.len(), 2);
+    let again = support::workload::all_text(&asked[1]);
+    assert!(
+        again.contains("it is not the report"),
+        "told what went wrong: {again}"
+    );
+}
+
+/// A writer that copies its instructions back twice gets no third call: the report is the
+/// findings as gathered, said to be so, with its citations checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_only_repeats_its_instructions_leaves_the_findings_as_the_report() {
+    let (ra, frames) = research_with(|_| instructions_copied()).await;
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    let values = last_values(&frames);
+    let report = values["final_report"].as_str().unwrap();
+    assert!(
+        report.starts_with("# Findings: How does VACUUM work?"),
+        "{report}"
+    );
+    assert!(report.contains("did not write a report"), "{report}");
+    assert!(!report.contains("How to cite"), "{report}");
+    assert!(report.contains("dead tuples"), "the findings: {report}");
+    assert!(
+        report.contains("### Sources\n\n[1] Routine Vacuuming"),
+        "{report}"
+    );
+    assert_eq!(values["fallbacks"]["report_asked_again"], 1);
+    assert_eq!(values["fallbacks"]["findings_as_report"], 1);
+    assert_eq!(
+        ra.llm
+            .requests()
+            .iter()
+            .filter(|q| r::role(q) == Role::Report)
+            .count(),
+        2
+    );
+}
