@@ -26,6 +26,10 @@ pub fn excerpts(page: &str, query: &str, budget: usize) -> String {
         return page.to_owned();
     }
     let stretches = stretches(page);
+    if stretches.is_empty() {
+        // Nothing but white space.
+        return String::new();
+    }
     let mut words = Words::new();
     let (wanted, numbers) = terms(&mut words, query);
     let found: Vec<(HashSet<String>, HashSet<String>)> = stretches
@@ -148,6 +152,7 @@ mod tests {
         let shown = excerpts(&long, "word", 100);
         assert_eq!(shown.chars().count(), 100);
         assert!(excerpts("", "x", 0).is_empty());
+        assert!(excerpts(&" \n".repeat(300), "x", 200).is_empty());
     }
 
     #[test]
