@@ -131,6 +131,10 @@ pub struct QuestionResult {
     /// what `rescore` needs to score the report again with another check.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub retrieved: Vec<crate::research::state::Source>,
+    /// The research brief the writer was given with the findings (the research model's own
+    /// restatement of the question): a report far from its findings may start here.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub brief: String,
     /// The findings the writer was given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -450,6 +454,10 @@ pub fn score(
         source_urls: sources.list.iter().map(|s| s.url.clone()).collect(),
         report: report.to_owned(),
         retrieved: state_sources,
+        brief: values["research_brief"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
         notes,
         researcher_steps: Vec::new(),
     }
@@ -477,6 +485,7 @@ pub fn rescore(
         "sources": r.retrieved,
         "citations": r.draft,
         "notes": r.notes,
+        "research_brief": r.brief,
         "fallbacks": r.fallbacks,
         "usage": {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
                   "calls": r.calls, "models": models},

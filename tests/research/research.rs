@@ -2122,6 +2122,10 @@ async fn eval_scores_a_question_and_keeps_what_the_researcher_searched() {
     assert!(r.researched, "{r:?}");
     assert_eq!(r.fact_recall, 0.5, "{r:?}");
     assert_eq!((r.citations, r.supported, r.invented), (1, 1, 0), "{r:?}");
+    assert_eq!(
+        r.brief, "How does VACUUM work?",
+        "the brief the writer was given"
+    );
     let search = &r.researcher_steps[0];
     assert_eq!(search.tool, "document_search", "{:?}", r.researcher_steps);
     assert_eq!(search.args["queries"][0], "vacuum dead tuples");
