@@ -555,16 +555,15 @@ fn dedupe(responses: Vec<Vec<SearchHit>>) -> Vec<(usize, SearchHit)> {
 struct Shown {
     content: String,
     page: String,
-    summary: Option<PageSummary>,
     kind: ShownAs,
 }
 
 /// What the content shown of a hit is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum ShownAs {
     /// The page itself.
     Page,
-    Summary,
+    Summary(PageSummary),
     /// The engine's snippet (all it returned, or a page not summarised).
     Snippet,
     Excerpts,
@@ -573,10 +572,10 @@ enum ShownAs {
 impl ShownAs {
     /// The label over the content in the tool's output: ODR's `SUMMARY` for summaries and
     /// snippets alike; a page shown whole, or its excerpts, say so.
-    fn label(self) -> &'static str {
+    fn label(&self) -> &'static str {
         match self {
             Self::Page => "CONTENT",
-            Self::Summary | Self::Snippet => "SUMMARY",
+            Self::Summary(_) | Self::Snippet => "SUMMARY",
             Self::Excerpts => "EXCERPTS",
         }
     }
@@ -595,7 +594,6 @@ async fn display_content(
         return Shown {
             content: hit.content.clone(),
             page: hit.content.clone(),
-            summary: None,
             kind: ShownAs::Snippet,
         };
     };
@@ -604,7 +602,6 @@ async fn display_content(
         return Shown {
             content: raw.clone(),
             page: raw,
-            summary: None,
             kind: ShownAs::Page,
         };
     }
@@ -612,22 +609,19 @@ async fn display_content(
         return Shown {
             content: super::excerpts::excerpts(&raw, query, opts.verbatim_chars),
             page: raw,
-            summary: None,
             kind: ShownAs::Excerpts,
         };
     }
     let snippet = |page: String| Shown {
         content: hit.content.clone(),
         page,
-        summary: None,
         kind: ShownAs::Snippet,
     };
     if let Some(summary) = opts.ledger.recall(&hit.url) {
         return Shown {
             content: summary.render(),
             page: raw,
-            summary: Some(summary),
-            kind: ShownAs::Summary,
+            kind: ShownAs::Summary(summary),
         };
     }
     let Some(summarizer) = summarizer else {
@@ -639,8 +633,7 @@ async fn display_content(
             Shown {
                 content: summary.render(),
                 page: raw,
-                summary: Some(summary),
-                kind: ShownAs::Summary,
+                kind: ShownAs::Summary(summary),
             }
         }
         Err(err) => {
@@ -702,7 +695,10 @@ fn format_output(hits: &[SearchHit], shown: Vec<Shown>) -> SearchOutput {
                 url: hit.url.clone(),
                 title: hit.title.clone(),
                 text: shown.page,
-                summary: shown.summary,
+                summary: match shown.kind {
+                    ShownAs::Summary(summary) => Some(summary),
+                    _ => None,
+                },
                 snippet,
             }
         })
