@@ -400,12 +400,13 @@ async fn evaluation_questions_over_the_postgres_manual_cite_what_they_retrieved(
     let root = std::fs::canonicalize(&docs).expect("docs path");
     let opts = EvalOptions {
         // eval/local-model.toml's settings: one round, one researcher, two turns, long pages
-        // shown by their excerpts, the results handed on as found (the other tests here keep
-        // page summaries, the clean-up call and its fallback).
+        // shown by their excerpts, the results handed on as found, the report written source
+        // by source (the other tests here keep page summaries, the clean-up call and its
+        // fallback, and the one-call writer).
         configurable: json!({"max_researcher_iterations": 1, "max_react_tool_calls": 2,
                              "max_concurrent_research_units": 1, "search_max_results": 3,
                              "compress_research": false, "summarize_pages": false,
-                             "max_content_length": 12000}),
+                             "max_content_length": 12000, "report_form": "by_source"}),
         corpus_prefix: format!("file://{}/", root.display()),
         run_limit: run_limit(),
         api_key: None,

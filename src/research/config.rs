@@ -116,6 +116,21 @@ pub struct ResearchConfig {
     /// search results as the researcher was shown them, each cited, with no model call.
     #[serde(default = "yes")]
     pub compress_research: bool,
+    /// How the final report is written (`ReportForm`).
+    #[serde(default)]
+    pub report_form: ReportForm,
+}
+
+/// How the final report is written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportForm {
+    /// One call writes it from all the findings (Open Deep Research).
+    #[default]
+    Whole,
+    /// Each source's findings restated by a short call of their own, checked against that
+    /// source, under an overview paragraph (`by_source.rs`): for a small model.
+    BySource,
 }
 
 fn yes() -> bool {
@@ -175,6 +190,7 @@ impl Default for ResearchConfig {
             max_page_summaries: summaries_default(),
             summarize_pages: true,
             compress_research: true,
+            report_form: ReportForm::Whole,
         }
     }
 }
@@ -225,7 +241,7 @@ const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64)
 const TOKENS: (u64, u64) = (1, 200_000);
 
 /// Every research setting, in `ResearchConfig`'s order.
-pub const SETTINGS: [Setting; 27] = [
+pub const SETTINGS: [Setting; 28] = [
     number(
         "max_structured_output_retries",
         "Attempts per structured-output or tool-calling model call before the step fails.",
@@ -392,6 +408,17 @@ pub const SETTINGS: [Setting; 27] = [
          shown them, each cited, without that call: for a model whose condensed findings \
          cannot be used (a small local model's nearly always fall back to the results).",
     ),
+    Setting {
+        name: "report_form",
+        description: "How the report is written: whole (one call of the report model writes \
+                      it from all the findings, as Open Deep Research does) or by_source (a \
+                      short call restates each source's findings, only the sentences that \
+                      source supports are kept, and one more call answers the question in a \
+                      paragraph above them: for a small local model, which drops half the \
+                      facts of findings it is given all at once).",
+        range: None,
+        choices: &["whole", "by_source"],
+    },
 ];
 
 /// The bounds `SETTINGS` gives a number setting.

@@ -44,6 +44,10 @@ pub enum AgentFallback {
     /// The writer copied its instructions back twice: the report is the findings as gathered,
     /// under a note saying so.
     FindingsAsReport,
+    /// Restating one source's findings failed, or kept no sentence the source supports
+    /// (`report_form: "by_source"`): its section quotes the findings' stretches nearest the
+    /// question instead.
+    SourceKeptAsFound,
 }
 
 impl AgentFallback {
@@ -56,6 +60,7 @@ impl AgentFallback {
             Self::QueriesSalvaged => "queries_salvaged",
             Self::ReportAskedAgain => "report_asked_again",
             Self::FindingsAsReport => "findings_as_report",
+            Self::SourceKeptAsFound => "source_kept_as_found",
         }
     }
 }

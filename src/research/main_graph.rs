@@ -2,6 +2,7 @@
 //! `final_report_generation`.
 
 use super::citations::{self, normalize};
+use super::config::{ReportForm, SearchApi};
 use super::cost::CostMeter;
 use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback, FallbackMeter};
@@ -12,7 +13,7 @@ use super::state::{
 };
 use super::stream_fields::FieldStreamer;
 use super::support::{self, Sources};
-use super::{ResearchDeps, config::SearchApi, plan_review, supervisor};
+use super::{ResearchDeps, by_source, plan_review, supervisor};
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use crate::llm::{FinishReason, ResponseSchema};
 use crate::tools::SummaryLedger;
@@ -337,6 +338,29 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         supervisor_messages: Vec::new(),
         ..state
     };
+    if cfg.report_form == ReportForm::BySource {
+        let question = msg::buffer_string(&state.messages);
+        let written = by_source::write(
+            &deps,
+            &ctx,
+            &cfg,
+            &question,
+            &report_title(&state),
+            &findings,
+            &numbered,
+        )
+        .await?;
+        return match written {
+            Some(w) => finished(&ctx, &state, &w.text, w.message, &numbered),
+            None => findings_as_report(
+                &ctx,
+                &state,
+                &findings,
+                &numbered,
+                "restated nothing its sources support",
+            ),
+        };
+    }
     let mut resp = write_report(&deps, &ctx, &cfg, &state, &findings, &numbered, None).await?;
     let instructions = deps.prompts.render("final_report", &[]);
     let written = Message::from_model(resp.message.clone()).text();
@@ -361,7 +385,13 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         .await?;
         let again = Message::from_model(resp.message.clone()).text();
         if copies_instructions(&again, &instructions) {
-            return findings_as_report(&ctx, &state, &findings, &numbered);
+            return findings_as_report(
+                &ctx,
+                &state,
+                &findings,
+                &numbered,
+                "it repeated its instructions twice",
+            );
         }
     }
     let mut message = Message::from_model(resp.message);
@@ -397,7 +427,7 @@ fn findings(notes: &[String], numbered: &Sources) -> String {
 /// prompt sometimes repeats its end): most of its lines of four words or more are lines of the
 /// instructions. A report quoting a line of them, or words they share with any report
 /// ("sections", "sources"), is not one.
-fn copies_instructions(report: &str, instructions: &str) -> bool {
+pub(super) fn copies_instructions(report: &str, instructions: &str) -> bool {
     let plain = |text: &str| {
         text.split_whitespace()
             .map(|w| {
@@ -430,23 +460,58 @@ fn findings_as_report(
     state: &AgentState,
     findings: &str,
     numbered: &Sources,
+    why: &str,
 ) -> Result<Command, NodeError> {
     fallbacks::record(
         ctx,
         AgentFallback::FindingsAsReport.as_str(),
-        "the report model repeated its instructions twice",
+        &format!("the report model {why}"),
     );
     let text = format!(
-        "# Findings: {}\n\n> The report model did not write a report (it repeated its instructions \
-         twice). What follows are the findings the researchers gathered, as they were given to \
-         it.\n\n{findings}\n",
+        "# Findings: {}\n\n> The report model did not write a report ({why}). What follows are \
+         the findings the researchers gathered, as they were given to it.\n\n{findings}\n",
         msg::excerpt(
             state.research_brief.as_deref().unwrap_or("the research"),
             120
         )
     );
-    let checked = check_citations(ctx, &text, &state.sources, numbered);
-    let message = Message::ai(&format!("run-{}", Uuid::new_v4()), &checked.report);
+    finished(ctx, state, &text, None, numbered)
+}
+
+/// The title of a report written without a model's heading: the user's first question.
+fn report_title(state: &AgentState) -> String {
+    let asked = state
+        .messages
+        .iter()
+        .find(|m| m.kind() == super::messages::Kind::Human)
+        .map(Message::text)
+        .unwrap_or_default();
+    let title = msg::excerpt(&asked, 200);
+    if title.is_empty() {
+        msg::excerpt(state.research_brief.as_deref().unwrap_or("Report"), 120)
+    } else {
+        title
+    }
+}
+
+/// The update of a report written without the writer's one call (by source, or the findings
+/// themselves): checked, kept as the final report and as the run's last message (under the id
+/// of `streamed`, when its tokens went to clients).
+fn finished(
+    ctx: &NodeContext,
+    state: &AgentState,
+    text: &str,
+    streamed: Option<Message>,
+    numbered: &Sources,
+) -> Result<Command, NodeError> {
+    let checked = check_citations(ctx, text, &state.sources, numbered);
+    let message = match streamed {
+        Some(mut m) => {
+            m.set_text(&checked.report);
+            m
+        }
+        None => Message::ai(&format!("run-{}", Uuid::new_v4()), &checked.report),
+    };
     Command::write(AgentUpdate {
         final_report: Some(checked.report),
         messages: Some(vec![message]),

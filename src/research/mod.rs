@@ -3,6 +3,7 @@
 //! reported instead of swallowed, per-run settings beat the environment, rate limits are never
 //! taken for context overflow, tokens stream, and reports cite only what searches returned.
 
+mod by_source;
 pub mod citations;
 pub mod config;
 pub mod cost;

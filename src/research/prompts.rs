@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Built-in templates by name.
-const BUILT_IN: [(&str, &str); 13] = [
+const BUILT_IN: [(&str, &str); 15] = [
     (
         "clarify_with_user",
         include_str!("../../prompts/clarify_with_user.txt"),
@@ -33,6 +33,14 @@ const BUILT_IN: [(&str, &str); 13] = [
     (
         "final_report",
         include_str!("../../prompts/final_report.txt"),
+    ),
+    (
+        "restate_source",
+        include_str!("../../prompts/restate_source.txt"),
+    ),
+    (
+        "overview_from_sources",
+        include_str!("../../prompts/overview_from_sources.txt"),
     ),
     (
         "report_again",

@@ -1305,7 +1305,7 @@ async fn the_config_schema_describes_every_setting() {
     .await;
     let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
     let props = schemas["config_schema"]["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 28, "{props:?}");
+    assert_eq!(props.len(), 29, "{props:?}");
     // MCP: both shapes, and what this deployment offers.
     let mcp = &props["mcp_config"];
     assert!(mcp["properties"]["mcpServers"].is_object(), "{mcp}");
@@ -2334,4 +2334,127 @@ async fn a_writer_that_only_repeats_its_instructions_leaves_the_findings_as_the_
             .count(),
         2
     );
+}
+
+/// The source number a restating request is about ("… from source [2], …").
+fn restated_number(req: &Value) -> usize {
+    let text = support::workload::all_text(req);
+    text.split("from source [")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a restating request names its source")
+}
+
+/// `report_form: "by_source"`: each source's findings go to a short call of their own (the
+/// question and that source's part, nothing else); of its answer, only the sentences that
+/// source supports are kept (an added claim is dropped); a call that fails leaves the source's
+/// part as it was found, and the run says so. A last short call answers the question in a
+/// paragraph from what was kept, and the report is that paragraph, then a section per source.
+/// There is no call of the one-shot writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_can_be_written_source_by_source() {
+    let (docs, index, config) = docs_corpus();
+    let run = vacuum_run(
+        json!(["vacuum dead tuples", "WAL segment files"]),
+        |_| FakeReply::Text("unused".into()),
+        "# Not asked for",
+    );
+    let ra = r::start(
+        move |req: &Value| match r::role(req) {
+            Role::Restate if support::workload::all_text(req).contains("WAL segment files") => {
+                FakeReply::Error {
+                    status: 400,
+                    body: json!({"error": {"message": "bad request", "type": "invalid_request_error"}}),
+                    retry_after: None,
+                }
+            }
+            Role::Restate => {
+                let n = restated_number(req);
+                FakeReply::Text(format!(
+                    "## Vacuum\n\nVACUUM reclaims storage occupied by dead tuples [{n}]. The \
+                     moon is made of green cheese and orbits Jupiter every week [{n}]."
+                ))
+            }
+            Role::Overview => FakeReply::Text(
+                "VACUUM reclaims storage occupied by dead tuples, and WAL segment files are \
+                 16 MB each."
+                    .into(),
+            ),
+            _ => run(req),
+        },
+        &format!("[research]\nallow_clarification = false\ncompress_research = false\n\n{config}"),
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let run =
+        json!({"config": {"configurable": {"search_api": "local", "report_form": "by_source"}}});
+    let frames = stream(&ra, &tid, "How does VACUUM work?", run).await;
+    drop((docs, index));
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    let requests = ra.llm.requests();
+    let restated: Vec<String> = requests
+        .iter()
+        .filter(|q| r::role(q) == Role::Restate)
+        .map(support::workload::all_text)
+        .collect();
+    assert_eq!(restated.len(), 2, "one call a source: {restated:?}");
+    for d in &restated {
+        assert!(d.contains("How does VACUUM work?"), "the question: {d}");
+        assert_ne!(
+            d.contains("dead tuples"),
+            d.contains("WAL segment files"),
+            "one source's part only: {d}"
+        );
+    }
+    assert!(requests.iter().all(|q| r::role(q) != Role::Report));
+    let overview: Vec<String> = requests
+        .iter()
+        .filter(|q| r::role(q) == Role::Overview)
+        .map(support::workload::all_text)
+        .collect();
+    assert_eq!(overview.len(), 1);
+    assert!(
+        overview[0].contains("VACUUM reclaims storage occupied by dead tuples ["),
+        "{}",
+        overview[0]
+    );
+    assert!(!overview[0].contains("green cheese"), "{}", overview[0]);
+    let values = last_values(&frames);
+    assert_eq!(
+        values["fallbacks"]["source_kept_as_found"], 1,
+        "{}",
+        values["fallbacks"]
+    );
+    let report = values["final_report"].as_str().unwrap();
+    assert!(
+        report.starts_with("# How does VACUUM work?\n\n"),
+        "{report}"
+    );
+    assert!(
+        !report.contains("green cheese"),
+        "an added claim is dropped: {report}"
+    );
+    assert!(
+        !report.contains("## Vacuum\n"),
+        "the answer's own heading: {report}"
+    );
+    assert!(
+        report.contains("\n## Routine Vacuuming"),
+        "a section per source: {report}"
+    );
+    assert!(
+        report.contains("WAL segment files are 16 MB each"),
+        "the part whose call failed, as found: {report}"
+    );
+    assert!(
+        report.contains("VACUUM reclaims storage occupied by dead tuples [1]."),
+        "{report}"
+    );
+    assert!(
+        report.contains("### Sources\n\n[1] Routine Vacuuming"),
+        "{report}"
+    );
+    let messages = values["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["content"].as_str(), Some(report));
 }

@@ -21,6 +21,10 @@ pub enum Role {
     Researcher,
     Compress,
     Report,
+    /// One source's findings restated (`report_form: "by_source"`).
+    Restate,
+    /// The paragraph answering the question from the restated sources.
+    Overview,
     Other,
 }
 
@@ -49,6 +53,10 @@ pub fn role(req: &Value) -> Role {
     }
     if text.contains("<Findings>") {
         Role::Report
+    } else if text.contains("<Passage>") {
+        Role::Restate
+    } else if text.contains("<Notes>") {
+        Role::Overview
     } else if text.contains("cleaning up the findings") {
         Role::Compress
     } else {
@@ -174,7 +182,7 @@ pub fn scripted(script: Script) -> impl Fn(&Value) -> FakeReply + Send + Sync + 
         Role::Compress => compress(req, script.findings_bytes),
         Role::Report if script.report_bytes > 0 => long_report(req, script.report_bytes),
         Role::Report => report(req),
-        Role::Other => FakeReply::Text("ok".into()),
+        Role::Restate | Role::Overview | Role::Other => FakeReply::Text("ok".into()),
     }
 }
 

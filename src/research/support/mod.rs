@@ -21,7 +21,9 @@ mod markers;
 mod tests;
 
 pub use markers::renumber_findings;
-use markers::{dedup, find_markers, list_entry, number_by_first_use, strip_markers, with_markers};
+use markers::{
+    dedup, find_markers, list_entry, number_by_first_use, strip_markers, tidy_spaces, with_markers,
+};
 
 /// Weighted share of a sentence's content words that must be in one passage of a source for
 /// it to support the sentence. Tuned against citations read by hand
@@ -79,6 +81,19 @@ pub struct Sources {
 /// Whether `text` cites anything by number (`[3]`, `[1, 2]`; a markdown link is no citation).
 pub fn has_citation(text: &str) -> bool {
     !find_markers(text).is_empty()
+}
+
+/// The numbers `text` cites, in order of appearance (repeats kept).
+pub fn cited_numbers(text: &str) -> Vec<usize> {
+    find_markers(text)
+        .into_iter()
+        .flat_map(|m| m.numbers)
+        .collect()
+}
+
+/// `text` without its citation markers, spacing tidied.
+pub fn without_markers(text: &str) -> String {
+    tidy_spaces(&strip_markers(text)).trim().to_owned()
 }
 
 /// A location in a comparable form: the scheme and host lower-cased, no trailing slash. The
@@ -438,6 +453,11 @@ fn blocks(lines: &[&str]) -> Vec<Block> {
     out
 }
 
+/// The sentences of `text`, each with the citation markers that follow it.
+pub fn split_sentences(text: &str) -> Vec<&str> {
+    sentences(text)
+}
+
 /// The sentences of a block: each ends at `.`, `!` or `?` followed by white space, with the
 /// citation markers right after it (`… fact. [1] Next …`) kept with it.
 fn sentences(text: &str) -> Vec<&str> {
@@ -472,6 +492,37 @@ fn sentences(text: &str) -> Vec<&str> {
         out.push(&text[start..]);
     }
     out
+}
+
+/// The sentences of `text` that source `number` supports, each ending with its marker; a
+/// sentence too short to be a claim goes with them. What the source does not support (a
+/// small model's own additions to a passage it was asked to restate) is left out.
+pub fn supported_by_source(text: &str, number: usize, sources: &Sources) -> String {
+    let Some(source) = number.checked_sub(1).and_then(|i| sources.list.get(i)) else {
+        return String::new();
+    };
+    let mut words = Words::new();
+    let mut kept: Vec<String> = Vec::new();
+    for sentence in sentences(text) {
+        let plain = tidy_spaces(&strip_markers(sentence));
+        let plain = plain.trim();
+        // Nothing but punctuation (a "[…]" left between two quoted stretches) says nothing.
+        if !plain.chars().any(char::is_alphanumeric) {
+            continue;
+        }
+        let claim = Claim::of(&mut words, plain);
+        if !source.has_text || !claim.is_claim() || claim.supported_by(source, sources) {
+            kept.push(with_markers(plain, &[number]));
+        }
+    }
+    // A fragment alone is no statement.
+    if kept
+        .iter()
+        .all(|k| !Claim::of(&mut words, &strip_markers(k)).is_claim())
+    {
+        return String::new();
+    }
+    kept.join(" ")
 }
 
 /// One block checked; whether it makes a claim.

@@ -263,3 +263,26 @@ fn the_check_agrees_with_its_readers() {
         assert!(recall >= 0.9, "{file}: keeps {recall:.2} of the supported");
     }
 }
+
+#[test]
+fn a_restatement_keeps_only_what_its_source_supports() {
+    let s = sources();
+    let restated = "VACUUM reclaims storage occupied by dead tuples [1]. The moon orbits Jupiter \
+        every week in winter [1]. The autovacuum daemon runs every 60 seconds. […]";
+    assert_eq!(
+        supported_by_source(restated, 1, &s),
+        "VACUUM reclaims storage occupied by dead tuples [1]. The autovacuum daemon runs \
+         every 60 seconds [1]."
+    );
+    // The same sentence is not source 2's to keep, and there is no source 7.
+    assert_eq!(
+        supported_by_source("VACUUM reclaims storage occupied by dead tuples.", 2, &s),
+        ""
+    );
+    assert_eq!(supported_by_source("Anything at all here.", 7, &s), "");
+    // Without text to check against (a model's own web search), it stands as written.
+    assert_eq!(
+        supported_by_source("The native page says so plainly.", 3, &s),
+        "The native page says so plainly [3]."
+    );
+}

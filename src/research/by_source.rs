@@ -1,0 +1,401 @@
+//! The report written source by source (`report_form: "by_source"`), for a report model too
+//! small to write from all the findings at once.
+//!
+//! Given 10–20 thousand characters of findings, a 1.5B model writes a report that keeps under
+//! half of the key facts they hold, pads the rest with general sentences no source supports,
+//! and now and then loops on a heading or copies its instructions back. Shown one source's
+//! part of the findings and the question, it restates most of what matters, in the source's
+//! own words. So:
+//!
+//! 1. the findings are split by the source each passage cites (`parts`);
+//! 2. each part is restated by its own short call (in parallel, within the process's cap on
+//!    short calls), and only the sentences its source supports are kept (the support check
+//!    of `support.rs`, run on each sentence against that one source);
+//! 3. one more short call answers the question in a paragraph from those restatements (the
+//!    overview; streamed to clients as the report's message);
+//! 4. the report is the overview, then a section per source under its title.
+
+use super::ResearchDeps;
+use super::config::ResearchConfig;
+use super::fallbacks::{self, AgentFallback};
+use super::messages::{self as msg, Message};
+use super::model::{Caller, Role};
+use super::support::{self, Sources};
+use crate::graph::{NodeContext, NodeError};
+
+/// The most characters of one source's findings a restating call is shown: a source the
+/// findings quote at length is restated from its first part.
+const PART_CHARS: usize = 6_000;
+
+/// The output cap of one restating call (a few sentences) and of the overview (a paragraph).
+const SHORT_TOKENS: u32 = 400;
+
+/// The most characters of a source's findings quoted when its restatement cannot be used.
+const QUOTE_CHARS: usize = 800;
+
+/// The most sentences of the overview kept: it answers the question in a paragraph; past
+/// that, a small model is copying the sections below it out.
+const OVERVIEW_SENTENCES: usize = 6;
+
+/// One source's part of the findings: its paragraphs, in order, markers removed.
+#[derive(Debug, PartialEq)]
+pub struct Part {
+    /// The source's number in the run's list (1-based).
+    pub number: usize,
+    pub text: String,
+}
+
+/// The findings split by the source each paragraph cites first. A paragraph without a citation
+/// belongs with the next one that has one: a passage the researcher was shown may span several
+/// paragraphs and is cited once, after its last. Paragraphs after the last citation go with
+/// it. Sources appear in the order the findings first cite them.
+pub fn parts(findings: &str) -> Vec<Part> {
+    let mut out: Vec<Part> = Vec::new();
+    let mut pending: Vec<String> = Vec::new();
+    for paragraph in findings
+        .split("\n\n")
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        pending.push(support::without_markers(paragraph));
+        let Some(number) = support::cited_numbers(paragraph).first().copied() else {
+            continue;
+        };
+        let text = std::mem::take(&mut pending).join("\n\n");
+        match out.iter_mut().find(|p| p.number == number) {
+            Some(part) => {
+                part.text.push_str("\n\n");
+                part.text.push_str(&text);
+            }
+            None => out.push(Part { number, text }),
+        }
+    }
+    if let Some(last) = out.last_mut() {
+        for p in pending {
+            last.text.push_str("\n\n");
+            last.text.push_str(&p);
+        }
+    }
+    for part in &mut out {
+        part.text = cut(part.text.trim(), PART_CHARS).to_owned();
+    }
+    out
+}
+
+fn cut(text: &str, chars: usize) -> &str {
+    text.char_indices()
+        .nth(chars)
+        .map_or(text, |(i, _)| &text[..i])
+}
+
+/// One source's section of the report.
+struct Section {
+    number: usize,
+    text: String,
+}
+
+/// The report's text (before the citation check) and the overview call's message, whose id
+/// the final message keeps (clients merge the tokens they were streamed with it).
+pub struct Written {
+    pub text: String,
+    pub message: Option<Message>,
+}
+
+/// Writes the report source by source (see the module's comment). `question` is the
+/// conversation; `title` the report's heading. None when no source's restatement kept a
+/// sentence (the findings are then the report: `findings_as_report`).
+pub async fn write(
+    deps: &ResearchDeps,
+    ctx: &NodeContext,
+    cfg: &ResearchConfig,
+    question: &str,
+    title: &str,
+    findings: &str,
+    numbered: &Sources,
+) -> Result<Option<Written>, NodeError> {
+    let caller = Caller::new(deps, ctx, cfg);
+    let calls = parts(findings)
+        .into_iter()
+        .map(|part| restate(&caller, question, part, numbered));
+    let mut sections = Vec::new();
+    for section in futures::future::join_all(calls).await {
+        sections.extend(section?);
+    }
+    if sections.is_empty() {
+        return Ok(None);
+    }
+    let (overview, message) = overview(&caller, question, &sections).await?;
+    let mut text = format!("# {title}\n\n");
+    if !overview.is_empty() {
+        text.push_str(&overview);
+        text.push_str("\n\n");
+    }
+    for s in &sections {
+        let heading = source(numbered, s.number)
+            .map_or_else(|| format!("Source {}", s.number), |src| heading(&src.title));
+        text.push_str(&format!("## {heading}\n\n{}\n\n", s.text));
+    }
+    Ok(Some(Written { text, message }))
+}
+
+/// Source `number` (1-based) of the run's list.
+fn source(numbered: &Sources, number: usize) -> Option<&support::Source> {
+    number.checked_sub(1).and_then(|i| numbered.list.get(i))
+}
+
+/// A source's title as a heading: one line, without markdown of its own.
+fn heading(title: &str) -> String {
+    let flat = msg::excerpt(title, 120);
+    let plain = flat.trim_start_matches(['#', ' ']);
+    if plain.is_empty() {
+        "Source".to_owned()
+    } else {
+        plain.to_owned()
+    }
+}
+
+/// One source's part restated: the sentences of the model's answer that the source supports.
+/// When the call fails, or the source supports none of them (a dense page paraphrased past
+/// recognition, or a passage the model could only invent about), the section quotes the part
+/// instead: its stretches that share the most words with the question, in the source's own
+/// words. Cancellation stops the whole step.
+async fn restate(
+    caller: &Caller<'_>,
+    question: &str,
+    part: Part,
+    numbered: &Sources,
+) -> Result<Option<Section>, NodeError> {
+    let title = source(numbered, part.number).map_or("", |s| s.title.as_str());
+    let prompt = caller.deps.prompts.render(
+        "restate_source",
+        &[
+            ("question", question),
+            ("number", &part.number.to_string()),
+            ("title", title),
+            ("passage", &part.text),
+        ],
+    );
+    let mut req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
+    req.max_tokens = req.max_tokens.min(SHORT_TOKENS);
+    let answer = {
+        // The process-wide cap of page summaries: both are short calls that a small local
+        // server answers a few at a time.
+        let _slot = caller.deps.summary_slots.acquire().await;
+        caller.call(req, false).await
+    };
+    let restated = match answer {
+        Ok(resp) => {
+            let written = prose(&Message::from_model(resp.message).text());
+            support::supported_by_source(&written, part.number, numbered)
+        }
+        Err(NodeError::Cancelled) => return Err(NodeError::Cancelled),
+        Err(e) => {
+            tracing::warn!(source = part.number, error = %e, "restating a source failed");
+            String::new()
+        }
+    };
+    let text = if restated.is_empty() {
+        fallbacks::record(
+            caller.ctx,
+            AgentFallback::SourceKeptAsFound.as_str(),
+            &format!(
+                "source [{}]: its restatement kept no sentence the source supports; quoted",
+                part.number
+            ),
+        );
+        let quoted = crate::tools::excerpts::excerpts(&part.text, question, QUOTE_CHARS);
+        support::supported_by_source(&prose(&quoted), part.number, numbered)
+    } else {
+        restated
+    };
+    Ok((!text.is_empty()).then_some(Section {
+        number: part.number,
+        text,
+    }))
+}
+
+/// A model's answer as one paragraph of prose: headings and blank lines dropped, and the
+/// framing a small model puts in front of a restated fact ("The passage explains that …")
+/// taken off, the fact kept.
+fn prose(text: &str) -> String {
+    let joined = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    unframed(&joined)
+}
+
+/// `text` without "The passage (also) explains that" and the like where a sentence starts.
+fn unframed(text: &str) -> String {
+    const OPENINGS: [&str; 3] = [
+        "The passage ",
+        "This passage ",
+        "According to the passage, ",
+    ];
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some((at, opening)) = OPENINGS
+        .iter()
+        .filter_map(|o| rest.find(o).map(|i| (i, *o)))
+        .min()
+    {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + opening.len()..];
+        let starts_sentence = {
+            let before = out.trim_end();
+            before.is_empty() || before.ends_with(['.', '!', '?', ']'])
+        };
+        // The framing ends at "that " within its first few words ("also mentions that ").
+        let framing_end = if opening.starts_with("According") {
+            Some(0)
+        } else {
+            after
+                .split_inclusive(' ')
+                .take(4)
+                .scan(0, |len, w| {
+                    *len += w.len();
+                    Some((*len, w))
+                })
+                .find(|(_, w)| *w == "that ")
+                .map(|(len, _)| len)
+        };
+        match framing_end.filter(|_| starts_sentence) {
+            Some(end) => {
+                let fact = &after[end..];
+                let mut chars = fact.chars();
+                if let Some(first) = chars.next() {
+                    out.extend(first.to_uppercase());
+                    rest = chars.as_str();
+                } else {
+                    rest = fact;
+                }
+            }
+            None => {
+                out.push_str(opening);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The answer to the question in a paragraph, from the sections; empty when there are none,
+/// or when the model's answer is no answer (its instructions copied back).
+async fn overview(
+    caller: &Caller<'_>,
+    question: &str,
+    sections: &[Section],
+) -> Result<(String, Option<Message>), NodeError> {
+    if sections.is_empty() {
+        return Ok((String::new(), None));
+    }
+    let notes = sections
+        .iter()
+        .map(|s| s.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let prompt = caller.deps.prompts.render(
+        "overview_from_sources",
+        &[("question", question), ("notes", &notes)],
+    );
+    let mut req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
+    req.max_tokens = req.max_tokens.min(SHORT_TOKENS);
+    let resp = caller.call(req, true).await?;
+    let cut_off = resp.finish_reason == crate::llm::FinishReason::Length;
+    let message = Message::from_model(resp.message);
+    let text = first_sentences(&prose(&message.text()), OVERVIEW_SENTENCES, cut_off);
+    let instructions = caller.deps.prompts.render("overview_from_sources", &[]);
+    if super::main_graph::copies_instructions(&text, &instructions) {
+        return Ok((String::new(), Some(message)));
+    }
+    Ok((text, Some(message)))
+}
+
+/// At most `max` sentences of `text`; with `cut_off` (the answer stopped at its output cap),
+/// without its unfinished last one.
+fn first_sentences(text: &str, max: usize, cut_off: bool) -> String {
+    let mut all = support::split_sentences(text);
+    if cut_off
+        && all
+            .last()
+            .is_some_and(|s| !support::without_markers(s).ends_with(['.', '!', '?']))
+    {
+        all.pop();
+    }
+    all.into_iter()
+        .take(max)
+        .collect::<String>()
+        .trim()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn findings_split_by_the_source_each_passage_cites() {
+        let findings = "Preamble nobody cites.\n\nVACUUM reclaims storage.\n[…]\nIt runs in \
+            parallel. [2]\n\nAutovacuum is on by default. [1]\n\nA second passage of the same \
+            page. [2]\n\nA line after the last marker.";
+        let got = parts(findings);
+        assert_eq!(
+            got,
+            vec![
+                Part {
+                    number: 2,
+                    text: "Preamble nobody cites.\n\nVACUUM reclaims storage.\n[…]\nIt runs in \
+                           parallel.\n\nA second passage of the same page."
+                        .into()
+                },
+                Part {
+                    number: 1,
+                    text: "Autovacuum is on by default.\n\nA line after the last marker.".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn an_answer_becomes_one_paragraph() {
+        assert_eq!(
+            prose("# Title\n\nFirst line.\nSecond line.\n\n## More\nThird."),
+            "First line. Second line. Third."
+        );
+    }
+
+    #[test]
+    fn an_overview_is_a_few_whole_sentences() {
+        let text = "One [1]. Two [2]. Three [1]. Four [2]. Five [1]. Six [2]. Seven [1]. Eight";
+        assert_eq!(
+            first_sentences(text, 6, false),
+            "One [1]. Two [2]. Three [1]. Four [2]. Five [1]. Six [2]."
+        );
+        assert_eq!(
+            first_sentences("One [1]. Two [2]. Three is cut", 6, true),
+            "One [1]. Two [2]."
+        );
+        assert_eq!(
+            first_sentences("One [1]. Two [2]. Three", 6, false),
+            "One [1]. Two [2]. Three"
+        );
+    }
+
+    #[test]
+    fn the_framing_of_a_restated_fact_is_taken_off() {
+        assert_eq!(
+            prose(
+                "The passage explains that plain VACUUM takes no exclusive lock [1]. The \
+                 passage also mentions that the option list can be in any order [1]. \
+                 According to the passage, autovacuum is on [1]. The passage describes locks \
+                 [1]. A note on the passage that matters [1]."
+            ),
+            "Plain VACUUM takes no exclusive lock [1]. The option list can be in any order \
+             [1]. Autovacuum is on [1]. The passage describes locks [1]. A note on the \
+             passage that matters [1]."
+        );
+    }
+}
