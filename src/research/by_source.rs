@@ -22,6 +22,7 @@ use super::messages::{self as msg, Message};
 use super::model::{Caller, Role};
 use super::support::{self, Sources};
 use crate::graph::{NodeContext, NodeError};
+use crate::tools::engines::truncate_chars;
 
 /// The most characters of one source's findings a restating call is shown: a source the
 /// findings quote at length is restated from its first part.
@@ -77,15 +78,9 @@ pub fn parts(findings: &str) -> Vec<Part> {
         }
     }
     for part in &mut out {
-        part.text = cut(part.text.trim(), PART_CHARS).to_owned();
+        part.text = truncate_chars(part.text.trim(), PART_CHARS).to_owned();
     }
     out
-}
-
-fn cut(text: &str, chars: usize) -> &str {
-    text.char_indices()
-        .nth(chars)
-        .map_or(text, |(i, _)| &text[..i])
 }
 
 /// One source's section of the report.
@@ -98,7 +93,7 @@ struct Section {
 /// the final message keeps (clients merge the tokens they were streamed with it).
 pub struct Written {
     pub text: String,
-    pub message: Option<Message>,
+    pub message: Message,
 }
 
 /// Writes the report source by source (see the module's comment). `question` is the
@@ -282,16 +277,13 @@ fn unframed(text: &str) -> String {
     out
 }
 
-/// The answer to the question in a paragraph, from the sections; empty when there are none,
-/// or when the model's answer is no answer (its instructions copied back).
+/// The answer to the question in a paragraph, from the sections (empty when the model's
+/// answer is no answer: its instructions copied back), and the streamed message.
 async fn overview(
     caller: &Caller<'_>,
     question: &str,
     sections: &[Section],
-) -> Result<(String, Option<Message>), NodeError> {
-    if sections.is_empty() {
-        return Ok((String::new(), None));
-    }
+) -> Result<(String, Message), NodeError> {
     let notes = sections
         .iter()
         .map(|s| s.text.as_str())
@@ -309,15 +301,15 @@ async fn overview(
     let text = first_sentences(&prose(&message.text()), OVERVIEW_SENTENCES, cut_off);
     let instructions = caller.deps.prompts.render("overview_from_sources", &[]);
     if super::main_graph::copies_instructions(&text, &instructions) {
-        return Ok((String::new(), Some(message)));
+        return Ok((String::new(), message));
     }
-    Ok((text, Some(message)))
+    Ok((text, message))
 }
 
 /// At most `max` sentences of `text`; with `cut_off` (the answer stopped at its output cap),
 /// without its unfinished last one.
 fn first_sentences(text: &str, max: usize, cut_off: bool) -> String {
-    let mut all = support::split_sentences(text);
+    let mut all = support::sentences(text);
     if cut_off
         && all
             .last()

@@ -351,7 +351,7 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         )
         .await?;
         return match written {
-            Some(w) => finished(&ctx, &state, &w.text, w.message, &numbered),
+            Some(w) => finished(&ctx, &state, &w.text, Some(w.message), &numbered),
             None => findings_as_report(
                 &ctx,
                 &state,
@@ -483,7 +483,7 @@ fn report_title(state: &AgentState) -> String {
     let asked = state
         .messages
         .iter()
-        .find(|m| m.kind() == super::messages::Kind::Human)
+        .find(|m| m.kind() == msg::Kind::Human)
         .map(Message::text)
         .unwrap_or_default();
     let title = msg::excerpt(&asked, 200);

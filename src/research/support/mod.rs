@@ -453,14 +453,9 @@ fn blocks(lines: &[&str]) -> Vec<Block> {
     out
 }
 
-/// The sentences of `text`, each with the citation markers that follow it.
-pub fn split_sentences(text: &str) -> Vec<&str> {
-    sentences(text)
-}
-
 /// The sentences of a block: each ends at `.`, `!` or `?` followed by white space, with the
 /// citation markers right after it (`… fact. [1] Next …`) kept with it.
-fn sentences(text: &str) -> Vec<&str> {
+pub fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let bytes = text.as_bytes();
     let mut start = 0;
@@ -503,6 +498,7 @@ pub fn supported_by_source(text: &str, number: usize, sources: &Sources) -> Stri
     };
     let mut words = Words::new();
     let mut kept: Vec<String> = Vec::new();
+    let mut any_claim = false;
     for sentence in sentences(text) {
         let plain = tidy_spaces(&strip_markers(sentence));
         let plain = plain.trim();
@@ -512,17 +508,16 @@ pub fn supported_by_source(text: &str, number: usize, sources: &Sources) -> Stri
         }
         let claim = Claim::of(&mut words, plain);
         if !source.has_text || !claim.is_claim() || claim.supported_by(source, sources) {
+            any_claim |= claim.is_claim();
             kept.push(with_markers(plain, &[number]));
         }
     }
-    // A fragment alone is no statement.
-    if kept
-        .iter()
-        .all(|k| !Claim::of(&mut words, &strip_markers(k)).is_claim())
-    {
-        return String::new();
+    // Fragments alone are no statement.
+    if any_claim {
+        kept.join(" ")
+    } else {
+        String::new()
     }
-    kept.join(" ")
 }
 
 /// One block checked; whether it makes a claim.
