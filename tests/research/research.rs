@@ -2389,7 +2389,9 @@ async fn a_report_can_be_written_source_by_source() {
     let tid = new_thread(&ra.app).await;
     let run =
         json!({"config": {"configurable": {"search_api": "local", "report_form": "by_source"}}});
-    let frames = stream(&ra, &tid, "How does VACUUM work?", run).await;
+    let question = "How does VACUUM work, and when does the autovacuum launcher start a worker \
+                    by default?";
+    let frames = stream(&ra, &tid, question, run).await;
     drop((docs, index));
     assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
     let requests = ra.llm.requests();
@@ -2400,7 +2402,7 @@ async fn a_report_can_be_written_source_by_source() {
         .collect();
     assert_eq!(restated.len(), 2, "one call a source: {restated:?}");
     for d in &restated {
-        assert!(d.contains("How does VACUUM work?"), "the question: {d}");
+        assert!(d.contains(question), "the question: {d}");
         assert_ne!(
             d.contains("dead tuples"),
             d.contains("WAL segment files"),
@@ -2427,10 +2429,7 @@ async fn a_report_can_be_written_source_by_source() {
         values["fallbacks"]
     );
     let report = values["final_report"].as_str().unwrap();
-    assert!(
-        report.starts_with("# How does VACUUM work?\n\n"),
-        "{report}"
-    );
+    assert!(report.starts_with(&format!("# {question}\n\n")), "{report}");
     assert!(
         !report.contains("green cheese"),
         "an added claim is dropped: {report}"
@@ -2450,6 +2449,13 @@ async fn a_report_can_be_written_source_by_source() {
     assert!(
         report.contains("VACUUM reclaims storage occupied by dead tuples [1]."),
         "{report}"
+    );
+    assert!(
+        report.contains(
+            "VACUUM reclaims storage occupied by dead tuples [1].\n\nThe autovacuum \
+                         launcher starts a worker every 60 seconds by default [1]."
+        ),
+        "what the restatement left out that answers, in the source's words: {report}"
     );
     assert!(
         report.contains("### Sources\n\n[1] Routine Vacuuming"),
