@@ -8,11 +8,14 @@
 //! it in a few sentences, mostly in the source's own words, that the source supports. So:
 //!
 //! 1. the findings are split by the source each passage cites (`parts`);
-//! 2. each part is restated by its own short call (in parallel, within the process's cap on
+//! 2. the parts that bear most on the question (`RESTATED_MAX`) are each restated by its own
+//!    short call (in parallel, within the process's cap on
 //!    short calls), and only the sentences its source supports are kept (the support check
 //!    of `support.rs`, run on each sentence against that one source), and under it the
 //!    source's own sentences that bear on the question and the restatement left out (a small
-//!    model's restatement keeps the gist and drops the names and numbers that answer);
+//!    model's restatement keeps the gist and drops the names and numbers that answer); the
+//!    other parts are given by those sentences alone, and a part without a word of the
+//!    question is left out;
 //! 3. one more short call answers the question in a paragraph from those restatements (the
 //!    overview; streamed to clients as the report's message);
 //! 4. the report is the overview, then a section per source under its title.
@@ -30,6 +33,11 @@ use crate::tools::engines::truncate_chars;
 /// The most characters of one source's findings a restating call is shown: a source the
 /// findings quote at length is restated from its first part.
 const PART_CHARS: usize = 6_000;
+
+/// The most sources restated by a model call, the ones that bear most on the question: each
+/// call took 5-10 s of the two-slot server, and a run that gathered 39 sources spent 5 minutes
+/// restating them. The others are given by their own sentences that bear on the question.
+const RESTATED_MAX: usize = 10;
 
 /// The output cap of one restating call (a few sentences) and of the overview (a paragraph).
 const SHORT_TOKENS: u32 = 400;
@@ -127,10 +135,26 @@ pub async fn write(
     findings: &str,
     numbered: &Sources,
 ) -> Result<Option<Written>, NodeError> {
-    let caller = Caller::new(deps, ctx, cfg);
-    let calls = parts(findings)
-        .into_iter()
-        .map(|part| restate(&caller, question, part, numbered));
+    let caller = &Caller::new(deps, ctx, cfg);
+    let parts = parts(findings);
+    let treatments = treatments(&parts, question, RESTATED_MAX);
+    let count = |t: Treatment| treatments.iter().filter(|&&x| x == t).count();
+    tracing::info!(
+        restated = count(Treatment::Restated),
+        own_words = count(Treatment::OwnWords),
+        left_out = count(Treatment::LeftOut),
+        "writing the report a source at a time"
+    );
+    let calls = parts
+        .iter()
+        .zip(treatments)
+        .map(|(part, treatment)| async move {
+            match treatment {
+                Treatment::Restated => restate(caller, question, part, numbered).await,
+                Treatment::OwnWords => Ok(own_words(part, question, numbered)),
+                Treatment::LeftOut => Ok(None),
+            }
+        });
     let mut sections = Vec::new();
     for section in futures::future::join_all(calls).await {
         sections.extend(section?);
@@ -138,7 +162,7 @@ pub async fn write(
     if sections.is_empty() {
         return Ok(None);
     }
-    let (overview, message) = overview(&caller, question, &sections).await?;
+    let (overview, message) = overview(caller, question, &sections).await?;
     let mut text = format!("# {title}\n\n");
     if !overview.is_empty() {
         text.push_str(&overview);
@@ -153,6 +177,72 @@ pub async fn write(
         }
     }
     Ok(Some(Written { text, message }))
+}
+
+/// What becomes of one source's part of the findings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Treatment {
+    /// Restated by a model call, with what the restatement left out under it.
+    Restated,
+    /// Given by its own sentences that bear on the question, without a call.
+    OwnWords,
+    /// Not in the report: it holds no word of the question.
+    LeftOut,
+}
+
+/// The treatment of each part: the `max` that bear most on the question (`relevance`;
+/// among equals, the earlier) restated, the others in their own words, and those holding
+/// no word or number of the question left out.
+fn treatments(parts: &[Part], question: &str, max: usize) -> Vec<Treatment> {
+    let scores = relevance(parts, question);
+    let mut order: Vec<usize> = (0..parts.len()).filter(|&i| scores[i] > 0.0).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    let mut out = vec![Treatment::LeftOut; parts.len()];
+    for (rank, i) in order.into_iter().enumerate() {
+        out[i] = if rank < max {
+            Treatment::Restated
+        } else {
+            Treatment::OwnWords
+        };
+    }
+    out
+}
+
+/// How much each part bears on the question: the summed rarity, across the parts, of the
+/// question's words it holds (ln((n + 1) / (df + 0.5)) for a word in df of the n parts, so a
+/// word every part holds still counts a little), plus the question's numbers it holds.
+fn relevance(parts: &[Part], question: &str) -> Vec<f64> {
+    let mut words = Words::new();
+    let (wanted, numbers) = terms(&mut words, question);
+    let found: Vec<_> = parts.iter().map(|p| terms(&mut words, &p.text)).collect();
+    let n = found.len() as f64;
+    let weight = |w: &String| {
+        let df = found.iter().filter(|(stems, _)| stems.contains(w)).count() as f64;
+        ((n + 1.0) / (df + 0.5)).ln()
+    };
+    found
+        .iter()
+        .map(|(stems, nums)| {
+            let held: f64 = wanted
+                .iter()
+                .filter(|w| stems.contains(*w))
+                .map(weight)
+                .sum();
+            held + numbers.intersection(nums).count() as f64
+        })
+        .collect()
+}
+
+/// A section of the part's own sentences that bear most on the question, as the source
+/// supports them; None when none bears enough (`LEFT_OUT_MIN_SCORE`).
+fn own_words(part: &Part, question: &str, numbered: &Sources) -> Option<Section> {
+    let sentences = unsaid(&part.text, question, "", LEFT_OUT_CHARS);
+    let text = support::supported_by_source(&sentences, part.number, numbered);
+    (!text.is_empty()).then(|| Section {
+        number: part.number,
+        text,
+        left_out: String::new(),
+    })
 }
 
 /// Source `number` (1-based) of the run's list.
@@ -182,7 +272,7 @@ fn heading(title: &str) -> String {
 async fn restate(
     caller: &Caller<'_>,
     question: &str,
-    part: Part,
+    part: &Part,
     numbered: &Sources,
 ) -> Result<Option<Section>, NodeError> {
     let title = source(numbered, part.number).map_or("", |s| s.title.as_str());
@@ -460,6 +550,36 @@ mod tests {
         assert_eq!(
             unsaid(part, question, said, 80),
             "A maximum of autovacuum_max_workers worker processes run at the same time."
+        );
+    }
+
+    #[test]
+    fn the_parts_that_bear_most_on_the_question_are_restated() {
+        let part = |number, text: &str| Part {
+            number,
+            text: text.to_owned(),
+        };
+        let parts = [
+            part(1, "Checkpoints write dirty pages to disk."),
+            part(
+                2,
+                "VACUUM reclaims dead tuples. Autovacuum launches workers.",
+            ),
+            part(3, "VACUUM can run in parallel."),
+            part(4, "The autovacuum launcher wakes every minute by default."),
+        ];
+        let question = "How does VACUUM work, and when does the autovacuum launcher start a \
+            worker by default?";
+        use Treatment::*;
+        assert_eq!(
+            treatments(&parts, question, 2),
+            [LeftOut, Restated, OwnWords, Restated],
+            "{:?}",
+            relevance(&parts, question)
+        );
+        assert_eq!(
+            treatments(&parts, question, 10),
+            [LeftOut, Restated, Restated, Restated]
         );
     }
 

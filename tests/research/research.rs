@@ -2389,8 +2389,8 @@ async fn a_report_can_be_written_source_by_source() {
     let tid = new_thread(&ra.app).await;
     let run =
         json!({"config": {"configurable": {"search_api": "local", "report_form": "by_source"}}});
-    let question = "How does VACUUM work, and when does the autovacuum launcher start a worker \
-                    by default?";
+    let question = "How does VACUUM work, how large is a WAL segment, and when does the \
+                    autovacuum launcher start a worker by default?";
     let frames = stream(&ra, &tid, question, run).await;
     drop((docs, index));
     assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
