@@ -82,7 +82,7 @@ pub fn spaced(text: &str) -> String {
 }
 
 /// The stemmed content words of `text`, and (separately) its numbers.
-pub fn terms(words: &mut Words, text: &str) -> (HashSet<String>, HashSet<String>) {
+pub fn terms(words: &mut Words, text: &str) -> Terms {
     let mut stems = HashSet::new();
     let mut numbers = HashSet::new();
     let spaced = spaced(text);
@@ -106,6 +106,36 @@ pub fn terms(words: &mut Words, text: &str) -> (HashSet<String>, HashSet<String>
         }
     }
     (stems, numbers)
+}
+
+/// A text's word stems and numbers, as `terms` finds them.
+pub type Terms = (HashSet<String>, HashSet<String>);
+
+/// How much each of `pieces` (the stretches, sentences or sources of one text) bears on a
+/// query: the summed rarity of the query's words the piece holds, ln((n + 1) / (df + 0.5)) for
+/// a word in df of the n pieces (one that every piece holds tells little), plus the query's
+/// numbers it holds.
+pub fn bearing(query: &Terms, pieces: &[Terms]) -> Vec<f64> {
+    let (wanted, numbers) = query;
+    let n = pieces.len() as f64;
+    let weights: Vec<(&String, f64)> = wanted
+        .iter()
+        .map(|w| {
+            let df = pieces.iter().filter(|(stems, _)| stems.contains(w)).count() as f64;
+            (w, ((n + 1.0) / (df + 0.5)).ln())
+        })
+        .collect();
+    pieces
+        .iter()
+        .map(|(stems, nums)| {
+            let held: f64 = weights
+                .iter()
+                .filter(|(w, _)| stems.contains(*w))
+                .map(|(_, weight)| weight)
+                .sum();
+            held + numbers.intersection(nums).count() as f64
+        })
+        .collect()
 }
 
 /// `text` in passages of about `words` words, whole sentences each, every passage
@@ -160,6 +190,36 @@ mod tests {
     use super::*;
 
     const WORDS: usize = 80;
+
+    #[test]
+    fn a_rare_word_of_the_query_bears_more_than_a_common_one() {
+        let mut words = Words::new();
+        let query = terms(
+            &mut words,
+            "When does autovacuum start a worker, every 60 seconds?",
+        );
+        let pieces: Vec<Terms> = [
+            "Autovacuum runs in the background.",
+            "Autovacuum starts a worker every 60 seconds.",
+            "Autovacuum is on by default.",
+            "Checkpoints write dirty pages.",
+        ]
+        .iter()
+        .map(|p| terms(&mut words, p))
+        .collect();
+        let scores = bearing(&query, &pieces);
+        // "autovacuum" is in three of four pieces: ln(5 / 3.5); "start", "worker", "every"
+        // and "seconds" in one: ln(5 / 1.5) each; "60" is a number the query holds: 1.
+        let common = (5.0f64 / 3.5).ln();
+        let rare = (5.0f64 / 1.5).ln();
+        assert!((scores[0] - common).abs() < 1e-9, "{scores:?}");
+        assert!(
+            (scores[1] - (common + 4.0 * rare + 1.0)).abs() < 1e-9,
+            "{scores:?}"
+        );
+        assert!((scores[2] - common).abs() < 1e-9, "{scores:?}");
+        assert_eq!(scores[3], 0.0);
+    }
 
     /// Stemming each distinct word once gives the words and numbers that stemming every token in
     /// one tokenizer pipeline gave.

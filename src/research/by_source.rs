@@ -27,7 +27,7 @@ use super::messages::{self as msg, Message};
 use super::model::{Caller, Role};
 use super::support::{self, Sources};
 use crate::graph::{NodeContext, NodeError};
-use crate::text::{Words, sentence_spans, terms};
+use crate::text::{Terms, Words, bearing, sentence_spans, terms};
 use crate::tools::engines::truncate_chars;
 
 /// The most characters of one source's findings a restating call is shown: a source the
@@ -208,29 +208,13 @@ fn treatments(parts: &[Part], question: &str, max: usize) -> Vec<Treatment> {
     out
 }
 
-/// How much each part bears on the question: the summed rarity, across the parts, of the
-/// question's words it holds (ln((n + 1) / (df + 0.5)) for a word in df of the n parts, so a
-/// word every part holds still counts a little), plus the question's numbers it holds.
+/// How much each part bears on the question, weighed across the parts (`text::bearing`: a
+/// word of the question every part holds still counts a little; a part with none scores 0).
 fn relevance(parts: &[Part], question: &str) -> Vec<f64> {
     let mut words = Words::new();
-    let (wanted, numbers) = terms(&mut words, question);
-    let found: Vec<_> = parts.iter().map(|p| terms(&mut words, &p.text)).collect();
-    let n = found.len() as f64;
-    let weight = |w: &String| {
-        let df = found.iter().filter(|(stems, _)| stems.contains(w)).count() as f64;
-        ((n + 1.0) / (df + 0.5)).ln()
-    };
-    found
-        .iter()
-        .map(|(stems, nums)| {
-            let held: f64 = wanted
-                .iter()
-                .filter(|w| stems.contains(*w))
-                .map(weight)
-                .sum();
-            held + numbers.intersection(nums).count() as f64
-        })
-        .collect()
+    let query = terms(&mut words, question);
+    let found: Vec<Terms> = parts.iter().map(|p| terms(&mut words, &p.text)).collect();
+    bearing(&query, &found)
 }
 
 /// A section of the part's own sentences that bear most on the question, as the source
@@ -375,19 +359,14 @@ fn says_something(sentence: &str) -> bool {
 /// the part's order and joined as prose.
 fn unsaid(part: &str, question: &str, said: &str, budget: usize) -> String {
     let mut words = Words::new();
-    let (wanted, numbers) = terms(&mut words, question);
+    let query = terms(&mut words, question);
     let (said, _) = terms(&mut words, said);
     let spans = sentence_spans(part);
-    let found: Vec<_> = spans
+    let found: Vec<Terms> = spans
         .iter()
         .map(|&(s, e)| terms(&mut words, &part[s..e]))
         .collect();
-    let n = spans.len() as f64;
-    let rarity = |w: &String| {
-        let df = found.iter().filter(|(stems, _)| stems.contains(w)).count() as f64;
-        ((n + 1.0) / (df + 0.5)).ln().max(0.0)
-    };
-    let weights: Vec<(&String, f64)> = wanted.iter().map(|w| (w, rarity(w))).collect();
+    let scores = bearing(&query, &found);
     let mut ranked: Vec<(usize, f64)> = found
         .iter()
         .enumerate()
@@ -395,14 +374,7 @@ fn unsaid(part: &str, question: &str, said: &str, budget: usize) -> String {
             let known = stems.iter().filter(|w| said.contains(*w)).count();
             !stems.is_empty() && (known as f64) < SAID_SHARE * stems.len() as f64
         })
-        .map(|(i, (stems, nums))| {
-            let score: f64 = weights
-                .iter()
-                .filter(|(w, _)| stems.contains(*w))
-                .map(|(_, weight)| weight)
-                .sum();
-            (i, score + numbers.intersection(nums).count() as f64)
-        })
+        .map(|(i, _)| (i, scores[i]))
         .filter(|(_, score)| *score >= LEFT_OUT_MIN_SCORE)
         .collect();
     // Best first; among equals, the earlier.

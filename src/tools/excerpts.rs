@@ -8,8 +8,7 @@
 //! says what the page is about), then the stretches richest in the query's words, rarer words
 //! (within the page) weighing more.
 
-use crate::text::{Words, sentence_spans, terms};
-use std::collections::{HashMap, HashSet};
+use crate::text::{Terms, Words, bearing, sentence_spans, terms};
 
 /// About how many words one stretch holds: a few sentences, so that the budget is spent on
 /// what matches and not on the paragraph around it.
@@ -31,34 +30,14 @@ pub fn excerpts(page: &str, query: &str, budget: usize) -> String {
         return String::new();
     }
     let mut words = Words::new();
-    let (wanted, numbers) = terms(&mut words, query);
-    let found: Vec<(HashSet<String>, HashSet<String>)> = stretches
+    let query = terms(&mut words, query);
+    let found: Vec<Terms> = stretches
         .iter()
         .map(|&(s, e)| terms(&mut words, &page[s..e]))
         .collect();
-    // In how many stretches each query word appears: one every stretch has tells nothing.
-    let mut frequency: HashMap<&str, usize> = HashMap::new();
-    for (stems, _) in &found {
-        for w in wanted.iter().filter(|w| stems.contains(*w)) {
-            *frequency.entry(w.as_str()).or_default() += 1;
-        }
-    }
-    let n = stretches.len() as f64;
-    let weight = |w: &str| {
-        let df = frequency.get(w).copied().unwrap_or(0) as f64;
-        ((n + 1.0) / (df + 0.5)).ln()
-    };
-    let score = |i: usize| -> f64 {
-        let (stems, nums) = &found[i];
-        let words: f64 = wanted
-            .iter()
-            .filter(|w| stems.contains(*w))
-            .map(|w| weight(w))
-            .sum();
-        words + numbers.intersection(nums).count() as f64
-    };
+    let scores = bearing(&query, &found);
     let mut ranked: Vec<(usize, f64)> = (1..stretches.len())
-        .map(|i| (i, score(i)))
+        .map(|i| (i, scores[i]))
         .filter(|(_, s)| *s > 0.0)
         .collect();
     // Best first; among equals, the earlier.

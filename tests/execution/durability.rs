@@ -319,7 +319,7 @@ impl Cluster {
             .max()?;
         let bin = initdb.parent()?.to_path_buf();
         let dir = TempDir::new().ok()?;
-        let cluster = Cluster {
+        let mut cluster = Cluster {
             dir,
             bin,
             port: free_port(),
@@ -340,6 +340,14 @@ impl Cluster {
                 .success(),
             "initdb"
         );
+        // The port was free when chosen, but a test running alongside may bind it before the
+        // server does: then the server is started on another.
+        for _ in 0..3 {
+            if cluster.try_up() {
+                return Some(cluster);
+            }
+            cluster.port = free_port();
+        }
         cluster.up();
         Some(cluster)
     }
@@ -372,6 +380,15 @@ impl Cluster {
     }
 
     fn up(&self) {
+        assert!(self.try_up(), "pg_ctl start: {}", self.log());
+    }
+
+    /// The server's log, for a failure's message.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("pg.log")).unwrap_or_default()
+    }
+
+    fn try_up(&self) -> bool {
         let opts = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off",
             self.port,
@@ -384,7 +401,7 @@ impl Cluster {
             &pg_ctl,
             &["-D", &data, "-l", &log, "-w", "-o", &opts, "start"],
         );
-        assert!(started.success(), "pg_ctl start");
+        started.success()
     }
 
     fn down(&self) {
