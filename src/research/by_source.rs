@@ -35,8 +35,8 @@ use crate::tools::engines::truncate_chars;
 const PART_CHARS: usize = 6_000;
 
 /// The most sources restated by a model call, the ones that bear most on the question: each
-/// call took 5-10 s of the two-slot server, and a run that gathered 39 sources spent 5 minutes
-/// restating them. The others are given by their own sentences that bear on the question.
+/// call took 5-10 s of the two-slot server, and a run that gathered 39 sources made 38 restating
+/// calls (834 s in all). The others are given by their own sentences that bear on the question.
 const RESTATED_MAX: usize = 10;
 
 /// The output cap of one restating call (a few sentences) and of the overview (a paragraph).
