@@ -108,6 +108,36 @@ pub fn terms(words: &mut Words, text: &str) -> Terms {
     (stems, numbers)
 }
 
+/// The pairs of content words (stemmed, numbers as they are) that follow each other in
+/// `text`, stop words skipped. Two sentences sharing most of their words say the same thing
+/// only if they also share most of these: "a regular CREATE INDEX command can run in a
+/// transaction block, CREATE INDEX CONCURRENTLY cannot" shares two thirds of its words with
+/// "a regular CREATE INDEX command differs from CREATE INDEX CONCURRENTLY, which waits for
+/// transactions" and a third of its pairs.
+pub fn word_pairs(words: &mut Words, text: &str) -> HashSet<(String, String)> {
+    let spaced = spaced(text);
+    let mut tokens = Vec::new();
+    let mut stream = words.split.token_stream(&spaced);
+    while stream.advance() {
+        tokens.push(stream.token().text.clone());
+    }
+    drop(stream);
+    let stems: Vec<String> = tokens
+        .iter()
+        .map(|t| {
+            if t.chars().all(|c| c.is_ascii_digit()) {
+                t.trim_start_matches('0').to_owned()
+            } else {
+                words.stem(t).to_owned()
+            }
+        })
+        .collect();
+    stems
+        .windows(2)
+        .map(|w| (w[0].clone(), w[1].clone()))
+        .collect()
+}
+
 /// A text's word stems and numbers, as `terms` finds them.
 pub type Terms = (HashSet<String>, HashSet<String>);
 
@@ -162,15 +192,35 @@ pub fn passages(text: &str, words: usize) -> Vec<&str> {
     out
 }
 
+/// Whether a full stop after `before` (the sentence so far) ends the sentence. It does not
+/// when it abbreviates ("e.g.", "i.e."), closes an initial after a lower-case word ("adapted
+/// from D. Whitley's algorithm": cut there, a report quoted "adapted from D." as a sentence)
+/// or belongs to an ellipsis inside a sentence ("INSERT ... ON CONFLICT"). A single capital
+/// after a capitalised word ("see Appendix E.") still ends one.
+pub fn full_stop_ends_sentence(before: &str) -> bool {
+    if before.ends_with('.') || before.ends_with("e.g") || before.ends_with("i.e") {
+        return false;
+    }
+    let mut words = before.rsplit(|c: char| c.is_whitespace() || c == '(');
+    let last = words.next().unwrap_or("");
+    let is_initial = last.len() == 1 && last.chars().all(|c| c.is_ascii_uppercase());
+    let previous = words.find(|w| !w.is_empty());
+    !(is_initial && previous.is_some_and(|w| w.chars().next().is_some_and(char::is_lowercase)))
+}
+
 /// The byte spans of `text`'s sentences (ending at `.`, `!`, `?`, `:` or `;` before white
-/// space, or at a line break), empty ones left out.
+/// space, or at a line break; a full stop as `full_stop_ends_sentence` says), empty ones
+/// left out.
 pub fn sentence_spans(text: &str) -> Vec<(usize, usize)> {
     let mut spans = Vec::new();
     let mut start = 0;
     let mut chars = text.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
         let next_is_space = chars.peek().is_none_or(|(_, n)| n.is_whitespace());
-        let ends = c == '\n' || (matches!(c, '.' | '!' | '?' | ':' | ';') && next_is_space);
+        let ends = c == '\n'
+            || (matches!(c, '.' | '!' | '?' | ':' | ';')
+                && next_is_space
+                && (c != '.' || full_stop_ends_sentence(&text[start..i])));
         if ends {
             let end = i + c.len_utf8();
             if !text[start..end].trim().is_empty() {
@@ -250,6 +300,40 @@ mod tests {
         assert!(
             words.contains("run") && words.contains("vacuum"),
             "{words:?}"
+        );
+    }
+
+    #[test]
+    fn an_initial_or_an_ellipsis_does_not_end_a_sentence() {
+        let text = "Parts of GEQO are adapted from D. Whitley's Genitor algorithm. Use \
+            INSERT ... ON CONFLICT instead, e.g. for upserts. History is in Appendix E. Ask \
+            again.";
+        let got: Vec<&str> = sentence_spans(text)
+            .into_iter()
+            .map(|(s, e)| text[s..e].trim())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "Parts of GEQO are adapted from D. Whitley's Genitor algorithm.",
+                "Use INSERT ... ON CONFLICT instead, e.g. for upserts.",
+                "History is in Appendix E.",
+                "Ask again.",
+            ]
+        );
+        let cited = "Adapted from D. Whitley [1]. Then INSERT ... ON CONFLICT [2]. See Appendix \
+            E. Done.";
+        assert_eq!(
+            crate::research::support::sentences(cited)
+                .into_iter()
+                .map(str::trim)
+                .collect::<Vec<_>>(),
+            [
+                "Adapted from D. Whitley [1].",
+                "Then INSERT ... ON CONFLICT [2].",
+                "See Appendix E.",
+                "Done."
+            ]
         );
     }
 

@@ -453,8 +453,9 @@ fn blocks(lines: &[&str]) -> Vec<Block> {
     out
 }
 
-/// The sentences of a block: each ends at `.`, `!` or `?` followed by white space, with the
-/// citation markers right after it (`… fact. [1] Next …`) kept with it.
+/// The sentences of a block: each ends at `.`, `!` or `?` followed by white space (a full stop
+/// as `text::full_stop_ends_sentence` says), with the citation markers right after it
+/// (`… fact. [1] Next …`) kept with it.
 pub fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let bytes = text.as_bytes();
@@ -464,9 +465,8 @@ pub fn sentences(text: &str) -> Vec<&str> {
         let c = bytes[i];
         let ends = matches!(c, b'.' | b'!' | b'?')
             && bytes.get(i + 1).is_none_or(|n| n.is_ascii_whitespace())
-            // "e.g. " and "1. " inside a sentence are not ends.
-            && !text[start..i].ends_with("e.g")
-            && !text[start..i].ends_with("i.e")
+            && (c != b'.' || crate::text::full_stop_ends_sentence(&text[start..i]))
+            // "1. " opening a sentence is not an end.
             && !(i > 0 && bytes[i - 1].is_ascii_digit() && text[start..i].trim().chars().all(|c| c.is_ascii_digit()));
         if ends {
             let mut end = i + 1;
