@@ -81,22 +81,30 @@ pub fn spaced(text: &str) -> String {
     out
 }
 
+/// The lower-cased content words of `text`, in order (stop words dropped, digits and letters
+/// written together split, thousands separators gone).
+fn tokens(words: &mut Words, text: &str) -> Vec<String> {
+    let spaced = spaced(text);
+    let mut out = Vec::new();
+    let mut stream = words.split.token_stream(&spaced);
+    while stream.advance() {
+        out.push(stream.token().text.clone());
+    }
+    out
+}
+
+/// Whether a token is a number (compared without its leading zeros).
+fn is_number(token: &str) -> bool {
+    token.chars().all(|c| c.is_ascii_digit())
+}
+
 /// The stemmed content words of `text`, and (separately) its numbers.
 pub fn terms(words: &mut Words, text: &str) -> Terms {
     let mut stems = HashSet::new();
     let mut numbers = HashSet::new();
-    let spaced = spaced(text);
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut stream = words.split.token_stream(&spaced);
-    while stream.advance() {
-        let t = &stream.token().text;
-        if !seen.contains(t) {
-            seen.insert(t.clone());
-        }
-    }
-    drop(stream);
-    for t in seen {
-        if t.chars().all(|c| c.is_ascii_digit()) {
+    let distinct: HashSet<String> = tokens(words, text).into_iter().collect();
+    for t in distinct {
+        if is_number(&t) {
             numbers.insert(t.trim_start_matches('0').to_owned());
             continue;
         }
@@ -115,24 +123,17 @@ pub fn terms(words: &mut Words, text: &str) -> Terms {
 /// "a regular CREATE INDEX command differs from CREATE INDEX CONCURRENTLY, which waits for
 /// transactions" and a third of its pairs.
 pub fn word_pairs(words: &mut Words, text: &str) -> HashSet<(String, String)> {
-    let spaced = spaced(text);
-    let mut tokens = Vec::new();
-    let mut stream = words.split.token_stream(&spaced);
-    while stream.advance() {
-        tokens.push(stream.token().text.clone());
-    }
-    drop(stream);
-    let stems: Vec<String> = tokens
+    let terms: Vec<String> = tokens(words, text)
         .iter()
         .map(|t| {
-            if t.chars().all(|c| c.is_ascii_digit()) {
+            if is_number(t) {
                 t.trim_start_matches('0').to_owned()
             } else {
                 words.stem(t).to_owned()
             }
         })
         .collect();
-    stems
+    terms
         .windows(2)
         .map(|w| (w[0].clone(), w[1].clone()))
         .collect()
