@@ -139,6 +139,76 @@ pub fn word_pairs(words: &mut Words, text: &str) -> HashSet<(String, String)> {
         .collect()
 }
 
+/// The words of `text` as written, lower-cased, and the parts of each compound ("asyncio.TaskGroup"
+/// gives "asyncio.taskgroup", "asyncio" and "taskgroup"; "pg_stat_activity" stays whole): what a
+/// name of `names` is looked for in.
+pub fn raw_tokens(text: &str) -> HashSet<String> {
+    let mut out = HashSet::new();
+    let mut opens = true;
+    for written in text.split_whitespace() {
+        let word = written.trim_matches(|c: char| !(c.is_alphanumeric() || c == '_'));
+        if !word.is_empty() {
+            out.insert(name_key(word));
+            for part in word_parts(word) {
+                // "A" opening a sentence is the article, not a name.
+                if !(opens && part.chars().count() == 1) {
+                    out.insert(name_key(part));
+                }
+            }
+        }
+        opens = written.ends_with(['.', ':', '!', '?']);
+    }
+    out
+}
+
+/// How a name is compared: lower-cased, but a single letter as written ("mode B" is not
+/// "a mode").
+fn name_key(word: &str) -> String {
+    if word.chars().count() == 1 {
+        word.to_owned()
+    } else {
+        word.to_lowercase()
+    }
+}
+
+/// The pieces of a word between characters that are neither letters, digits nor `_`.
+fn word_parts(word: &str) -> impl Iterator<Item = &str> {
+    word.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|p| !p.is_empty())
+}
+
+/// The names a sentence is about, lower-cased: identifiers (`shared_buffers`), words with a
+/// capital past their first letter (`WAL`, `TaskGroup`, `GEQO`) and capitalised words that
+/// do not open the sentence ("mode B", "in Python"). A passage that supports the sentence
+/// names them too: one that says the same of another name ("mode A") shares every other word.
+pub fn names(sentence: &str) -> HashSet<String> {
+    let mut out = HashSet::new();
+    let mut first = true;
+    for word in sentence.split_whitespace() {
+        let opens = first;
+        first = false;
+        for part in word_parts(word) {
+            if part.chars().all(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            let mut chars = part.chars();
+            let head = chars.next().is_some_and(char::is_uppercase);
+            let inner_capital = chars.any(char::is_uppercase);
+            let name = part.contains('_')
+                || inner_capital
+                || (head && !opens && part != "I");
+            if name {
+                out.insert(name_key(part));
+            }
+        }
+        // A new sentence or clause after a colon opens with a capital too.
+        if word.ends_with(['.', ':', '!', '?']) {
+            first = true;
+        }
+    }
+    out
+}
+
 /// A text's word stems and numbers, as `terms` finds them.
 pub type Terms = (HashSet<String>, HashSet<String>);
 

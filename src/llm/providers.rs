@@ -87,6 +87,14 @@ impl Providers {
         Ok(Arc::new(Observed::new(Arc::new(adaptive), name.clone())))
     }
 
+    /// Whether `name`'s provider is a model server on the operator's own hardware (`local =
+    /// true`): a small model, as a rule, that the small-model research profile suits.
+    pub fn is_local(&self, name: &ModelName) -> bool {
+        self.endpoints
+            .get(&name.provider)
+            .is_some_and(|e| e.settings().local)
+    }
+
     /// The context window of `name` in tokens: configured, else asked of a local server once
     /// (llama.cpp `/props`, Ollama `/api/show`), else unknown.
     pub async fn context_window(&self, name: &ModelName) -> Option<u32> {

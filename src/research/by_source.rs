@@ -235,12 +235,12 @@ fn own_words(part: &Part, question: &str, numbered: &Sources) -> Option<Section>
 }
 
 /// Source `number` (1-based) of the run's list.
-fn source(numbered: &Sources, number: usize) -> Option<&support::Source> {
+pub(super) fn source(numbered: &Sources, number: usize) -> Option<&support::Source> {
     number.checked_sub(1).and_then(|i| numbered.list.get(i))
 }
 
 /// A source's title as a heading: one line, without markdown of its own.
-fn heading(title: &str) -> String {
+pub(super) fn heading(title: &str) -> String {
     let flat = msg::excerpt(title, 120);
     let plain = flat.trim_start_matches(['#', ' ']);
     if plain.is_empty() {
@@ -341,7 +341,7 @@ const DANGLING: [&str; 6] = ["with", "the", "a", "an", "and", "or"];
 /// them, as it keeps every sentence too short to be a claim. One says something when a word
 /// of it is in lower case or it has three words, and it does not end on a word no statement
 /// ends with.
-fn says_something(sentence: &str) -> bool {
+pub(super) fn says_something(sentence: &str) -> bool {
     let plain = support::without_markers(sentence);
     let plain = plain.trim_end_matches(['.', '!', '?', ':', ';', ' ']);
     let words: Vec<&str> = plain
@@ -362,7 +362,7 @@ fn says_something(sentence: &str) -> bool {
 /// The sentences of `part` that bear most on `question` (see `LEFT_OUT_MIN_SCORE`) and that
 /// `said` does not mostly say already (`SAID_SHARE`), best first up to `budget` characters, put
 /// back in the part's order and joined as prose.
-fn unsaid(part: &str, question: &str, said: &str, budget: usize) -> String {
+pub(super) fn unsaid(part: &str, question: &str, said: &str, budget: usize) -> String {
     let mut words = Words::new();
     let query = terms(&mut words, question);
     let said_pairs = word_pairs(&mut words, said);
@@ -413,7 +413,7 @@ fn unsaid(part: &str, question: &str, said: &str, budget: usize) -> String {
 /// A model's answer as one paragraph of prose: headings and blank lines dropped, and the
 /// framing a small model puts in front of a restated fact ("The passage explains that …")
 /// taken off, the fact kept.
-fn prose(text: &str) -> String {
+pub(super) fn prose(text: &str) -> String {
     let joined = text
         .lines()
         .map(str::trim)

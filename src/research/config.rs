@@ -119,6 +119,74 @@ pub struct ResearchConfig {
     /// How the final report is written (`ReportForm`).
     #[serde(default)]
     pub report_form: ReportForm,
+    /// Which defaults fit the run's models (`ResearchProfile`).
+    #[serde(default)]
+    pub research_profile: ResearchProfile,
+}
+
+/// Which defaults fit the run's models. A 1.5B model on a CPU given ODR's defaults writes a
+/// report from memory, loops, and copies its instructions back; the small-model profile
+/// changes the settings below unless the run names them itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResearchProfile {
+    /// Small when one of the run's models is on a provider marked `local = true`, else
+    /// standard.
+    #[default]
+    Auto,
+    /// `report_form = "by_topic"`, `compress_research = false`, `summarize_pages = false`.
+    Small,
+    /// The settings as given (Open Deep Research's defaults where none are).
+    Standard,
+}
+
+/// The settings the small-model profile changes, and the value it gives each.
+const SMALL_PROFILE: [(&str, &str); 3] = [
+    ("report_form", "by_topic"),
+    ("compress_research", "false"),
+    ("summarize_pages", "false"),
+];
+
+impl ResearchConfig {
+    /// The profile this run runs with: `research_profile`, with `auto` decided by whether a
+    /// model of the run is local (`is_local`).
+    pub fn resolved_profile(&self, is_local: impl Fn(&ModelName) -> bool) -> ResearchProfile {
+        match self.research_profile {
+            ResearchProfile::Auto => {
+                let local = self
+                    .models()
+                    .iter()
+                    .filter_map(|(_, model, _)| ModelName::parse(model).ok())
+                    .any(|m| is_local(&m));
+                if local {
+                    ResearchProfile::Small
+                } else {
+                    ResearchProfile::Standard
+                }
+            }
+            chosen => chosen,
+        }
+    }
+
+    /// This config under `profile`: the small profile's settings (`SMALL_PROFILE`) applied to
+    /// every one of them the run's `configurable` does not name (a run's own choice wins).
+    pub fn with_profile(mut self, profile: ResearchProfile, named: &Map<String, Value>) -> Self {
+        if profile != ResearchProfile::Small {
+            return self;
+        }
+        for (key, _) in SMALL_PROFILE {
+            if named.contains_key(key) {
+                continue;
+            }
+            match key {
+                "report_form" => self.report_form = ReportForm::ByTopic,
+                "compress_research" => self.compress_research = false,
+                "summarize_pages" => self.summarize_pages = false,
+                _ => {}
+            }
+        }
+        self
+    }
 }
 
 /// How the final report is written.
@@ -129,8 +197,12 @@ pub enum ReportForm {
     #[default]
     Whole,
     /// Each source's findings restated by a short call of their own, checked against that
-    /// source, under an overview paragraph (`by_source.rs`): for a small model.
+    /// source, under an overview paragraph (`by_source.rs`).
     BySource,
+    /// An outline of a few sections, each written by a short call from the sources assigned
+    /// to it and checked against them, under an answer drawn from those sections
+    /// (`by_topic.rs`): for a small model.
+    ByTopic,
 }
 
 fn yes() -> bool {
@@ -191,6 +263,7 @@ impl Default for ResearchConfig {
             summarize_pages: true,
             compress_research: true,
             report_form: ReportForm::Whole,
+            research_profile: ResearchProfile::Auto,
         }
     }
 }
@@ -241,7 +314,7 @@ const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64)
 const TOKENS: (u64, u64) = (1, 200_000);
 
 /// Every research setting, in `ResearchConfig`'s order.
-pub const SETTINGS: [Setting; 28] = [
+pub const SETTINGS: [Setting; 29] = [
     number(
         "max_structured_output_retries",
         "Attempts per structured-output or tool-calling model call before the step fails.",
@@ -411,13 +484,24 @@ pub const SETTINGS: [Setting; 28] = [
     Setting {
         name: "report_form",
         description: "How the report is written: whole (one call of the report model writes \
-                      it from all the findings, as Open Deep Research does) or by_source (a \
+                      it from all the findings, as Open Deep Research does), by_source (a \
                       short call restates each source's findings, only the sentences that \
-                      source supports are kept, and one more call answers the question in a \
-                      paragraph above them: for a small local model, which drops half the \
-                      facts of findings it is given all at once).",
+                      source supports are kept, under a paragraph that answers the question) \
+                      or by_topic (an outline of a few sections; each is written by a short \
+                      call from the sources that bear on it and checked against them, under an \
+                      answer drawn from the sections' checked sentences: for a small local \
+                      model, which drops half the facts of findings it is given all at once).",
         range: None,
-        choices: &["whole", "by_source"],
+        choices: &["whole", "by_source", "by_topic"],
+    },
+    Setting {
+        name: "research_profile",
+        description: "Which defaults fit the models: auto (small when a model of the run is on \
+                      a provider marked local, else standard), small (report_form by_topic, \
+                      compress_research and summarize_pages false, unless the run sets them) \
+                      or standard (the settings as given).",
+        range: None,
+        choices: &["auto", "small", "standard"],
     },
 ];
 

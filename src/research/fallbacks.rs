@@ -48,6 +48,12 @@ pub enum AgentFallback {
     /// (`report_form: "by_source"`): its section quotes the findings' stretches nearest the
     /// question instead.
     SourceKeptAsFound,
+    /// The report's outline could not be read from the model's answer (`report_form:
+    /// "by_topic"`): the topics the supervisor delegated became its sections.
+    OutlineFromTopics,
+    /// No sentence a section's call wrote was supported by its sources (`report_form:
+    /// "by_topic"`): the section quotes them instead, marked as a quotation.
+    SectionQuoted,
 }
 
 impl AgentFallback {
@@ -61,6 +67,8 @@ impl AgentFallback {
             Self::ReportAskedAgain => "report_asked_again",
             Self::FindingsAsReport => "findings_as_report",
             Self::SourceKeptAsFound => "source_kept_as_found",
+            Self::OutlineFromTopics => "outline_from_topics",
+            Self::SectionQuoted => "section_quoted",
         }
     }
 }

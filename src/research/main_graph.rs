@@ -13,7 +13,7 @@ use super::state::{
 };
 use super::stream_fields::FieldStreamer;
 use super::support::{self, Sources};
-use super::{ResearchDeps, by_source, plan_review, supervisor};
+use super::{ResearchDeps, by_source, by_topic, plan_review, supervisor};
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use crate::llm::{FinishReason, ResponseSchema};
 use crate::tools::SummaryLedger;
@@ -323,8 +323,9 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
             ),
         ));
     }
-    let numbered = Sources::from_state(&state.sources);
+    let numbered = Sources::from_state(&state.sources).with_question(&asked(&state));
     let findings = findings(&state.notes, &numbered);
+    let topics = delegated_topics(&state.supervisor_messages);
     // Past this point the pages' texts, the notes and the supervisor's history are not read:
     // they are let go before the long model call (runs writing reports at once held them all).
     let state = AgentState {
@@ -351,13 +352,39 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         )
         .await?;
         return match written {
-            Some(w) => finished(&ctx, &state, &w.text, Some(w.message), &numbered),
+            Some(w) => finished(&ctx, &state, &w.text, Some(w.message), &numbered, ""),
             None => findings_as_report(
                 &ctx,
                 &state,
                 &findings,
                 &numbered,
                 "restated nothing its sources support",
+            ),
+        };
+    }
+    if cfg.report_form == ReportForm::ByTopic {
+        let question = msg::buffer_string(&state.messages);
+        let subject = by_topic::Subject {
+            question: &question,
+            brief: state.research_brief.as_deref().unwrap_or_default(),
+            topics: &topics,
+        };
+        let written = by_topic::write(&deps, &ctx, &cfg, &subject, &findings, &numbered).await?;
+        return match written {
+            Some(w) => finished(
+                &ctx,
+                &state,
+                &w.text,
+                Some(w.message),
+                &numbered,
+                &w.appendix,
+            ),
+            None => findings_as_report(
+                &ctx,
+                &state,
+                &findings,
+                &numbered,
+                "wrote no section its sources support",
             ),
         };
     }
@@ -412,6 +439,31 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         ..metered(&ctx)
     };
     Command::write(upd)
+}
+
+/// What the user asked: their messages, in order (the names the support check reads a claim's
+/// subject against).
+fn asked(state: &AgentState) -> String {
+    state
+        .messages
+        .iter()
+        .filter(|m| m.kind() == msg::Kind::Human)
+        .map(Message::text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The topics the supervisor delegated (`ConductResearch`), in order, each once.
+fn delegated_topics(supervisor: &[Message]) -> Vec<String> {
+    let mut topics: Vec<String> = Vec::new();
+    for call in supervisor.iter().flat_map(Message::tool_calls) {
+        let topic = call.text_arg("research_topic").trim();
+        if call.name == "ConductResearch" && !topic.is_empty() && !topics.iter().any(|t| t == topic)
+        {
+            topics.push(topic.to_owned());
+        }
+    }
+    topics
 }
 
 /// The researchers' findings, their citations in the run's numbering.
@@ -475,7 +527,7 @@ fn findings_as_report(
             120
         )
     );
-    finished(ctx, state, &text, None, numbered)
+    finished(ctx, state, &text, None, numbered, "")
 }
 
 /// The title of a report written without a model's heading: the user's first question.
@@ -496,15 +548,18 @@ fn report_title(state: &AgentState) -> String {
 
 /// The update of a report written without the writer's one call (by source, or the findings
 /// themselves): checked, kept as the final report and as the run's last message (under the id
-/// of `streamed`, when its tokens went to clients).
+/// of `streamed`, when its tokens went to clients), `appendix` after it unchecked (a list
+/// of what was consulted, which cites nothing).
 fn finished(
     ctx: &NodeContext,
     state: &AgentState,
     text: &str,
     streamed: Option<Message>,
     numbered: &Sources,
+    appendix: &str,
 ) -> Result<Command, NodeError> {
-    let checked = check_citations(ctx, text, &state.sources, numbered);
+    let mut checked = check_citations(ctx, text, &state.sources, numbered);
+    checked.report.push_str(appendix);
     let message = match streamed {
         Some(mut m) => {
             m.set_text(&checked.report);

@@ -4,6 +4,7 @@
 //! taken for context overflow, tokens stream, and reports cite only what searches returned.
 
 mod by_source;
+mod by_topic;
 pub mod citations;
 pub mod config;
 pub mod cost;

@@ -348,6 +348,13 @@ pub fn prepare_run(deps: &ResearchDeps, scope: &RunScope) -> Result<(), String> 
     let empty = serde_json::Map::new();
     let configurable = scope.config["configurable"].as_object().unwrap_or(&empty);
     let cfg = deps.defaults.with_overrides(configurable, &deps.locked)?;
+    let profile = cfg.resolved_profile(|m| deps.providers.is_local(m));
+    let cfg = cfg.with_profile(profile, configurable);
+    tracing::info!(
+        profile = ?profile,
+        report_form = ?cfg.report_form,
+        "research settings for the run"
+    );
     scope.local::<CostMeter>().set_cap(deps.spend_cap);
     // A run resumed in the same process keeps the settings it started with.
     let _ = scope.local::<RunSettings>().0.set(Arc::new(cfg));

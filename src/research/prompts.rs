@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Built-in templates by name.
-const BUILT_IN: [(&str, &str); 15] = [
+const BUILT_IN: [(&str, &str); 18] = [
     (
         "clarify_with_user",
         include_str!("../../prompts/clarify_with_user.txt"),
@@ -41,6 +41,18 @@ const BUILT_IN: [(&str, &str); 15] = [
     (
         "overview_from_sources",
         include_str!("../../prompts/overview_from_sources.txt"),
+    ),
+    (
+        "outline_report",
+        include_str!("../../prompts/outline_report.txt"),
+    ),
+    (
+        "write_section",
+        include_str!("../../prompts/write_section.txt"),
+    ),
+    (
+        "answer_from_sections",
+        include_str!("../../prompts/answer_from_sections.txt"),
     ),
     (
         "report_again",

@@ -110,6 +110,9 @@ pub struct SupportCounts {
     pub removed: usize,
     /// Citations added to claims that had none, where a source supports them.
     pub attached: usize,
+    /// Claims left without a citation because no retrieved text supports them (the writer's
+    /// memory): removed from the report, which says how many.
+    pub uncited_unsupported: usize,
     /// Distinct sources the final report cites (its Sources section).
     pub sources_cited: usize,
 }

@@ -65,6 +65,8 @@ pub struct Source {
 struct Passage {
     terms: HashSet<String>,
     numbers: HashSet<String>,
+    /// Its words as written (`text::raw_tokens`), where a claim's names are looked for.
+    raw: HashSet<String>,
 }
 
 /// The run's sources, numbered once, without duplicates.
@@ -76,6 +78,11 @@ pub struct Sources {
     document_frequency: HashMap<String, usize>,
     /// How many sources have text.
     with_text: usize,
+    /// In how many sources with text each written word (`text::raw_tokens`) appears.
+    name_frequency: HashMap<String, usize>,
+    /// The names of the question (`with_question`): a claim may name them without its passage
+    /// doing so, unless the passage names another of them instead.
+    question_names: HashSet<String>,
 }
 
 /// Whether `text` cites anything by number (`[3]`, `[1, 2]`; a markdown link is no citation).
@@ -133,12 +140,21 @@ impl Sources {
                 .into_iter()
                 .map(|p| {
                     let (terms, numbers) = terms(&mut words, p);
-                    Passage { terms, numbers }
+                    let raw = crate::text::raw_tokens(p);
+                    Passage {
+                        terms,
+                        numbers,
+                        raw,
+                    }
                 })
                 .collect();
             let in_source: HashSet<&String> = passages.iter().flat_map(|p| &p.terms).collect();
             for word in in_source {
                 *me.document_frequency.entry(word.clone()).or_insert(0) += 1;
+            }
+            let written: HashSet<&String> = passages.iter().flat_map(|p| &p.raw).collect();
+            for word in written {
+                *me.name_frequency.entry(word.clone()).or_insert(0) += 1;
             }
             me.with_text += usize::from(!text.trim().is_empty());
             me.by_key.insert(key, me.list.len());
@@ -150,6 +166,20 @@ impl Sources {
             });
         }
         me
+    }
+
+    /// The same sources, read with the names of the question the report answers (see
+    /// `Claim::names_match`).
+    pub fn with_question(mut self, question: &str) -> Self {
+        self.question_names = crate::text::names(question);
+        self
+    }
+
+    /// A name most of the run's sources hold (the documentation's or the product's own
+    /// name): a claim may use it where its passage does not.
+    fn is_common_name(&self, name: &str) -> bool {
+        let df = self.name_frequency.get(name).copied().unwrap_or(0);
+        self.with_text >= 3 && df * 2 >= self.with_text
     }
 
     /// The number (1-based) of the source at `url`.
@@ -203,12 +233,48 @@ fn display_title(s: &Source) -> &str {
 struct Claim {
     words: HashSet<String>,
     numbers: HashSet<String>,
+    /// What it is about by name (`text::names`): identifiers, acronyms, proper names.
+    names: HashSet<String>,
 }
 
 impl Claim {
     fn of(vocabulary: &mut Words, text: &str) -> Self {
         let (words, numbers) = terms(vocabulary, text);
-        Self { words, numbers }
+        let names = crate::text::names(text);
+        Self {
+            words,
+            numbers,
+            names,
+        }
+    }
+
+    /// Whether `passage` is about what the claim names. Every name of the claim that the
+    /// run's sources use must be in it, but a name most of them hold, and a name of the
+    /// question (the reader's own words for the subject) unless the passage names another of
+    /// the question's names that the claim does not: then the claim says of one thing what the
+    /// passage says of another ("in mode B, this happens automatically", cited to a passage
+    /// about mode A). Most of the words being there is not enough: such a claim shares all the
+    /// others. A name no source uses is left to the words' weights: as often as not it is an
+    /// abbreviation ("WAL" for the write-ahead log) or a synonym.
+    fn names_match(&self, passage: &Passage, sources: &Sources) -> bool {
+        let mut question_name_missing = false;
+        for name in &self.names {
+            if passage.raw.contains(name)
+                || sources.is_common_name(name)
+                || !sources.name_frequency.contains_key(name)
+            {
+                continue;
+            }
+            if !sources.question_names.contains(name) {
+                return false;
+            }
+            question_name_missing = true;
+        }
+        !question_name_missing
+            || !sources
+                .question_names
+                .iter()
+                .any(|q| !self.names.contains(q) && passage.raw.contains(q))
     }
 
     fn is_claim(&self) -> bool {
@@ -233,7 +299,9 @@ impl Claim {
         }
         let mut best: f64 = 0.0;
         for passage in &source.passages {
-            if !self.numbers.iter().all(|n| passage.numbers.contains(n)) {
+            if !self.numbers.iter().all(|n| passage.numbers.contains(n))
+                || !self.names_match(passage, sources)
+            {
                 continue;
             }
             let (mut found, mut distinctive) = (0.0, false);
@@ -383,6 +451,17 @@ pub fn repair(report: &str, sources: &Sources) -> Repaired {
     let (body, cited) = number_by_first_use(&body);
     counts.sources_cited = cited.len();
     let mut report = body.trim_end().to_owned();
+    if counts.uncited_unsupported > 0 {
+        let n = counts.uncited_unsupported;
+        let (these, were) = if n == 1 {
+            ("sentence", "was")
+        } else {
+            ("sentences", "were")
+        };
+        report.push_str(&format!(
+            "\n\n> Note: {n} {these} that no retrieved source supports {were} left out."
+        ));
+    }
     if !cited.is_empty() {
         report.push_str("\n\n### Sources\n\n");
         let lines: Vec<String> = cited
@@ -520,6 +599,44 @@ pub fn supported_by_source(text: &str, number: usize, sources: &Sources) -> Stri
     }
 }
 
+/// The sentences of `text` that one of the sources `numbers` supports, each ending with the
+/// markers of those among them that do: a sentence is kept under the ones it cites that
+/// support it, else under the one of `numbers` that supports it best. Sentences no listed
+/// source supports, and fragments that are no claim, are left out; a sentence cited to a
+/// source without text to check is kept as cited.
+pub fn supported_among(text: &str, numbers: &[usize], sources: &Sources) -> Vec<String> {
+    let mut words = Words::new();
+    let mut kept = Vec::new();
+    for sentence in sentences(text) {
+        let plain = tidy_spaces(&strip_markers(sentence));
+        let plain = plain.trim();
+        let claim = Claim::of(&mut words, plain);
+        if !claim.is_claim() {
+            continue;
+        }
+        let listed = |n: &usize| numbers.contains(n);
+        let source = |n: usize| n.checked_sub(1).and_then(|i| sources.list.get(i));
+        let cited: Vec<usize> = dedup(cited_numbers(sentence).into_iter()).into_iter().filter(listed).collect();
+        let mut keep: Vec<usize> = cited
+            .iter()
+            .copied()
+            .filter(|&n| source(n).is_some_and(|s| !s.has_text || claim.supported_by(s, sources)))
+            .collect();
+        if keep.is_empty() {
+            let best = numbers
+                .iter()
+                .filter_map(|&n| source(n).map(|s| (n, claim.score(s, sources))))
+                .filter(|(_, score)| *score >= SUPPORT_THRESHOLD)
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            keep.extend(best.map(|(n, _)| n));
+        }
+        if !keep.is_empty() {
+            kept.push(with_markers(plain, &keep));
+        }
+    }
+    kept
+}
+
 /// One block checked; whether it makes a claim.
 fn repair_block(
     text: &str,
@@ -579,6 +696,11 @@ fn repair_block(
             counts.attached += 1;
             keep.push(best);
         }
+        if keep.is_empty() && sources.with_text > 0 {
+            // A claim no retrieved text supports is the writer's memory, not the research.
+            counts.uncited_unsupported += 1;
+            continue;
+        }
         out.push_str(&with_markers(&plain, &dedup(keep.into_iter())));
     }
     (out, any_claim)
@@ -615,6 +737,13 @@ pub fn audit(report: &str, sources: &Sources) -> SupportCounts {
         for sentence in sentences(&block.text) {
             let claim = Claim::of(&mut words, &strip_markers(sentence));
             any_claim |= claim.is_claim();
+            if claim.is_claim()
+                && !has_citation(sentence)
+                && sources.with_text > 0
+                && claim.best(sources).is_none()
+            {
+                counts.uncited_unsupported += 1;
+            }
             for n in find_markers(sentence).into_iter().flat_map(|m| m.numbers) {
                 counts.citations += 1;
                 cited = true;

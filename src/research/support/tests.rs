@@ -79,7 +79,15 @@ fn wrong_unknown_and_missing_citations_are_repaired() {
     );
     assert!(r.report.contains("16 MB [1]."), "{}", r.report);
     assert!(r.report.contains("by default [2]."), "{}", r.report);
-    assert!(r.report.contains("by 2030."), "{}", r.report);
+    // A claim no retrieved text supports is the writer's memory: it goes, and the report says so.
+    assert!(!r.report.contains("by 2030"), "{}", r.report);
+    assert_eq!(r.counts.uncited_unsupported, 1);
+    assert!(
+        r.report
+            .contains("> Note: 1 sentence that no retrieved source supports was left out."),
+        "{}",
+        r.report
+    );
     assert!(
         r.report
             .contains("[1] WAL: https://example.org/wal\n[2] Vacuuming"),
@@ -87,6 +95,9 @@ fn wrong_unknown_and_missing_citations_are_repaired() {
         r.report
     );
     assert_eq!((r.counts.paragraphs, r.counts.cited_paragraphs), (4, 3));
+    assert_eq!(audit(&r.report, &sources()).uncited_unsupported, 0);
+    let memory = "Quantum computers will replace databases by 2030.";
+    assert_eq!(audit(memory, &sources()).uncited_unsupported, 1);
 }
 
 #[test]
@@ -285,4 +296,38 @@ fn a_restatement_keeps_only_what_its_source_supports() {
         supported_by_source("The native page says so plainly.", 3, &s),
         "The native page says so plainly [3]."
     );
+}
+
+/// Two sections of one manual that say the same thing of two modes, as a page comparing them
+/// does.
+fn two_modes() -> Sources {
+    from_json(&[
+        json!({"url": "file:///m/sync.html#on", "title": "Synchronous commit",
+               "text": "In synchronous mode, the server waits until the commit record is flushed to disk before it reports success to the client."}),
+        json!({"url": "file:///m/async.html#off", "title": "Asynchronous commit",
+               "text": "In asynchronous mode, the server reports success to the client as soon as the transaction completes, before the commit record is flushed to disk."}),
+        json!({"url": "file:///m/wal.html", "title": "WAL",
+               "text": "Checkpoints flush dirty buffers to disk, in either mode."}),
+    ])
+    .with_question("How does Synchronous mode differ from Asynchronous mode?")
+}
+
+#[test]
+fn a_claim_about_one_name_is_not_supported_by_a_passage_about_another() {
+    // The sentence of the asynchronous page with its subject swapped: every other word is there.
+    let swapped = "In Synchronous mode, the server reports success to the client as soon as the transaction completes [2].";
+    let r = repair(swapped, &two_modes());
+    assert_eq!(
+        (r.counts.supported, r.counts.moved, r.counts.attached),
+        (0, 0, 0),
+        "{}",
+        r.report
+    );
+    let right = "In Asynchronous mode, the server reports success to the client as soon as the transaction completes [2].";
+    let r = repair(right, &two_modes());
+    assert_eq!(r.counts.supported, 1, "{}", r.report);
+    // An identifier another source uses must be in the passage cited.
+    let named = "shared_buffers sets the amount of memory used for shared memory buffers [3].";
+    let r = repair(named, &manual());
+    assert_eq!((r.counts.supported, r.counts.moved), (0, 1), "{}", r.report);
 }

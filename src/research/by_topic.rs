@@ -1,0 +1,528 @@
+//! The report written topic by topic (`report_form: "by_topic"`): what a reader who asked the
+//! question would keep, from a model too small to write from all the findings at once.
+//!
+//! A report made a source at a time reads like annotated search hits: a section per retrieved
+//! page under that page's title, off-topic pages included, the same fact in three sections,
+//! and the one paragraph of synthesis written from memory. So:
+//!
+//! 1. one short structured call plans the report: a title of its own and 3–6 sections, each
+//!    with the sub-question it answers (when the answer cannot be read, the topics the
+//!    supervisor delegated are the sections);
+//! 2. each source's part of the findings goes to the section it bears on most (`assign`), at
+//!    most `SOURCES_PER_SECTION` to a section; a source that bears on none is listed under
+//!    "Consulted, not cited", not given a section;
+//! 3. each section is written by one short call from its sources' excerpts (numbered as in the
+//!    run), and only the sentences one of them supports are kept (`support::supported_among`);
+//!    a sentence an earlier section already says, one cut off or left without its context
+//!    (`[…]`, a lead-in ending in `:`, unbalanced code) is dropped; a section whose call kept
+//!    nothing quotes its best source, marked as a quotation;
+//! 4. the answer comes first: one more short call answers the question from the sections'
+//!    kept sentences, and only its cited sentences a section's source supports are kept
+//!    (else the sections' first sentences are the key points);
+//! 5. a sub-question no source answered is named in a note ("not covered").
+
+use super::ResearchDeps;
+use super::by_source::{Part, heading, parts, prose, says_something, source, unsaid};
+use super::config::ResearchConfig;
+use super::fallbacks::{self, AgentFallback};
+use super::messages::{self as msg, Message};
+use super::model::{Caller, Role};
+use super::support::{self, Sources};
+use crate::graph::{NodeContext, NodeError};
+use crate::llm::ResponseSchema;
+use crate::text::{Terms, Words, bearing, terms, word_pairs};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::HashSet;
+
+/// The most sections a report has: past six, a small model's outline repeats itself.
+const SECTIONS_MAX: usize = 6;
+
+/// The most sources one section is written from: a section call sees at most this many
+/// excerpts (about 1,500 tokens), which a 1.5B model still reads whole.
+const SOURCES_PER_SECTION: usize = 4;
+
+/// The characters of one source's findings a section call is shown: its stretches that bear
+/// most on the section's question.
+const EXCERPT_CHARS: usize = 1_500;
+
+/// How much a source must bear on a section to be written from (`text::bearing` over the
+/// run's parts: a word of the section's question found in one part of ten weighs 2, in half of
+/// them 0.7). Below it on every section, the source is consulted, not cited.
+const MIN_BEARING: f64 = 1.5;
+
+/// The output cap of the outline, of one section and of the answer.
+const SHORT_TOKENS: u32 = 500;
+
+/// The most sentences of the answer kept: it answers in a short paragraph.
+const ANSWER_SENTENCES: usize = 4;
+
+/// A sentence whose pairs of adjacent content words an earlier kept sentence holds to this
+/// share says nothing new (as `by_source::SAID_SHARE` reads "said").
+const REPEAT_SHARE: f64 = 0.6;
+
+/// The characters of a source quoted when its section's call kept nothing.
+const QUOTE_CHARS: usize = 400;
+
+/// One planned section: its heading and the question it answers.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Planned {
+    pub heading: String,
+    pub question: String,
+}
+
+/// The report's plan as the outline call answers it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct Outline {
+    pub title: String,
+    pub sections: Vec<Planned>,
+}
+
+/// What `write` hands back: the body to check, the answer call's message (whose id the final
+/// message keeps) and what follows the checked report (the sources consulted, not cited).
+pub struct Written {
+    pub text: String,
+    pub message: Message,
+    pub appendix: String,
+}
+
+/// What the report is about: the conversation, the brief and the topics the supervisor
+/// delegated (the outline's fallback).
+pub struct Subject<'a> {
+    pub question: &'a str,
+    pub brief: &'a str,
+    pub topics: &'a [String],
+}
+
+/// Writes the report topic by topic (see the module's comment). None when no section kept a
+/// sentence (the findings are then the report).
+pub async fn write(
+    deps: &ResearchDeps,
+    ctx: &NodeContext,
+    cfg: &ResearchConfig,
+    subject: &Subject<'_>,
+    findings: &str,
+    numbered: &Sources,
+) -> Result<Option<Written>, NodeError> {
+    let caller = &Caller::new(deps, ctx, cfg);
+    let parts = parts(findings);
+    let outline = outline(caller, subject, numbered).await?;
+    let assigned = assign(&parts, &outline.sections);
+    tracing::info!(
+        sections = outline.sections.len(),
+        sources = parts.len(),
+        consulted = assigned.iter().filter(|a| a.is_none()).count(),
+        "writing the report a topic at a time"
+    );
+    let calls = outline.sections.iter().enumerate().map(|(i, planned)| {
+        let mine: Vec<&Part> = parts
+            .iter()
+            .zip(&assigned)
+            .filter(|(_, a)| **a == Some(i))
+            .map(|(p, _)| p)
+            .collect();
+        async move { section(caller, subject.question, planned, &mine, numbered).await }
+    });
+    let mut drafted = Vec::new();
+    for written in futures::future::join_all(calls).await {
+        drafted.push(written?);
+    }
+    let mut said = Said::default();
+    let mut sections: Vec<(String, Vec<String>)> = Vec::new();
+    let mut uncovered = Vec::new();
+    for (planned, sentences) in outline.sections.iter().zip(drafted) {
+        let fresh: Vec<String> = sentences.into_iter().filter(|s| said.add(s)).collect();
+        if fresh.is_empty() {
+            uncovered.push(planned.question.clone());
+        } else {
+            sections.push((planned.heading.clone(), fresh));
+        }
+    }
+    if sections.is_empty() {
+        return Ok(None);
+    }
+    let (answer, message) = answer(caller, subject.question, &sections, numbered).await?;
+    let mut text = format!("# {}\n\n{answer}\n\n", outline.title);
+    for (heading, sentences) in &sections {
+        text.push_str(&format!("## {heading}\n\n{}\n\n", sentences.join(" ")));
+    }
+    if !uncovered.is_empty() {
+        text.push_str(&format!(
+            "> Note: the sources found did not answer: {}\n\n",
+            uncovered.join("; ")
+        ));
+    }
+    let consulted: Vec<usize> = parts
+        .iter()
+        .zip(&assigned)
+        .filter(|(_, a)| a.is_none())
+        .map(|(p, _)| p.number)
+        .collect();
+    Ok(Some(Written {
+        text,
+        message,
+        appendix: consulted_list(&consulted, numbered),
+    }))
+}
+
+/// The sentences kept so far, by their pairs of adjacent content words.
+#[derive(Default)]
+struct Said {
+    words: Words,
+    pairs: HashSet<(String, String)>,
+}
+
+impl Said {
+    /// Keeps `sentence` unless what it says is said already; whether it was kept.
+    fn add(&mut self, sentence: &str) -> bool {
+        let pairs = word_pairs(&mut self.words, &support::without_markers(sentence));
+        let known = pairs.intersection(&self.pairs).count();
+        if !pairs.is_empty() && known as f64 >= REPEAT_SHARE * pairs.len() as f64 {
+            return false;
+        }
+        self.pairs.extend(pairs);
+        true
+    }
+}
+
+/// The outline: the model's plan when it gives at least one usable section, else one section
+/// per topic the supervisor delegated (or the question as the one section).
+async fn outline(
+    caller: &Caller<'_>,
+    subject: &Subject<'_>,
+    numbered: &Sources,
+) -> Result<Outline, NodeError> {
+    let prompt = caller.deps.prompts.render(
+        "outline_report",
+        &[("question", subject.question), ("brief", subject.brief)],
+    );
+    let mut req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
+    req.max_tokens = req.max_tokens.min(SHORT_TOKENS);
+    let planned = match caller.structured::<Outline>(req, outline_schema(), None).await {
+        Ok(o) => Some(o),
+        Err(NodeError::Cancelled) => return Err(NodeError::Cancelled),
+        Err(e) => {
+            tracing::warn!(error = %e, "the report's outline could not be read");
+            None
+        }
+    };
+    let titles: Vec<&str> = numbered.list.iter().map(|s| s.title.as_str()).collect();
+    let outline = planned.map(|o| tidy(o, subject.question, &titles));
+    match outline {
+        Some(o) if !o.sections.is_empty() => Ok(o),
+        _ => {
+            fallbacks::record(
+                caller.ctx,
+                AgentFallback::OutlineFromTopics.as_str(),
+                "the outline named no section: the delegated topics are the sections",
+            );
+            Ok(from_topics(subject))
+        }
+    }
+}
+
+fn outline_schema() -> ResponseSchema {
+    ResponseSchema {
+        name: "ReportOutline".into(),
+        description: "The report's title and its sections, each with the question it answers."
+            .into(),
+        schema: json!({"type": "object", "properties": {
+            "title": {"type": "string", "description": "A short title naming the report's subject."},
+            "sections": {"type": "array", "maxItems": SECTIONS_MAX, "items": {"type": "object",
+                "properties": {
+                    "heading": {"type": "string", "description": "A short heading naming the section's topic."},
+                    "question": {"type": "string", "description": "The question the section answers."}},
+                "required": ["heading", "question"]}}},
+            "required": ["title", "sections"]}),
+    }
+}
+
+/// The model's outline made usable: headings on one line without markdown, none repeated, none
+/// a source's own title (a section is a topic, not a page), at most `SECTIONS_MAX`; a title
+/// that is the question itself, or none, replaced (`title_for`).
+fn tidy(outline: Outline, question: &str, source_titles: &[&str]) -> Outline {
+    let same = |a: &str, b: &str| plain(a) == plain(b);
+    let mut sections: Vec<Planned> = Vec::new();
+    for s in outline.sections {
+        let heading = heading(&s.heading);
+        let asked = msg::excerpt(&s.question, 200);
+        let asked = if asked.trim().is_empty() {
+            heading.clone()
+        } else {
+            asked
+        };
+        let usable = !s.heading.trim().is_empty()
+            && !sections.iter().any(|k| same(&k.heading, &heading))
+            && !source_titles.iter().any(|t| same(t, &heading));
+        if usable && sections.len() < SECTIONS_MAX {
+            sections.push(Planned {
+                heading,
+                question: asked,
+            });
+        }
+    }
+    let title = heading(&outline.title);
+    let asked = msg::excerpt(question, 200);
+    let title = if outline.title.trim().is_empty() || same(&title, &asked) {
+        title_for(&sections, question)
+    } else {
+        title
+    };
+    Outline { title, sections }
+}
+
+/// Lower-cased words only, for telling two wordings apart.
+fn plain(text: &str) -> String {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A title when the model gave none of its own: the sections' topics ("Autovacuum, its
+/// thresholds and monitoring"), else the question's words without the asking.
+fn title_for(sections: &[Planned], question: &str) -> String {
+    let headings: Vec<&str> = sections.iter().map(|s| s.heading.as_str()).take(3).collect();
+    match headings.as_slice() {
+        [] => {
+            let asked = msg::excerpt(question, 120);
+            let asked = asked.trim_end_matches(['?', '.', ' ']);
+            format!("Research report: {asked}")
+        }
+        [one] => (*one).to_owned(),
+        [first @ .., last] => format!("{} and {}", first.join(", "), last),
+    }
+}
+
+/// The outline when the model gave none: a section per delegated topic, else one for the
+/// question.
+fn from_topics(subject: &Subject<'_>) -> Outline {
+    let mut sections: Vec<Planned> = subject
+        .topics
+        .iter()
+        .filter(|t| !t.trim().is_empty())
+        .take(SECTIONS_MAX)
+        .map(|t| Planned {
+            heading: heading(&msg::excerpt(first_sentence(t), 80)),
+            question: msg::excerpt(t, 200),
+        })
+        .collect();
+    if sections.is_empty() {
+        sections.push(Planned {
+            heading: "What the sources say".to_owned(),
+            question: msg::excerpt(subject.question, 200),
+        });
+    }
+    Outline {
+        title: title_for(&sections, subject.question),
+        sections,
+    }
+}
+
+fn first_sentence(text: &str) -> &str {
+    support::sentences(text).first().copied().unwrap_or(text).trim()
+}
+
+/// The section each part goes to (`None`: consulted, not cited): the one whose heading and
+/// question it bears on most, when it bears on it at least `MIN_BEARING`; a section full
+/// (`SOURCES_PER_SECTION`) passes the part to its next best.
+fn assign(parts: &[Part], sections: &[Planned]) -> Vec<Option<usize>> {
+    let mut words = Words::new();
+    let found: Vec<Terms> = parts.iter().map(|p| terms(&mut words, &p.text)).collect();
+    let scores: Vec<Vec<f64>> = sections
+        .iter()
+        .map(|s| {
+            let query = terms(&mut words, &format!("{} {}", s.heading, s.question));
+            bearing(&query, &found)
+        })
+        .collect();
+    // Strongest claims first, so a full section holds its best sources.
+    let mut wishes: Vec<(usize, usize, f64)> = Vec::new();
+    for (si, per_part) in scores.iter().enumerate() {
+        for (pi, &score) in per_part.iter().enumerate() {
+            if score >= MIN_BEARING {
+                wishes.push((pi, si, score));
+            }
+        }
+    }
+    wishes.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    let mut out = vec![None; parts.len()];
+    let mut taken = vec![0usize; sections.len()];
+    for (pi, si, _) in wishes {
+        if out[pi].is_none() && taken[si] < SOURCES_PER_SECTION {
+            out[pi] = Some(si);
+            taken[si] += 1;
+        }
+    }
+    out
+}
+
+/// One section's checked sentences: written by a short call from its sources' excerpts, kept
+/// where one of them supports them; a quotation of its best source when none was kept; nothing
+/// for a section no source bears on.
+async fn section(
+    caller: &Caller<'_>,
+    question: &str,
+    planned: &Planned,
+    mine: &[&Part],
+    numbered: &Sources,
+) -> Result<Vec<String>, NodeError> {
+    if mine.is_empty() {
+        return Ok(Vec::new());
+    }
+    let query = format!("{} {}", planned.heading, planned.question);
+    let shown = mine
+        .iter()
+        .map(|p| {
+            let title = source(numbered, p.number).map_or("", |s| s.title.as_str());
+            let excerpt = crate::tools::excerpts::excerpts(&p.text, &query, EXCERPT_CHARS);
+            format!("[{}] {title}\n{excerpt}", p.number)
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let prompt = caller.deps.prompts.render(
+        "write_section",
+        &[
+            ("question", question),
+            ("heading", &planned.heading),
+            ("section_question", &planned.question),
+            ("sources", &shown),
+        ],
+    );
+    let mut req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
+    req.max_tokens = req.max_tokens.min(SHORT_TOKENS);
+    let answer = {
+        // The process-wide cap of short calls (page summaries use it too).
+        let _slot = caller.deps.summary_slots.acquire().await;
+        caller.call(req, false).await
+    };
+    let numbers: Vec<usize> = mine.iter().map(|p| p.number).collect();
+    let written = match answer {
+        Ok(resp) => prose(&Message::from_model(resp.message).text()),
+        Err(NodeError::Cancelled) => return Err(NodeError::Cancelled),
+        Err(e) => {
+            tracing::warn!(section = %planned.heading, error = %e, "writing a section failed");
+            String::new()
+        }
+    };
+    let kept = readable(support::supported_among(&written, &numbers, numbered));
+    if !kept.is_empty() {
+        return Ok(kept);
+    }
+    fallbacks::record(
+        caller.ctx,
+        AgentFallback::SectionQuoted.as_str(),
+        &format!(
+            "section \"{}\": its sources supported no sentence written; quoted",
+            planned.heading
+        ),
+    );
+    Ok(quotation(mine[0], &query, numbered).into_iter().collect())
+}
+
+/// The best stretch of a source for the section, as a marked quotation.
+fn quotation(part: &Part, query: &str, numbered: &Sources) -> Option<String> {
+    let own = unsaid(&part.text, query, "", QUOTE_CHARS);
+    let supported = support::supported_among(&own, &[part.number], numbered);
+    let quoted: Vec<String> = readable(supported)
+        .iter()
+        .map(|s| support::without_markers(s))
+        .collect();
+    (!quoted.is_empty()).then(|| format!("> “{}” [{}]", quoted.join(" "), part.number))
+}
+
+/// The sentences a reader can read on their own: none that says nothing, that was cut off or
+/// pasted without what it leans on (an elision, a lead-in ending in `:`, code or brackets left
+/// open), that opens a section with a word pointing back ("This", "Therefore"), or that talks
+/// about the passage instead of its subject.
+fn readable(sentences: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in sentences {
+        let text = support::without_markers(&s);
+        let first_word = text.split_whitespace().next().unwrap_or("");
+        let points_back = ["This", "These", "Therefore,", "Thus,", "However,", "It", "Such"]
+            .contains(&first_word);
+        let broken = text.contains('…')
+            || text.contains("...")
+            || text.contains("[…]")
+            || text.trim_end().ends_with(':')
+            || text.matches('`').count() % 2 == 1
+            || text.matches('(').count() != text.matches(')').count()
+            || text.to_lowercase().contains("the passage");
+        if says_something(&s) && !broken && !(out.is_empty() && points_back) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+/// The answer above the sections: the answer call's cited sentences that a source of the
+/// sections supports, at most `ANSWER_SENTENCES`; when none is kept, the sections' first
+/// sentences as key points. The call streams, and its message is the report's.
+async fn answer(
+    caller: &Caller<'_>,
+    question: &str,
+    sections: &[(String, Vec<String>)],
+    numbered: &Sources,
+) -> Result<(String, Message), NodeError> {
+    let findings = sections
+        .iter()
+        .map(|(h, s)| format!("{h}: {}", s.join(" ")))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let numbers: Vec<usize> = sections
+        .iter()
+        .flat_map(|(_, s)| s.iter().flat_map(|x| support::cited_numbers(x)))
+        .collect();
+    let prompt = caller.deps.prompts.render(
+        "answer_from_sections",
+        &[("question", question), ("findings", &findings)],
+    );
+    let mut req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
+    req.max_tokens = req.max_tokens.min(SHORT_TOKENS);
+    let resp = caller.call(req, true).await?;
+    let message = Message::from_model(resp.message);
+    let cited_only = support::sentences(&prose(&message.text()))
+        .into_iter()
+        .filter(|s| support::has_citation(s))
+        .collect::<String>();
+    let kept = readable(support::supported_among(&cited_only, &numbers, numbered));
+    let text = if kept.is_empty() {
+        sections
+            .iter()
+            .filter_map(|(_, s)| s.first())
+            .take(ANSWER_SENTENCES)
+            .map(|s| format!("- {s}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        kept.into_iter()
+            .take(ANSWER_SENTENCES)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    Ok((text, message))
+}
+
+/// "Consulted, not cited": the sources that bore on no section, by title and location.
+fn consulted_list(numbers: &[usize], numbered: &Sources) -> String {
+    let lines: Vec<String> = numbers
+        .iter()
+        .filter_map(|&n| source(numbered, n))
+        .map(|s| {
+            let title = if s.title.is_empty() { &s.url } else { &s.title };
+            format!("- {}: {}", heading(title), s.url)
+        })
+        .collect();
+    if lines.is_empty() {
+        String::new()
+    } else {
+        format!("\n\n### Consulted, not cited\n\n{}\n", lines.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests;

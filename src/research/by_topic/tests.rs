@@ -1,0 +1,140 @@
+use super::*;
+
+fn part(number: usize, text: &str) -> Part {
+    Part {
+        number,
+        text: text.to_owned(),
+    }
+}
+
+fn planned(heading: &str, question: &str) -> Planned {
+    Planned {
+        heading: heading.to_owned(),
+        question: question.to_owned(),
+    }
+}
+
+#[test]
+fn each_source_goes_to_the_section_it_bears_on_and_an_off_topic_one_to_none() {
+    let parts = [
+        part(
+            1,
+            "The autovacuum daemon starts a worker every autovacuum_naptime seconds.",
+        ),
+        part(
+            2,
+            "The genetic query optimizer searches join orders with a genetic algorithm.",
+        ),
+        part(
+            3,
+            "pg_stat_user_tables shows when each table was last vacuumed by autovacuum.",
+        ),
+        part(
+            4,
+            "autovacuum_vacuum_threshold and autovacuum_vacuum_scale_factor decide when a \
+             table is vacuumed.",
+        ),
+    ];
+    let sections = [
+        planned(
+            "When autovacuum runs",
+            "How often does the autovacuum daemon start a worker, and what threshold applies?",
+        ),
+        planned(
+            "Monitoring vacuum",
+            "Which statistics view shows when a table was last vacuumed?",
+        ),
+    ];
+    let got = assign(&parts, &sections);
+    assert_eq!(got[0], Some(0));
+    assert_eq!(got[1], None, "the GEQO page bears on no section");
+    assert_eq!(got[2], Some(1));
+    assert_eq!(got[3], Some(0));
+}
+
+#[test]
+fn a_full_section_passes_a_source_to_its_next_best() {
+    let parts: Vec<Part> = (1..=6)
+        .map(|n| part(n, &format!("Autovacuum workers and statistics note {n}.")))
+        .collect();
+    let sections = [
+        planned("Autovacuum workers", "How many autovacuum workers run?"),
+        planned("Statistics", "Which statistics are kept?"),
+    ];
+    let got = assign(&parts, &sections);
+    let first = got.iter().filter(|a| **a == Some(0)).count();
+    assert!(first <= SOURCES_PER_SECTION, "{got:?}");
+}
+
+#[test]
+fn the_outline_gets_a_title_of_its_own_and_no_source_title_as_a_heading() {
+    let question = "How does autovacuum decide when to vacuum a table?";
+    let outline = Outline {
+        title: "How does autovacuum decide when to vacuum a table?".into(),
+        sections: vec![
+            planned("## Thresholds", "Which settings trigger a vacuum?"),
+            planned("25.1. Routine Vacuuming", "What is routine vacuuming?"),
+            planned("Thresholds", "Again?"),
+            planned("Monitoring", ""),
+        ],
+    };
+    let got = tidy(outline, question, &["25.1. Routine Vacuuming"]);
+    let headings: Vec<&str> = got.sections.iter().map(|s| s.heading.as_str()).collect();
+    assert_eq!(headings, ["Thresholds", "Monitoring"]);
+    assert_eq!(got.sections[1].question, "Monitoring", "a missing question is the heading");
+    assert_ne!(plain(&got.title), plain(question), "{}", got.title);
+    assert_eq!(got.title, "Thresholds and Monitoring");
+}
+
+#[test]
+fn without_an_outline_the_delegated_topics_are_the_sections() {
+    let topics = vec![
+        "Autovacuum thresholds. Find the settings.".to_owned(),
+        "Monitoring vacuum progress".to_owned(),
+    ];
+    let subject = Subject {
+        question: "How does autovacuum work?",
+        brief: "",
+        topics: &topics,
+    };
+    let got = from_topics(&subject);
+    assert_eq!(got.sections.len(), 2);
+    assert_eq!(got.sections[0].heading, "Autovacuum thresholds.");
+    assert_eq!(got.sections[0].question, topics[0]);
+    let none = Subject {
+        question: "How does autovacuum work?",
+        brief: "",
+        topics: &[],
+    };
+    let one = from_topics(&none);
+    assert_eq!(one.sections.len(), 1);
+    assert_eq!(one.title, "What the sources say");
+}
+
+#[test]
+fn a_sentence_cut_off_or_pointing_back_is_not_kept() {
+    let got = readable(vec![
+        "This makes it faster. [1]".into(),
+        "Autovacuum starts a worker every minute. [1]".into(),
+        "This is set by autovacuum_naptime. [1]".into(),
+        "The options are: [2]".into(),
+        "The passage describes vacuuming. [2]".into(),
+        "Results come from asyncio.gather( [2]".into(),
+        "VACUUM […] reclaims storage. [2]".into(),
+    ]);
+    assert_eq!(
+        got,
+        [
+            "Autovacuum starts a worker every minute. [1]",
+            "This is set by autovacuum_naptime. [1]"
+        ]
+    );
+}
+
+#[test]
+fn a_sentence_an_earlier_section_says_is_not_said_again() {
+    let mut said = Said::default();
+    assert!(said.add("Autovacuum starts a worker every autovacuum_naptime seconds. [1]"));
+    assert!(!said.add("The autovacuum daemon starts a worker every autovacuum_naptime seconds. [3]"));
+    assert!(said.add("Autovacuum can be turned off per table with a storage parameter. [2]"));
+}
