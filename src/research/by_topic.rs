@@ -47,9 +47,14 @@ const SOURCES_PER_SECTION: usize = 4;
 const EXCERPT_CHARS: usize = 1_500;
 
 /// How much a source must bear on a section to be written from (`text::bearing` over the
-/// run's parts: a word of the section's question found in one part of ten weighs 2, in half of
-/// them 0.7). Below it on every section, the source is consulted, not cited.
-const MIN_BEARING: f64 = 1.5;
+/// run's parts: a word of the section's heading or question found in one part of ten weighs 2,
+/// in half of them 0.7): two of its words, as a rule. One word alone ("memory", "table") is
+/// shared by pages on other subjects. Below it on every section, the source is consulted, not
+/// cited.
+const MIN_BEARING: f64 = 2.5;
+
+/// The fewest parts the bearing is weighed over (see `assign`).
+const WEIGHED_AS: usize = 10;
 
 /// The output cap of the outline, of one section and of the answer.
 const SHORT_TOKENS: u32 = 500;
@@ -331,7 +336,11 @@ fn first_sentence(text: &str) -> &str {
 /// (`SOURCES_PER_SECTION`) passes the part to its next best.
 fn assign(parts: &[Part], sections: &[Planned]) -> Vec<Option<usize>> {
     let mut words = Words::new();
-    let found: Vec<Terms> = parts.iter().map(|p| terms(&mut words, &p.text)).collect();
+    let mut found: Vec<Terms> = parts.iter().map(|p| terms(&mut words, &p.text)).collect();
+    // A run with few sources is weighed as if it had `WEIGHED_AS` (the rest empty): with two
+    // sources, a word one of them holds would otherwise weigh 0.7, and no source of a run
+    // that found one could reach `MIN_BEARING`.
+    found.resize(parts.len().max(WEIGHED_AS), Terms::default());
     let scores: Vec<Vec<f64>> = sections
         .iter()
         .map(|s| {

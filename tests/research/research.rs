@@ -2464,3 +2464,122 @@ async fn a_report_can_be_written_source_by_source() {
     let messages = values["messages"].as_array().unwrap();
     assert_eq!(messages.last().unwrap()["content"].as_str(), Some(report));
 }
+
+/// The numbers of the sources a section request shows (`[n] Title` lines).
+fn shown_numbers(req: &Value) -> Vec<usize> {
+    support::workload::all_text(req)
+        .lines()
+        .filter_map(|l| l.strip_prefix('[')?.split(']').next()?.parse().ok())
+        .collect()
+}
+
+/// `report_form: "by_topic"`: one call plans the report (a title of its own, sections with
+/// their questions); each source goes to the section it bears on, and each section is written
+/// by a short call from its sources only, keeping the sentences they support (an added claim
+/// is dropped). A section no source bears on is named as not covered, not written. The answer
+/// comes first, from the sections' sentences, and only what a source supports is kept of it.
+/// No section is headed by a source's title, and neither the one-shot writer nor the
+/// by-source calls are made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_can_be_written_topic_by_topic() {
+    let (docs, index, config) = docs_corpus();
+    let run = vacuum_run(
+        json!(["vacuum dead tuples", "WAL segment files"]),
+        |_| FakeReply::Text("unused".into()),
+        "# Not asked for",
+    );
+    let ra = r::start(
+        move |req: &Value| match r::role(req) {
+            Role::Outline => FakeReply::Json(json!({
+                "title": "Vacuum and the write-ahead log",
+                "sections": [
+                    {"heading": "Reclaiming storage", "question": "What does VACUUM reclaim, and when does the autovacuum launcher start a worker?"},
+                    {"heading": "WAL segments", "question": "How large is a WAL segment file?"},
+                    {"heading": "Replication slots", "question": "How do replication slots hold back old segments?"},
+                    {"heading": "Routine Vacuuming", "question": "Copied from a source's title"}
+                ]})),
+            Role::Section => {
+                let n = shown_numbers(req);
+                let text = support::workload::all_text(req);
+                if text.contains("This section is \"Reclaiming storage\"") {
+                    FakeReply::Text(format!(
+                        "VACUUM reclaims storage occupied by dead tuples [{0}]. The moon is made \
+                         of green cheese and orbits Jupiter every week [{0}]. The autovacuum \
+                         launcher starts a worker every 60 seconds by default [{0}].",
+                        n[0]
+                    ))
+                } else {
+                    FakeReply::Text(format!("WAL segment files are 16 MB each [{}].", n[0]))
+                }
+            }
+            Role::Answer => {
+                let text = support::workload::all_text(req);
+                let n = text
+                    .split("dead tuples [")
+                    .nth(1)
+                    .and_then(|r| r.split(']').next())
+                    .unwrap_or("1")
+                    .to_owned();
+                FakeReply::Text(format!(
+                    "VACUUM reclaims storage occupied by dead tuples [{n}]. Paris is the capital \
+                     of France and hosts the manual's authors [{n}]."
+                ))
+            }
+            _ => run(req),
+        },
+        &format!("[research]\nallow_clarification = false\ncompress_research = false\n\n{config}"),
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let run =
+        json!({"config": {"configurable": {"search_api": "local", "report_form": "by_topic"}}});
+    let question = "How does VACUUM work, how large is a WAL segment, and when does the \
+                    autovacuum launcher start a worker by default?";
+    let frames = stream(&ra, &tid, question, run).await;
+    drop((docs, index));
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    let requests = ra.llm.requests();
+    let roles: Vec<Role> = requests.iter().map(r::role).collect();
+    assert!(!roles.contains(&Role::Report) && !roles.contains(&Role::Restate));
+    assert_eq!(roles.iter().filter(|r| **r == Role::Outline).count(), 1);
+    let sections: Vec<String> = requests
+        .iter()
+        .filter(|q| r::role(q) == Role::Section)
+        .map(support::workload::all_text)
+        .collect();
+    assert_eq!(sections.len(), 2, "a call per section with sources: {sections:?}");
+    for d in &sections {
+        assert_ne!(
+            d.contains("dead tuples"),
+            d.contains("WAL segment files"),
+            "a section sees its own sources only: {d}"
+        );
+    }
+    let answer: Vec<String> = requests
+        .iter()
+        .filter(|q| r::role(q) == Role::Answer)
+        .map(support::workload::all_text)
+        .collect();
+    assert_eq!(answer.len(), 1);
+    assert!(!answer[0].contains("green cheese"), "{}", answer[0]);
+    let values = last_values(&frames);
+    let report = values["final_report"].as_str().unwrap();
+    assert!(
+        report.starts_with("# Vacuum and the write-ahead log\n\nVACUUM reclaims storage occupied by dead tuples [1].\n\n## Reclaiming storage\n"),
+        "a title of its own, then the answer: {report}"
+    );
+    assert!(!report.contains("green cheese") && !report.contains("Paris"), "{report}");
+    assert!(!report.contains("## Routine Vacuuming"), "no source's title as a heading: {report}");
+    assert!(report.contains("## WAL segments\n\nWAL segment files are 16 MB each [2]."), "{report}");
+    assert!(
+        report.contains("The autovacuum launcher starts a worker every 60 seconds by default [1]."),
+        "{report}"
+    );
+    assert!(
+        report.contains("> Note: the sources found did not answer: How do replication slots hold back old segments?"),
+        "{report}"
+    );
+    assert!(report.contains("### Sources\n\n[1] Routine Vacuuming"), "{report}");
+    let messages = values["messages"].as_array().unwrap();
+    assert_eq!(messages.last().unwrap()["content"].as_str(), Some(report));
+}

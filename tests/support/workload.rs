@@ -25,6 +25,12 @@ pub enum Role {
     Restate,
     /// The paragraph answering the question from the restated sources.
     Overview,
+    /// The report's outline (`report_form: "by_topic"`).
+    Outline,
+    /// One section written from its sources.
+    Section,
+    /// The answer above the sections, from what they kept.
+    Answer,
     Other,
 }
 
@@ -34,6 +40,7 @@ pub fn role(req: &Value) -> Role {
         Some("ResearchQuestion") => return Role::Brief,
         Some("ResearchPlan") => return Role::Plan,
         Some("Summary") => return Role::Summary,
+        Some("ReportOutline") => return Role::Outline,
         _ => {}
     }
     let tools: Vec<&str> = req["tools"]
@@ -51,7 +58,11 @@ pub fn role(req: &Value) -> Role {
     if offered("think_tool") {
         return Role::Researcher;
     }
-    if text.contains("<Findings>") {
+    if text.contains("<Sections>") {
+        Role::Answer
+    } else if text.contains("This section is \"") {
+        Role::Section
+    } else if text.contains("<Findings>") {
         Role::Report
     } else if text.contains("<Passage>") {
         Role::Restate
@@ -182,7 +193,9 @@ pub fn scripted(script: Script) -> impl Fn(&Value) -> FakeReply + Send + Sync + 
         Role::Compress => compress(req, script.findings_bytes),
         Role::Report if script.report_bytes > 0 => long_report(req, script.report_bytes),
         Role::Report => report(req),
-        Role::Restate | Role::Overview | Role::Other => FakeReply::Text("ok".into()),
+        Role::Restate | Role::Overview | Role::Outline | Role::Section | Role::Answer | Role::Other => {
+            FakeReply::Text("ok".into())
+        }
     }
 }
 
