@@ -12,7 +12,7 @@ use super::state::{
     AgentState, AgentUpdate, Source, SourceKind, StoppedEarly, SupervisorInput, SupervisorOutput,
 };
 use super::stream_fields::FieldStreamer;
-use super::support::{self, Sources};
+use super::support::{self, Sources, Uncited};
 use super::{ResearchDeps, by_source, by_topic, plan_review, supervisor};
 use crate::graph::{Command, END, Graph, NodeContext, NodeError, Write};
 use crate::llm::{FinishReason, ResponseSchema};
@@ -352,7 +352,15 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         )
         .await?;
         return match written {
-            Some(w) => finished(&ctx, &state, &w.text, Some(w.message), &numbered, ""),
+            Some(w) => finished(
+                &ctx,
+                &state,
+                &w.text,
+                Some(w.message),
+                &numbered,
+                "",
+                Uncited::Remove,
+            ),
             None => findings_as_report(
                 &ctx,
                 &state,
@@ -378,6 +386,7 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
                 Some(w.message),
                 &numbered,
                 &w.appendix,
+                Uncited::Remove,
             ),
             None => findings_as_report(
                 &ctx,
@@ -422,7 +431,13 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         }
     }
     let mut message = Message::from_model(resp.message);
-    let mut checked = check_citations(&ctx, &message.text(), &state.sources, &numbered);
+    let mut checked = check_citations(
+        &ctx,
+        &message.text(),
+        &state.sources,
+        &numbered,
+        Uncited::Remove,
+    );
     if resp.finish_reason == FinishReason::Length {
         checked.report.push_str(&format!(
             "\n\n> Note: the report was cut off at the output limit of {} tokens.\n",
@@ -527,7 +542,7 @@ fn findings_as_report(
             120
         )
     );
-    finished(ctx, state, &text, None, numbered, "")
+    finished(ctx, state, &text, None, numbered, "", Uncited::Keep)
 }
 
 /// The title of a report written without a model's heading: the user's first question.
@@ -557,8 +572,9 @@ fn finished(
     streamed: Option<Message>,
     numbered: &Sources,
     appendix: &str,
+    uncited: Uncited,
 ) -> Result<Command, NodeError> {
-    let mut checked = check_citations(ctx, text, &state.sources, numbered);
+    let mut checked = check_citations(ctx, text, &state.sources, numbered, uncited);
     checked.report.push_str(appendix);
     let message = match streamed {
         Some(mut m) => {
@@ -590,10 +606,11 @@ fn check_citations(
     text: &str,
     sources: &[Source],
     numbered: &Sources,
+    uncited: Uncited,
 ) -> CheckedReport {
     let retrieved: HashSet<String> = sources.iter().map(|s| normalize(&s.url)).collect();
     let checked = citations::check(text, &retrieved);
-    let mut repaired = support::repair(&checked.report, numbered);
+    let mut repaired = support::repair_with(&checked.report, numbered, uncited);
     if let Some(note) = checked.note() {
         repaired.report.push_str(&note);
     }
@@ -644,7 +661,7 @@ fn partial_report(
          {}\n\n## Findings\n\n{body}\n",
         state.research_brief.as_deref().unwrap_or_default()
     );
-    let checked = check_citations(ctx, &text, &state.sources, &numbered);
+    let checked = check_citations(ctx, &text, &state.sources, &numbered, Uncited::Keep);
     let message = Message::ai(&format!("run-{}", Uuid::new_v4()), &checked.report);
     let upd = metered(ctx);
     let stopped = StoppedEarly {

@@ -589,9 +589,11 @@ async fn a_supervisor_that_finishes_or_only_thinks_before_delegating_still_resea
 /// Every fallback at once, deterministically: a fake that answers like the 1.5B local model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_local_model_still_researches_for_real() {
+    // ODR's one-shot writer (the small-model profile would write by topic): its runaway is
+    // one of the fallbacks this test wants.
     let ra = r::start(
         r::small_model(Script::default()),
-        "[providers.openai]\nlocal = true\n",
+        "[providers.openai]\nlocal = true\n\n[research]\nresearch_profile = \"standard\"\n",
     )
     .await;
     let tid = new_thread(&ra.app).await;
@@ -1305,7 +1307,7 @@ async fn the_config_schema_describes_every_setting() {
     .await;
     let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
     let props = schemas["config_schema"]["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 29, "{props:?}");
+    assert_eq!(props.len(), 30, "{props:?}");
     // MCP: both shapes, and what this deployment offers.
     let mcp = &props["mcp_config"];
     assert!(mcp["properties"]["mcpServers"].is_object(), "{mcp}");
@@ -1783,7 +1785,13 @@ async fn research_over_local_documents_cites_the_sections_it_read() {
         "{report}"
     );
     assert!(report.contains("dead tuples [1]."), "{report}");
-    assert!(report.contains("replace every database soon."), "{report}");
+    // The writer's claim no retrieved text supports goes, and the report says so.
+    assert!(!report.contains("replace every database"), "{report}");
+    assert!(
+        report.contains("> Note: 1 sentence that no retrieved source supports was left out."),
+        "{report}"
+    );
+    assert_eq!(values["citations"]["uncited_unsupported"], 1);
     assert!(report.contains("60 seconds by default [1]."), "{report}");
     assert!(
         report.ends_with(&format!(
@@ -2463,6 +2471,46 @@ async fn a_report_can_be_written_source_by_source() {
     );
     let messages = values["messages"].as_array().unwrap();
     assert_eq!(messages.last().unwrap()["content"].as_str(), Some(report));
+}
+
+/// The research profile: on a provider marked `local`, a run writes by topic, with neither
+/// compression nor page summaries, unless it sets those itself or asks for the standard
+/// profile; elsewhere nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_provider_gets_the_small_model_profile_unless_a_run_says_otherwise() {
+    let ra = r::start(
+        scripted(Script::default()),
+        "[providers.openai]\nlocal = true\n",
+    )
+    .await;
+    let roles = |ra: &r::ResearchApp| -> Vec<Role> { ra.llm.requests().iter().map(r::role).collect() };
+    let count = |roles: &[Role], role: Role| roles.iter().filter(|r| **r == role).count();
+    let tid = new_thread(&ra.app).await;
+    let frames = stream(&ra, &tid, "What is new in batteries?", json!({})).await;
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    let first = roles(&ra);
+    assert!(count(&first, Role::Outline) >= 1, "{first:?}");
+    assert_eq!(count(&first, Role::Report) + count(&first, Role::Compress), 0, "{first:?}");
+    for (configurable, outlines, reports) in [
+        (json!({"research_profile": "standard"}), 0, 1),
+        (json!({"report_form": "whole"}), 0, 1),
+    ] {
+        let before = roles(&ra);
+        let tid = new_thread(&ra.app).await;
+        let run = json!({"config": {"configurable": configurable}});
+        let frames = stream(&ra, &tid, "What is new in batteries?", run).await;
+        assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+        let after = roles(&ra);
+        let new = &after[before.len()..];
+        assert_eq!(count(new, Role::Outline), outlines, "{configurable}: {new:?}");
+        assert_eq!(count(new, Role::Report), reports, "{configurable}: {new:?}");
+    }
+    let ra = r::start(scripted(Script::default()), "").await;
+    let tid = new_thread(&ra.app).await;
+    stream(&ra, &tid, "What is new in batteries?", json!({})).await;
+    let hosted = roles(&ra);
+    assert_eq!(count(&hosted, Role::Outline), 0, "{hosted:?}");
+    assert_eq!(count(&hosted, Role::Report), 1, "{hosted:?}");
 }
 
 /// The numbers of the sources a section request shows (`[n] Title` lines).

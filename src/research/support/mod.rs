@@ -416,9 +416,24 @@ fn body_lines(report: &str) -> Vec<&str> {
     out
 }
 
+/// What becomes of a claim that cites nothing and that no retrieved text supports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Uncited {
+    /// Left out, and counted: in a report a writer wrote, it is the writer's memory.
+    Remove,
+    /// Kept, and counted: in findings shown as they were gathered (a partial report, the
+    /// findings standing for a report that was not written), under a note that says so.
+    Keep,
+}
+
 /// The report with each claim's citations checked and repaired, and its Sources section
-/// rewritten.
+/// rewritten; claims without support removed.
 pub fn repair(report: &str, sources: &Sources) -> Repaired {
+    repair_with(report, sources, Uncited::Remove)
+}
+
+/// `repair`, with what becomes of unsupported claims that cite nothing said by `uncited`.
+pub fn repair_with(report: &str, sources: &Sources, uncited: Uncited) -> Repaired {
     let mut words = Words::new();
     let mut counts = SupportCounts::default();
     let lines = body_lines(report);
@@ -434,7 +449,7 @@ pub fn repair(report: &str, sources: &Sources) -> Repaired {
         if block.kind == BlockKind::Verbatim {
             continue;
         }
-        let (text, claims) = repair_block(&block.text, sources, &mut words, &mut counts);
+        let (text, claims) = repair_block(&block.text, sources, uncited, &mut words, &mut counts);
         block.text = text;
         if claims {
             counts.paragraphs += 1;
@@ -451,7 +466,7 @@ pub fn repair(report: &str, sources: &Sources) -> Repaired {
     let (body, cited) = number_by_first_use(&body);
     counts.sources_cited = cited.len();
     let mut report = body.trim_end().to_owned();
-    if counts.uncited_unsupported > 0 {
+    if counts.uncited_unsupported > 0 && uncited == Uncited::Remove {
         let n = counts.uncited_unsupported;
         let (these, were) = if n == 1 {
             ("sentence", "was")
@@ -641,6 +656,7 @@ pub fn supported_among(text: &str, numbers: &[usize], sources: &Sources) -> Vec<
 fn repair_block(
     text: &str,
     sources: &Sources,
+    uncited: Uncited,
     words: &mut Words,
     counts: &mut SupportCounts,
 ) -> (String, bool) {
@@ -699,7 +715,9 @@ fn repair_block(
         if keep.is_empty() && sources.with_text > 0 {
             // A claim no retrieved text supports is the writer's memory, not the research.
             counts.uncited_unsupported += 1;
-            continue;
+            if uncited == Uncited::Remove {
+                continue;
+            }
         }
         out.push_str(&with_markers(&plain, &dedup(keep.into_iter())));
     }

@@ -6,11 +6,14 @@
 //! fallbacks). `compare` shows what changed between two result files.
 
 use crate::research::support::{self, Sources};
+pub use reading::Reading;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+pub mod reading;
 
 /// A question set (`eval/*.json`).
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -138,6 +141,9 @@ pub struct QuestionResult {
     /// The findings the writer was given.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The report read as its reader reads it (`reading.rs`): recall over the body without
+    /// the question's own facts, the share pasted, headings that are source titles.
+    pub reading: Reading,
     /// The researchers' tool calls and the openings of their results, in order: what was
     /// searched for and what came back (why a run found no source, or missed a fact).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -230,6 +236,17 @@ pub struct Summary {
     pub total_wall_secs: f64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Key-fact recall over the reports' bodies, the question's own facts not scored (every
+    /// question counts, as `fact_recall`).
+    pub body_recall: f64,
+    /// Mean share of the body copied in runs of eight words or more.
+    pub copied_share: f64,
+    /// Section headings that are a source's title, over all headings.
+    pub source_title_heading_share: f64,
+    /// Body claims citing nothing that no retrieved text supports, in all reports.
+    pub uncited_unsupported: usize,
+    /// Sections whose sources hold no key fact, in all reports.
+    pub off_topic_sections: usize,
 }
 
 /// The research settings every run of the set gets: the operator's, searching the set's corpus,
@@ -423,6 +440,7 @@ pub fn score(
     let searched = !sources.is_empty();
     let written = !report.trim().is_empty();
     let checked = audit.citations.saturating_sub(audit.unchecked);
+    let reading = reading::read(q, report, &sources, &texts);
     QuestionResult {
         id: q.id.clone(),
         status: status.to_owned(),
@@ -460,6 +478,7 @@ pub fn score(
             .to_owned(),
         notes,
         researcher_steps: Vec::new(),
+        reading,
     }
 }
 
@@ -629,6 +648,14 @@ pub fn summarize(results: &[QuestionResult]) -> Summary {
         total_wall_secs: round2(results.iter().map(|r| r.wall_secs).sum()),
         input_tokens: results.iter().map(|r| r.input_tokens).sum(),
         output_tokens: results.iter().map(|r| r.output_tokens).sum(),
+        body_recall: mean_of_all(|r| r.reading.body_recall),
+        copied_share: mean(|r| r.reading.copied_share),
+        source_title_heading_share: ratio(
+            researched.iter().map(|r| r.reading.source_title_headings).sum(),
+            researched.iter().map(|r| r.reading.headings).sum(),
+        ),
+        uncited_unsupported: results.iter().map(|r| r.reading.uncited_unsupported).sum(),
+        off_topic_sections: results.iter().map(|r| r.reading.off_topic_sections).sum(),
     }
 }
 
@@ -650,7 +677,12 @@ pub fn markdown(report: &EvalReport) -> String {
     let mut out = format!(
         "## {} on corpus '{}' ({})\n\n| figure | value |\n|---|---|\n\
          | questions | {} |\n| researched | {} |\n| researched without inventing a source | {} |\n\
-         | key-fact recall | {:.0}% |\n| key facts in the writer's findings | {:.0}%{} |\n\
+         | key-fact recall, body only, the question's own facts not scored | {:.0}% |\n\
+         | copied share of the body (runs of 8+ words) | {:.0}% |\n\
+         | section headings that are a source's title | {:.0}% |\n\
+         | uncited body sentences no source supports | {} |\n\
+         | sections whose sources hold no key fact | {} |\n\
+         | key-fact recall, whole report (the old rule) | {:.0}% |\n| key facts in the writer's findings | {:.0}%{} |\n\
          | key facts in what the researchers were shown | {:.0}%{} |\n\
          | key facts in the retrieved texts | {:.0}%{} |\n\
          | body paragraphs citing a source | {:.0}% |\n\
@@ -662,6 +694,11 @@ pub fn markdown(report: &EvalReport) -> String {
         s.questions,
         s.researched,
         s.researched_without_invention,
+        s.body_recall * 100.0,
+        s.copied_share * 100.0,
+        s.source_title_heading_share * 100.0,
+        s.uncited_unsupported,
+        s.off_topic_sections,
         s.fact_recall * 100.0,
         s.notes_recall * 100.0,
         measured_in(&report.results, |r| r.facts_in_notes.is_some()),
@@ -706,15 +743,32 @@ pub fn markdown(report: &EvalReport) -> String {
 /// What changed from `a` to `b`: the set's figures side by side, then each question both ran.
 pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
     let (x, y) = (&a.summary, &b.summary);
-    let rows: [(&str, f64, f64); 12] = [
+    let rows: [(&str, f64, f64); 17] = [
         ("questions", x.questions as f64, y.questions as f64),
+        ("key-fact recall, body only", x.body_recall, y.body_recall),
+        ("copied share of the body", x.copied_share, y.copied_share),
+        (
+            "headings that are a source's title",
+            x.source_title_heading_share,
+            y.source_title_heading_share,
+        ),
+        (
+            "uncited sentences no source supports",
+            x.uncited_unsupported as f64,
+            y.uncited_unsupported as f64,
+        ),
+        (
+            "off-topic sections",
+            x.off_topic_sections as f64,
+            y.off_topic_sections as f64,
+        ),
         ("researched", x.researched as f64, y.researched as f64),
         (
             "researched without inventing",
             x.researched_without_invention as f64,
             y.researched_without_invention as f64,
         ),
-        ("key-fact recall", x.fact_recall, y.fact_recall),
+        ("key-fact recall (whole report)", x.fact_recall, y.fact_recall),
         (
             "cited paragraph share",
             x.cited_paragraph_share,
@@ -1083,6 +1137,6 @@ mod tests {
             },
             ..EvalReport::default()
         };
-        assert!(compare(&a, &b).contains("| key-fact recall | 0.50 | 0.75 | +0.25 |"));
+        assert!(compare(&a, &b).contains("| key-fact recall (whole report) | 0.50 | 0.75 | +0.25 |"));
     }
 }
