@@ -58,6 +58,9 @@ max_concurrent_research_units = 2
 max_researcher_iterations = 3
 max_react_tool_calls = 4
 max_content_length = 3000
+# ODR's settings as given (summaries, the clean-up call and the one-call writer): the
+# small-model profile's settings are tested by the evaluation questions below.
+research_profile = "standard"
 research_model = "llamacpp:research"
 summarization_model = "llamacpp:summarization"
 compression_model = "llamacpp:compression"
@@ -399,14 +402,13 @@ async fn evaluation_questions_over_the_postgres_manual_cite_what_they_retrieved(
     let questions = set.select(&[], Some(n));
     let root = std::fs::canonicalize(&docs).expect("docs path");
     let opts = EvalOptions {
-        // eval/local-model.toml's settings: one round, one researcher, two turns, long pages
-        // shown by their excerpts, the results handed on as found, the report written source
-        // by source (the other tests here keep page summaries, the clean-up call and its
-        // fallback, and the one-call writer).
+        // eval/local-model.toml's settings: one round, one researcher, two turns, and the
+        // small-model profile that a local provider gets by default (long pages shown by their
+        // excerpts, the results handed on as found, the report written topic by topic); the
+        // other tests here keep page summaries, the clean-up call and the one-call writer.
         configurable: json!({"max_researcher_iterations": 1, "max_react_tool_calls": 2,
                              "max_concurrent_research_units": 1, "search_max_results": 3,
-                             "compress_research": false, "summarize_pages": false,
-                             "max_content_length": 12000, "report_form": "by_source"}),
+                             "max_content_length": 12000, "research_profile": "auto"}),
         corpus_prefix: format!("file://{}/", root.display()),
         run_limit: run_limit(),
         api_key: None,

@@ -268,6 +268,10 @@ pub struct FileConfig {
     /// Local document collections (`search_api: "local"`), by name.
     #[serde(default)]
     pub corpora: BTreeMap<String, crate::tools::corpus::CorpusConfig>,
+    /// The `[research]` keys the layers over the built-in defaults set (a file, or a
+    /// `DR__RESEARCH__KEY` variable): what the operator chose, which no profile changes.
+    #[serde(skip)]
+    pub research_set: Vec<String>,
 }
 
 impl FileConfig {
@@ -275,18 +279,29 @@ impl FileConfig {
     /// variables from `env`.
     pub fn load(layers: &[(&str, &str)], env: &[(String, String)]) -> Result<Self, ConfigError> {
         let mut table = parse(DEFAULTS, "config/default.toml")?;
+        let mut research_set: Vec<String> = Vec::new();
         for (text, path) in layers {
-            merge(&mut table, parse(text, path)?);
+            let layer = parse(text, path)?;
+            if let Some(Value::Table(research)) = layer.get("research") {
+                research_set.extend(research.keys().cloned());
+            }
+            merge(&mut table, layer);
         }
         for (key, value) in env {
             if let Some(path) = key.strip_prefix("DR__") {
                 set_path(&mut table, path, value)?;
+                if let Some(field) = path.to_ascii_lowercase().strip_prefix("research__") {
+                    research_set.push(field.to_owned());
+                }
             }
         }
-        let cfg: Self = Value::Table(table)
+        research_set.sort();
+        research_set.dedup();
+        let mut cfg: Self = Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError::Invalid(e.message().to_owned()))?;
         cfg.research.validate().map_err(ConfigError::Invalid)?;
+        cfg.research_set = research_set;
         for key in &cfg.operator.locked {
             if serde_json::to_value(&cfg.research)
                 .ok()
@@ -400,6 +415,7 @@ impl FileConfig {
         };
         Ok(ResearchDeps {
             defaults: self.research.clone(),
+            operator_set: self.research_set.clone(),
             locked: self.operator.locked.clone(),
             allow_api_keys_from_config: self.operator.allow_api_keys_from_config,
             allow_private_model_urls: self.operator.allow_private_model_urls,
@@ -569,6 +585,11 @@ mod tests {
             "the file beats the defaults"
         );
         assert_eq!(cfg.research.research_model, "ollama:qwen3");
+        assert_eq!(
+            cfg.research_set,
+            ["max_concurrent_research_units", "research_model"],
+            "what the operator set, not what the defaults say"
+        );
     }
 
     #[test]

@@ -140,12 +140,8 @@ pub enum ResearchProfile {
     Standard,
 }
 
-/// The settings the small-model profile changes, and the value it gives each.
-const SMALL_PROFILE: [(&str, &str); 3] = [
-    ("report_form", "by_topic"),
-    ("compress_research", "false"),
-    ("summarize_pages", "false"),
-];
+/// The settings the small-model profile changes (to the values `with_profile` gives them).
+const SMALL_PROFILE: [&str; 3] = ["report_form", "compress_research", "summarize_pages"];
 
 impl ResearchConfig {
     /// The profile this run runs with: `research_profile`, with `auto` decided by whether a
@@ -169,13 +165,19 @@ impl ResearchConfig {
     }
 
     /// This config under `profile`: the small profile's settings (`SMALL_PROFILE`) applied to
-    /// every one of them the run's `configurable` does not name (a run's own choice wins).
-    pub fn with_profile(mut self, profile: ResearchProfile, named: &Map<String, Value>) -> Self {
+    /// every one of them that neither the run's `configurable` names nor the operator's
+    /// configuration sets (`operator_set`): a choice someone made wins.
+    pub fn with_profile(
+        mut self,
+        profile: ResearchProfile,
+        named: &Map<String, Value>,
+        operator_set: &[String],
+    ) -> Self {
         if profile != ResearchProfile::Small {
             return self;
         }
-        for (key, _) in SMALL_PROFILE {
-            if named.contains_key(key) {
+        for key in SMALL_PROFILE {
+            if named.contains_key(key) || operator_set.iter().any(|k| k == key) {
                 continue;
             }
             match key {

@@ -44,6 +44,9 @@ pub const ODR_GRAPH_ID: &str = "Deep Researcher";
 /// Everything the research nodes share across runs.
 pub struct ResearchDeps {
     pub defaults: ResearchConfig,
+    /// The research settings the operator's own configuration sets (beyond the built-in
+    /// defaults): the small-model profile leaves them as set.
+    pub operator_set: Vec<String>,
     pub locked: Vec<String>,
     pub allow_api_keys_from_config: bool,
     /// Runs may choose models of providers on internal addresses.

@@ -349,7 +349,7 @@ pub fn prepare_run(deps: &ResearchDeps, scope: &RunScope) -> Result<(), String> 
     let configurable = scope.config["configurable"].as_object().unwrap_or(&empty);
     let cfg = deps.defaults.with_overrides(configurable, &deps.locked)?;
     let profile = cfg.resolved_profile(|m| deps.providers.is_local(m));
-    let cfg = cfg.with_profile(profile, configurable);
+    let cfg = cfg.with_profile(profile, configurable, &deps.operator_set);
     tracing::info!(
         profile = ?profile,
         report_form = ?cfg.report_form,
