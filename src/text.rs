@@ -139,36 +139,36 @@ pub fn word_pairs(words: &mut Words, text: &str) -> HashSet<(String, String)> {
         .collect()
 }
 
-/// The words of `text` as written, lower-cased, and the parts of each compound ("asyncio.TaskGroup"
-/// gives "asyncio.taskgroup", "asyncio" and "taskgroup"; "pg_stat_activity" stays whole): what a
-/// name of `names` is looked for in.
+/// The words of `text` as written, and the parts of each compound ("asyncio.TaskGroup" gives
+/// "asyncio.TaskGroup", "asyncio" and "TaskGroup"; "pg_stat_activity" stays whole): what a name
+/// of `names` is looked for in.
 pub fn raw_tokens(text: &str) -> HashSet<String> {
     let mut out = HashSet::new();
     let mut opens = true;
     for written in text.split_whitespace() {
         let word = written.trim_matches(|c: char| !(c.is_alphanumeric() || c == '_'));
-        if !word.is_empty() {
+        if word.is_empty() {
+            continue;
+        }
+        // "A" opening a sentence is the article, not a name.
+        let article = |w: &str| opens && w.chars().count() == 1;
+        if !article(word) {
             out.insert(name_key(word));
-            for part in word_parts(word) {
-                // "A" opening a sentence is the article, not a name.
-                if !(opens && part.chars().count() == 1) {
-                    out.insert(name_key(part));
-                }
+        }
+        for part in word_parts(word) {
+            if !article(part) {
+                out.insert(name_key(part));
             }
         }
-        opens = written.ends_with(['.', ':', '!', '?']);
+        opens = ends_sentence(written);
     }
     out
 }
 
-/// How a name is compared: lower-cased, but a single letter as written ("mode B" is not
-/// "a mode").
+/// How a name is compared: as written. "Read Committed" is not the "data committed" of a
+/// passage about Repeatable Read, nor "mode B" "a mode".
 fn name_key(word: &str) -> String {
-    if word.chars().count() == 1 {
-        word.to_owned()
-    } else {
-        word.to_lowercase()
-    }
+    word.to_owned()
 }
 
 /// The pieces of a word between characters that are neither letters, digits nor `_`.
@@ -177,7 +177,7 @@ fn word_parts(word: &str) -> impl Iterator<Item = &str> {
         .filter(|p| !p.is_empty())
 }
 
-/// The names a sentence is about, lower-cased: identifiers (`shared_buffers`), words with a
+/// The names a sentence is about, as written: identifiers (`shared_buffers`), words with a
 /// capital past their first letter (`WAL`, `TaskGroup`, `GEQO`) and capitalised words that
 /// do not open the sentence ("mode B", "in Python"). A passage that supports the sentence
 /// names them too: one that says the same of another name ("mode A") shares every other word.
@@ -185,10 +185,15 @@ pub fn names(sentence: &str) -> HashSet<String> {
     let mut out = HashSet::new();
     let mut first = true;
     for word in sentence.split_whitespace() {
+        // A list marker, a quotation mark or a number opens nothing: the word after it does.
+        if !word.chars().any(char::is_alphabetic) {
+            first |= ends_sentence(word);
+            continue;
+        }
         let opens = first;
         first = false;
         for part in word_parts(word) {
-            if part.chars().all(|c| c.is_ascii_digit()) {
+            if part.chars().all(|c| c.is_ascii_digit()) || UNITS.contains(&part) {
                 continue;
             }
             let mut chars = part.chars();
@@ -202,11 +207,30 @@ pub fn names(sentence: &str) -> HashSet<String> {
             }
         }
         // A new sentence or clause after a colon opens with a capital too.
-        if word.ends_with(['.', ':', '!', '?']) {
+        if ends_sentence(word) {
             first = true;
         }
     }
     out
+}
+
+/// Units written with capitals, which name nothing ("128 MB").
+const UNITS: [&str; 8] = ["kB", "KB", "MB", "GB", "TB", "MiB", "GiB", "ms"];
+
+/// Whether a written word ends a sentence or a clause after which a capital is no name:
+/// `.`, `:`, `!` or `?`, before any closing quote or bracket ("done.”").
+fn ends_sentence(word: &str) -> bool {
+    word.trim_end_matches(['"', '\'', '”', '’', ')', ']', '*'])
+        .ends_with(['.', ':', '!', '?'])
+}
+
+/// Whether a name is a capitalised word and nothing more ("Committed", "Python"): written in
+/// lower case in a passage, it may be the same word (a title's word in running text).
+pub fn capitalised_only(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(char::is_uppercase)
+        && chars.clone().count() > 0
+        && chars.all(char::is_lowercase)
 }
 
 /// A text's word stems and numbers, as `terms` finds them.
@@ -425,5 +449,21 @@ mod tests {
         assert!(p.len() + 1 >= 2 * (300 / WORDS), "{}", p.len());
         assert_eq!(passages("", WORDS), Vec::<&str>::new());
         assert_eq!(passages("No full stop", WORDS), vec!["No full stop"]);
+    }
+
+    #[test]
+    fn names_are_identifiers_acronyms_and_capitals_past_the_opening_word() {
+        let got = |t: &str| {
+            let mut v: Vec<String> = names(t).into_iter().collect();
+            v.sort();
+            v
+        };
+        assert_eq!(got("- Autovacuum runs every minute."), Vec::<String>::new());
+        assert_eq!(got("> “A Hash index stores 32-bit codes.”"), ["Hash"]);
+        assert_eq!(got("shared_buffers is 128 MB in PostgreSQL."), ["PostgreSQL", "shared_buffers"]);
+        assert_eq!(got("It is done.” Then Python runs."), ["Python"], "Then opens");
+        assert!(capitalised_only("Committed") && !capitalised_only("WAL") && !capitalised_only("B"));
+        let raw = raw_tokens("A checkpoint. In mode B the asyncio.TaskGroup runs.");
+        assert!(!raw.contains("A") && raw.contains("B") && raw.contains("TaskGroup"));
     }
 }

@@ -405,7 +405,7 @@ pub fn score(
         .flatten()
         .filter_map(|s| serde_json::from_value(s.clone()).ok())
         .collect();
-    let sources = Sources::from_state(&state_sources);
+    let sources = Sources::from_state(&state_sources).with_question(&q.question);
     let audit = support::audit(report, &sources);
     let facts_found = facts_in(q, &[report]);
     let texts: Vec<&str> = state_sources.iter().map(|s| s.text.as_str()).collect();
@@ -440,7 +440,19 @@ pub fn score(
     let searched = !sources.is_empty();
     let written = !report.trim().is_empty();
     let checked = audit.citations.saturating_sub(audit.unchecked);
-    let reading = reading::read(q, report, &sources, &texts);
+    // Each numbered source's text (the state may hold a page twice; `Sources` numbers it once).
+    let numbered_texts: Vec<&str> = sources
+        .list
+        .iter()
+        .map(|s| {
+            let key = support::source_key(&s.url);
+            state_sources
+                .iter()
+                .find(|x| support::source_key(&x.url) == key)
+                .map_or("", |x| x.text.as_str())
+        })
+        .collect();
+    let reading = reading::read(q, report, &sources, &numbered_texts);
     QuestionResult {
         id: q.id.clone(),
         status: status.to_owned(),

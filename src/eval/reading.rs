@@ -36,7 +36,8 @@ pub struct Reading {
     pub opening: String,
 }
 
-/// Reads `report` against the question and what the run retrieved.
+/// Reads `report` against the question and what the run retrieved: `texts` are the texts of
+/// `sources`, in their order.
 pub fn read(q: &Question, report: &str, sources: &Sources, texts: &[&str]) -> Reading {
     let body = body(report);
     let scored: Vec<&Fact> = q

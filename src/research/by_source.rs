@@ -418,6 +418,17 @@ pub(super) fn prose(text: &str) -> String {
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            // A list item's marker: the item is a sentence of the paragraph.
+            let unlisted = ["- ", "* ", "• "]
+                .iter()
+                .find_map(|m| l.strip_prefix(m))
+                .unwrap_or(l);
+            match unlisted.split_once(". ") {
+                Some((n, rest)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => rest,
+                _ => unlisted,
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ");
     unframed(&joined)

@@ -17,8 +17,8 @@
 //!    (`[…]`, a lead-in ending in `:`, unbalanced code) is dropped; a section whose call kept
 //!    nothing quotes its best source, marked as a quotation;
 //! 4. the answer comes first: one more short call answers the question from the sections'
-//!    kept sentences, and only its cited sentences a section's source supports are kept
-//!    (else the sections' first sentences are the key points);
+//!    kept sentences, and only its sentences a section's source supports are kept, cited to
+//!    it (else the sections' first sentences are the key points);
 //! 5. a sub-question no source answered is named in a note ("not covered").
 
 use super::ResearchDeps;
@@ -66,8 +66,10 @@ const ANSWER_SENTENCES: usize = 4;
 /// share says nothing new (as `by_source::SAID_SHARE` reads "said").
 const REPEAT_SHARE: f64 = 0.6;
 
-/// The characters of a source quoted when its section's call kept nothing.
+/// The characters of a source quoted when its section's call kept nothing, and the most
+/// sentences: a quotation stands for a section, it is not the page.
 const QUOTE_CHARS: usize = 400;
+const QUOTE_SENTENCES: usize = 2;
 
 /// One planned section: its heading and the question it answers.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -138,18 +140,34 @@ pub async fn write(
     let mut sections: Vec<(String, Vec<String>)> = Vec::new();
     let mut uncovered = Vec::new();
     for (planned, sentences) in outline.sections.iter().zip(drafted) {
-        let fresh: Vec<String> = sentences.into_iter().filter(|s| said.add(s)).collect();
-        if fresh.is_empty() {
+        if sentences.is_empty() {
             uncovered.push(planned.question.clone());
-        } else {
+            continue;
+        }
+        // A section whose every sentence an earlier one says is answered there.
+        let fresh: Vec<String> = sentences.into_iter().filter(|s| said.add(s)).collect();
+        if !fresh.is_empty() {
             sections.push((planned.heading.clone(), fresh));
         }
     }
     if sections.is_empty() {
         return Ok(None);
     }
-    let (answer, message) = answer(caller, subject.question, &sections, numbered).await?;
-    let mut text = format!("# {}\n\n{answer}\n\n", outline.title);
+    let answered = answer(caller, subject.question, &sections, numbered).await?;
+    if answered.written {
+        // What the answer says is not said again below it; a section left with nothing was
+        // all in the answer.
+        let mut told = Said::default();
+        for s in support::sentences(&answered.text) {
+            told.add(s);
+        }
+        sections = sections
+            .into_iter()
+            .map(|(h, s)| (h, s.into_iter().filter(|x| told.add(x)).collect::<Vec<_>>()))
+            .filter(|(_, s)| !s.is_empty())
+            .collect();
+    }
+    let mut text = format!("# {}\n\n{}\n\n", outline.title, answered.text);
     for (heading, sentences) in &sections {
         text.push_str(&format!("## {heading}\n\n{}\n\n", sentences.join(" ")));
     }
@@ -159,15 +177,17 @@ pub async fn write(
             uncovered.join("; ")
         ));
     }
+    // Every source the report does not cite was consulted: one that bore on no section, and
+    // one whose section kept nothing of it.
+    let cited: HashSet<usize> = support::cited_numbers(&text).into_iter().collect();
     let consulted: Vec<usize> = parts
         .iter()
-        .zip(&assigned)
-        .filter(|(_, a)| a.is_none())
-        .map(|(p, _)| p.number)
+        .map(|p| p.number)
+        .filter(|n| !cited.contains(n))
         .collect();
     Ok(Some(Written {
         text,
-        message,
+        message: answered.message,
         appendix: consulted_list(&consulted, numbered),
     }))
 }
@@ -429,15 +449,29 @@ async fn section(
             planned.heading
         ),
     );
-    Ok(quotation(mine[0], &query, numbered).into_iter().collect())
+    // The source that bears most on the section first; the next when it yields nothing.
+    let mut words = Words::new();
+    let wanted = terms(&mut words, &query);
+    let found: Vec<Terms> = mine.iter().map(|p| terms(&mut words, &p.text)).collect();
+    let scores = bearing(&wanted, &found);
+    let mut order: Vec<usize> = (0..mine.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    Ok(order
+        .into_iter()
+        .find_map(|i| quotation(mine[i], &query, numbered))
+        .into_iter()
+        .collect())
 }
 
 /// The best stretch of a source for the section, as a marked quotation.
 fn quotation(part: &Part, query: &str, numbered: &Sources) -> Option<String> {
     let own = unsaid(&part.text, query, "", QUOTE_CHARS);
     let supported = support::supported_among(&own, &[part.number], numbered);
+    let mut said = Said::default();
     let quoted: Vec<String> = readable(supported)
         .iter()
+        .filter(|s| said.add(s))
+        .take(QUOTE_SENTENCES)
         .map(|s| support::without_markers(s))
         .collect();
     (!quoted.is_empty()).then(|| format!("> “{}” [{}]", quoted.join(" "), part.number))
@@ -454,12 +488,17 @@ fn readable(sentences: Vec<String>) -> Vec<String> {
         let first_word = text.split_whitespace().next().unwrap_or("");
         let points_back = ["This", "These", "Therefore,", "Thus,", "However,", "It", "Such"]
             .contains(&first_word);
-        let broken = text.contains('…')
-            || text.contains("...")
+        // An elision at either end (a sentence cut out of its context) breaks it; one inside
+        // ("INSERT ... ON CONFLICT") is the manual's own.
+        let plain = text.trim().trim_end_matches(['.', '!', '?']);
+        let elided = |t: &str| t.starts_with(['…']) || t.starts_with("...") || t.ends_with('…')
+            || t.ends_with("...");
+        let open_paren = text.rfind('(').is_some_and(|o| text.rfind(')').is_none_or(|c| c < o));
+        let broken = elided(plain)
             || text.contains("[…]")
             || text.trim_end().ends_with(':')
             || text.matches('`').count() % 2 == 1
-            || text.matches('(').count() != text.matches(')').count()
+            || open_paren
             || text.to_lowercase().contains("the passage");
         if says_something(&s) && !broken && !(out.is_empty() && points_back) {
             out.push(s);
@@ -468,15 +507,15 @@ fn readable(sentences: Vec<String>) -> Vec<String> {
     out
 }
 
-/// The answer above the sections: the answer call's cited sentences that a source of the
-/// sections supports, at most `ANSWER_SENTENCES`; when none is kept, the sections' first
+/// The answer above the sections: the answer call's sentences that a source of the sections
+/// supports, each cited to it, at most `ANSWER_SENTENCES`; when none is kept, the sections' first
 /// sentences as key points. The call streams, and its message is the report's.
 async fn answer(
     caller: &Caller<'_>,
     question: &str,
     sections: &[(String, Vec<String>)],
     numbered: &Sources,
-) -> Result<(String, Message), NodeError> {
+) -> Result<Answered, NodeError> {
     let findings = sections
         .iter()
         .map(|(h, s)| format!("{h}: {}", s.join(" ")))
@@ -492,28 +531,52 @@ async fn answer(
     );
     let mut req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
     req.max_tokens = req.max_tokens.min(SHORT_TOKENS);
-    let resp = caller.call(req, true).await?;
-    let message = Message::from_model(resp.message);
-    let cited_only = support::sentences(&prose(&message.text()))
-        .into_iter()
-        .filter(|s| support::has_citation(s))
-        .collect::<String>();
-    let kept = readable(support::supported_among(&cited_only, &numbers, numbered));
-    let text = if kept.is_empty() {
-        sections
+    let message = match caller.call(req, true).await {
+        Ok(resp) => Message::from_model(resp.message),
+        Err(NodeError::Cancelled) => return Err(NodeError::Cancelled),
+        // The sections stand: their first sentences answer instead.
+        Err(e) => {
+            tracing::warn!(error = %e, "the answer above the sections could not be written");
+            Message::ai(&format!("run-{}", uuid::Uuid::new_v4()), "")
+        }
+    };
+    // A sentence the model left uncited is kept under the section source that supports it.
+    let kept = readable(support::supported_among(
+        &prose(&message.text()),
+        &numbers,
+        numbered,
+    ));
+    if kept.is_empty() {
+        let points: Vec<String> = sections
             .iter()
-            .filter_map(|(_, s)| s.first())
+            .filter_map(|(_, s)| s.iter().find(|x| !x.starts_with('>')))
             .take(ANSWER_SENTENCES)
             .map(|s| format!("- {s}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    } else {
-        kept.into_iter()
-            .take(ANSWER_SENTENCES)
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    Ok((text, message))
+            .collect();
+        return Ok(Answered {
+            text: points.join("\n"),
+            message,
+            written: false,
+        });
+    }
+    let text = kept
+        .into_iter()
+        .take(ANSWER_SENTENCES)
+        .collect::<Vec<_>>()
+        .join(" ");
+    Ok(Answered {
+        text,
+        message,
+        written: true,
+    })
+}
+
+/// The answer above the sections, the message its call streamed, and whether the model wrote
+/// it (else it is the sections' first sentences, as key points).
+struct Answered {
+    text: String,
+    message: Message,
+    written: bool,
 }
 
 /// "Consulted, not cited": the sources that bore on no section, by title and location.

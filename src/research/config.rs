@@ -122,6 +122,10 @@ pub struct ResearchConfig {
     /// Which defaults fit the run's models (`ResearchProfile`).
     #[serde(default)]
     pub research_profile: ResearchProfile,
+    /// The most characters of a researcher's prompt: past it, its older search results are
+    /// shortened to their sources' openings (0: no limit, as ODR).
+    #[serde(default)]
+    pub researcher_context_chars: usize,
 }
 
 /// Which defaults fit the run's models. A 1.5B model on a CPU given ODR's defaults writes a
@@ -134,14 +138,24 @@ pub enum ResearchProfile {
     /// standard.
     #[default]
     Auto,
-    /// `report_form = "by_topic"`, `compress_research = false`, `summarize_pages = false`.
+    /// `report_form = "by_topic"`, `compress_research = false`, `summarize_pages = false`,
+    /// `researcher_context_chars = 16000`.
     Small,
     /// The settings as given (Open Deep Research's defaults where none are).
     Standard,
 }
 
 /// The settings the small-model profile changes (to the values `with_profile` gives them).
-const SMALL_PROFILE: [&str; 3] = ["report_form", "compress_research", "summarize_pages"];
+const SMALL_PROFILE: [&str; 4] = [
+    "report_form",
+    "compress_research",
+    "summarize_pages",
+    "researcher_context_chars",
+];
+
+/// The small profile's researcher prompt budget: about 4,000 tokens, which the 1.5B model
+/// on two cores reads in under a minute.
+const SMALL_CONTEXT_CHARS: usize = 16_000;
 
 impl ResearchConfig {
     /// The profile this run runs with: `research_profile`, with `auto` decided by whether a
@@ -164,9 +178,23 @@ impl ResearchConfig {
         }
     }
 
+    /// The names of the settings whose values differ from `other`'s, in `SETTINGS` order.
+    pub fn changed_from(&self, other: &Self) -> Vec<String> {
+        let (Ok(Value::Object(mine)), Ok(Value::Object(theirs))) =
+            (serde_json::to_value(self), serde_json::to_value(other))
+        else {
+            return Vec::new();
+        };
+        SETTINGS
+            .iter()
+            .filter(|s| mine.get(s.name) != theirs.get(s.name))
+            .map(|s| s.name.to_owned())
+            .collect()
+    }
+
     /// This config under `profile`: the small profile's settings (`SMALL_PROFILE`) applied to
     /// every one of them that neither the run's `configurable` names nor the operator's
-    /// configuration sets (`operator_set`): a choice someone made wins.
+    /// configuration sets or locks (`operator_set`): a choice someone made wins.
     pub fn with_profile(
         mut self,
         profile: ResearchProfile,
@@ -184,6 +212,7 @@ impl ResearchConfig {
                 "report_form" => self.report_form = ReportForm::ByTopic,
                 "compress_research" => self.compress_research = false,
                 "summarize_pages" => self.summarize_pages = false,
+                "researcher_context_chars" => self.researcher_context_chars = SMALL_CONTEXT_CHARS,
                 _ => {}
             }
         }
@@ -266,6 +295,7 @@ impl Default for ResearchConfig {
             compress_research: true,
             report_form: ReportForm::Whole,
             research_profile: ResearchProfile::Auto,
+            researcher_context_chars: 0,
         }
     }
 }
@@ -316,7 +346,7 @@ const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64)
 const TOKENS: (u64, u64) = (1, 200_000);
 
 /// Every research setting, in `ResearchConfig`'s order.
-pub const SETTINGS: [Setting; 29] = [
+pub const SETTINGS: [Setting; 30] = [
     number(
         "max_structured_output_retries",
         "Attempts per structured-output or tool-calling model call before the step fails.",
@@ -500,11 +530,20 @@ pub const SETTINGS: [Setting; 29] = [
         name: "research_profile",
         description: "Which defaults fit the models: auto (small when a model of the run is on \
                       a provider marked local, else standard), small (report_form by_topic, \
-                      compress_research and summarize_pages false, unless the run sets them) \
+                      compress_research and summarize_pages false, researcher_context_chars \
+                      16000, each unless the run or the operator sets it) \
                       or standard (the settings as given).",
         range: None,
         choices: &["auto", "small", "standard"],
     },
+    number(
+        "researcher_context_chars",
+        "The most characters of a researcher's prompt: past it, its older search results are \
+         shortened to their sources' openings (the newest stay whole; the report reads them \
+         whole). 0: no limit, as Open Deep Research.",
+        0,
+        1_000_000,
+    ),
 ];
 
 /// The bounds `SETTINGS` gives a number setting.
@@ -551,6 +590,10 @@ impl ResearchConfig {
         range("search_max_results", self.search_max_results.into())?;
         range("verbatim_page_chars", self.verbatim_page_chars as u64)?;
         range("max_page_summaries", self.max_page_summaries.into())?;
+        range(
+            "researcher_context_chars",
+            self.researcher_context_chars as u64,
+        )?;
         if !self.summarize_pages && self.verbatim_page_chars < MIN_EXCERPT_CHARS {
             return Err(format!(
                 "config.configurable.verbatim_page_chars: with summarize_pages false, pages are \

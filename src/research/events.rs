@@ -63,6 +63,13 @@ pub enum ResearchEvent {
         /// The model, or the tool's name.
         name: String,
     },
+    /// The settings profile the run runs with (`research_profile`, `auto` resolved) and the
+    /// settings it changed from what the run and the operator gave.
+    Settings {
+        profile: super::config::ResearchProfile,
+        #[serde(default)]
+        changed: Vec<String>,
+    },
     /// What the citation check found in the report and changed.
     Citations {
         /// Distinct cited URLs a search returned.

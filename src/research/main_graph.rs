@@ -371,7 +371,7 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         };
     }
     if cfg.report_form == ReportForm::ByTopic {
-        let question = msg::buffer_string(&state.messages);
+        let question = asked(&state);
         let subject = by_topic::Subject {
             question: &question,
             brief: state.research_brief.as_deref().unwrap_or_default(),
@@ -647,7 +647,7 @@ fn partial_report(
     state: &AgentState,
     reason: &str,
 ) -> Result<Command, NodeError> {
-    let numbered = Sources::from_state(&state.sources);
+    let numbered = Sources::from_state(&state.sources).with_question(&asked(state));
     let body = findings(&state.notes, &numbered);
     let body = if body.trim().is_empty() {
         "No findings were gathered before the run stopped.".to_owned()

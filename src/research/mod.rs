@@ -7,6 +7,7 @@ mod by_source;
 mod by_topic;
 pub mod citations;
 pub mod config;
+mod context_budget;
 pub mod cost;
 pub mod events;
 pub mod fallbacks;

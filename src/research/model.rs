@@ -349,12 +349,28 @@ pub fn prepare_run(deps: &ResearchDeps, scope: &RunScope) -> Result<(), String> 
     let configurable = scope.config["configurable"].as_object().unwrap_or(&empty);
     let cfg = deps.defaults.with_overrides(configurable, &deps.locked)?;
     let profile = cfg.resolved_profile(|m| deps.providers.is_local(m));
-    let cfg = cfg.with_profile(profile, configurable, &deps.operator_set);
+    let given = cfg.clone();
+    // Locked settings are chosen: the profile leaves them as the operator has them.
+    let chosen: Vec<String> = deps
+        .operator_set
+        .iter()
+        .chain(&deps.locked)
+        .cloned()
+        .collect();
+    let cfg = cfg.with_profile(profile, configurable, &chosen);
+    cfg.validate()?;
+    let changed = cfg.changed_from(&given);
     tracing::info!(
         profile = ?profile,
-        report_form = ?cfg.report_form,
+        changed = ?changed,
         "research settings for the run"
     );
+    if let Ok(data) = serde_json::to_value(ResearchEvent::Settings { profile, changed }) {
+        scope.sink.emit(crate::graph::events::GraphEvent::Custom {
+            ns: String::new(),
+            data,
+        });
+    }
     scope.local::<CostMeter>().set_cap(deps.spend_cap);
     // A run resumed in the same process keeps the settings it started with.
     let _ = scope.local::<RunSettings>().0.set(Arc::new(cfg));

@@ -329,7 +329,8 @@ impl RunProgress {
             }
             ResearchEvent::SpendCap { .. }
             | ResearchEvent::McpError { .. }
-            | ResearchEvent::Replayed { .. } => {}
+            | ResearchEvent::Replayed { .. }
+            | ResearchEvent::Settings { .. } => {}
         }
     }
 }

@@ -155,6 +155,10 @@ async fn researcher(
     // The history moves into the request: the node holds one copy while the model answers.
     let mut messages = vec![Message::system(prompt)];
     messages.extend(researcher_messages);
+    let shortened = super::context_budget::bound(&mut messages, cfg.researcher_context_chars);
+    if shortened > 0 {
+        tracing::debug!(shortened, "older search results shortened to fit the prompt budget");
+    }
     let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
     let mut message = Message::from_model(caller.act(req).await?.message);
     let iterations = tool_call_iterations + 1;

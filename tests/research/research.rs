@@ -28,6 +28,37 @@ async fn stream(ra: &ResearchApp, tid: &str, text: &str, extra: Value) -> Vec<su
     parse_sse(&resp.text().await.unwrap())
 }
 
+/// Each message's text as a streaming client ends up with it (the official SDK's message
+/// manager): chunks of one id concatenated, a whole message under that id replacing them.
+fn as_streamed(frames: &[support::SseFrame]) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    for f in frames.iter().filter(|f| f.event == "messages") {
+        let message = &f.data[0];
+        let (Some(id), Some(text)) = (message["id"].as_str(), message["content"].as_str()) else {
+            continue;
+        };
+        let entry: &mut String = out.entry(id.to_owned()).or_default();
+        if message["type"].as_str().is_some_and(|t| t.ends_with("Chunk")) {
+            entry.push_str(text);
+        } else {
+            *entry = text.to_owned();
+        }
+    }
+    out
+}
+
+/// The run's last message is what a streaming client ended with: the report as checked.
+fn assert_streamed_as_kept(frames: &[support::SseFrame], values: &Value) {
+    let last = values["messages"].as_array().and_then(|m| m.last()).unwrap();
+    let id = last["id"].as_str().unwrap();
+    let streamed = as_streamed(frames);
+    assert_eq!(
+        streamed.get(id).map(String::as_str),
+        last["content"].as_str(),
+        "a client following the stream ends with another report than the thread keeps"
+    );
+}
+
 fn last_values(frames: &[support::SseFrame]) -> Value {
     frames
         .iter()
@@ -1307,7 +1338,7 @@ async fn the_config_schema_describes_every_setting() {
     .await;
     let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
     let props = schemas["config_schema"]["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 30, "{props:?}");
+    assert_eq!(props.len(), 31, "{props:?}");
     // MCP: both shapes, and what this deployment offers.
     let mcp = &props["mcp_config"];
     assert!(mcp["properties"]["mcpServers"].is_object(), "{mcp}");
@@ -1785,6 +1816,7 @@ async fn research_over_local_documents_cites_the_sections_it_read() {
         "{report}"
     );
     assert!(report.contains("dead tuples [1]."), "{report}");
+    assert_streamed_as_kept(&frames, &values);
     // The writer's claim no retrieved text supports goes, and the report says so.
     assert!(!report.contains("replace every database"), "{report}");
     assert!(
@@ -2490,6 +2522,17 @@ async fn a_local_provider_gets_the_small_model_profile_unless_a_run_says_otherwi
     assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
     let first = roles(&ra);
     assert!(count(&first, Role::Outline) >= 1, "{first:?}");
+    let settings = frames
+        .iter()
+        .find(|f| f.event == "custom" && f.data["type"] == "settings")
+        .map(|f| f.data.clone())
+        .unwrap_or_default();
+    assert_eq!(settings["profile"], "small", "{settings}");
+    assert_eq!(
+        settings["changed"],
+        json!(["summarize_pages", "compress_research", "report_form", "researcher_context_chars"]),
+        "{settings}"
+    );
     assert_eq!(count(&first, Role::Report) + count(&first, Role::Compress), 0, "{first:?}");
     for (configurable, outlines, reports) in [
         (json!({"research_profile": "standard"}), 0, 1),
@@ -2630,4 +2673,5 @@ async fn a_report_can_be_written_topic_by_topic() {
     assert!(report.contains("### Sources\n\n[1] Routine Vacuuming"), "{report}");
     let messages = values["messages"].as_array().unwrap();
     assert_eq!(messages.last().unwrap()["content"].as_str(), Some(report));
+    assert_streamed_as_kept(&frames, &values);
 }

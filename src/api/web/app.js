@@ -7,7 +7,7 @@ const ASSISTANT = "deep_research";
 const SETTINGS_SHOWN = [
   "search_api", "corpus", "research_model", "final_report_model", "summarization_model",
   "compression_model", "max_concurrent_research_units", "max_researcher_iterations",
-  "search_max_results", "allow_clarification", "review_plan",
+  "search_max_results", "allow_clarification", "review_plan", "research_profile", "report_form",
 ];
 const KEY_STORE = "deep-research.api-key";
 const SETTINGS_STORE = "deep-research.settings";

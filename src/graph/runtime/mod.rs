@@ -423,7 +423,12 @@ fn report_update(
     if sink.wants(&inv.ns, EventKind::Messages) {
         let meta = message_meta(scope, &inv.ns, &task.name, task.id, step);
         for message in writes.iter().flat_map(|(_, v)| messages_in(v)) {
-            if message_id(message).is_some_and(|id| scope.first_sighting(id)) {
+            let Some(id) = message_id(message) else {
+                continue;
+            };
+            // The first sighting goes out; so does a streamed message whose final text is
+            // not what was streamed (a report after the citation check), whole, under its id.
+            if scope.first_sighting(id) || scope.streamed_differs(id, message) {
                 sink.emit(GraphEvent::Message {
                     ns: inv.ns.clone(),
                     message: message.clone(),

@@ -160,9 +160,11 @@ impl NodeContext {
     }
 
     pub fn emit_chunk(&self, chunk: Value) {
-        // A streamed message is not sent again whole when the node returns it.
+        // A streamed message is not sent again whole when the node returns it, unless what
+        // the node returns differs from what was streamed.
         if let Some(id) = message_id(&chunk) {
             self.scope.first_sighting(id);
+            self.scope.record_streamed(id, &chunk);
         }
         self.scope.sink.emit(GraphEvent::MessageChunk {
             ns: self.graph_ns.clone(),

@@ -36,6 +36,9 @@ pub struct RunScope {
     /// Supersteps allowed per graph invocation.
     pub recursion_limit: i64,
     seen_messages: Mutex<HashSet<String>>,
+    /// The text streamed so far under each message id, to tell whether the message a node
+    /// then writes is what clients were streamed.
+    streamed: Mutex<HashMap<String, String>>,
     /// Chunks of large strings this run's checkpoints have stored, so they are sent once.
     pub(super) stored_chunks: StoredChunks,
     /// Per-run values shared by every node of every (sub)graph, one per type.
@@ -71,6 +74,7 @@ impl RunScope {
             store_patience: Duration::ZERO,
             recursion_limit,
             seen_messages: Mutex::new(HashSet::new()),
+            streamed: Mutex::new(HashMap::new()),
             stored_chunks: StoredChunks::new(thread_id),
             locals: Mutex::new(HashMap::new()),
             calls: super::calls::CallLedger::default(),
@@ -104,6 +108,45 @@ impl RunScope {
             Ok(value) => value,
             // The map is keyed by TypeId, so the downcast cannot fail; stay total anyway.
             Err(_) => Arc::new(T::default()),
+        }
+    }
+
+    /// Adds a streamed chunk's text to what its message's clients were shown.
+    pub(super) fn record_streamed(&self, id: &str, chunk: &Value) {
+        let Some(piece) = chunk.get("content").and_then(Value::as_str) else {
+            return;
+        };
+        let mut streamed = match self.streamed.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        match streamed.get_mut(id) {
+            Some(text) => text.push_str(piece),
+            None => {
+                streamed.insert(id.to_owned(), piece.to_owned());
+            }
+        }
+    }
+
+    /// Whether `message` (as a node writes it) was streamed under its id with other text: a
+    /// report the citation check changed after its tokens went out. Clients are then sent it
+    /// whole, so what they show at the end is what the thread keeps.
+    /// Once told, what clients hold is the written text: the same message written again is
+    /// not sent again.
+    pub(super) fn streamed_differs(&self, id: &str, message: &Value) -> bool {
+        let mut streamed = match self.streamed.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let Some(written) = message.get("content").and_then(Value::as_str) else {
+            return false;
+        };
+        match streamed.get_mut(id) {
+            Some(text) if text != written => {
+                written.clone_into(text);
+                true
+            }
+            _ => false,
         }
     }
 

@@ -39,7 +39,8 @@ const PASSAGE_WORDS: usize = 80;
 const MIN_CLAIM_WORDS: usize = 3;
 
 /// Headings under which a writer lists its references; that section is rewritten.
-const SOURCE_HEADINGS: [&str; 7] = [
+const SOURCE_HEADINGS: [&str; 8] = [
+    "consulted, not cited",
     "sources",
     "references",
     "bibliography",
@@ -58,6 +59,9 @@ pub struct Source {
     /// text (a model's own web search, MCP results): citations to those are kept unchecked.
     passages: Vec<Passage>,
     has_text: bool,
+    /// Its words as written (`text::raw_tokens`) in any passage and in its title: where a
+    /// claim's names other than the question's are looked for.
+    written: HashSet<String>,
 }
 
 /// The words and numbers of one passage of a source's text.
@@ -152,9 +156,12 @@ impl Sources {
             for word in in_source {
                 *me.document_frequency.entry(word.clone()).or_insert(0) += 1;
             }
-            let written: HashSet<&String> = passages.iter().flat_map(|p| &p.raw).collect();
-            for word in written {
-                *me.name_frequency.entry(word.clone()).or_insert(0) += 1;
+            let mut written: HashSet<String> = passages.iter().flat_map(|p| p.raw.clone()).collect();
+            written.extend(crate::text::raw_tokens(&e.title));
+            // A name a source uses is one it writes as a name, not a word opening a sentence.
+            let named = crate::text::names(text);
+            for name in named {
+                *me.name_frequency.entry(name).or_insert(0) += 1;
             }
             me.with_text += usize::from(!text.trim().is_empty());
             me.by_key.insert(key, me.list.len());
@@ -163,6 +170,7 @@ impl Sources {
                 title: e.title.trim().to_owned(),
                 has_text: !text.trim().is_empty(),
                 passages,
+                written,
             });
         }
         me
@@ -179,7 +187,7 @@ impl Sources {
     /// name): a claim may use it where its passage does not.
     fn is_common_name(&self, name: &str) -> bool {
         let df = self.name_frequency.get(name).copied().unwrap_or(0);
-        self.with_text >= 3 && df * 2 >= self.with_text
+        df > 0 && (df == self.with_text || (self.with_text >= 3 && df * 2 >= self.with_text))
     }
 
     /// The number (1-based) of the source at `url`.
@@ -256,25 +264,37 @@ impl Claim {
     /// about mode A). Most of the words being there is not enough: such a claim shares all the
     /// others. A name no source uses is left to the words' weights: as often as not it is an
     /// abbreviation ("WAL" for the write-ahead log) or a synonym.
-    fn names_match(&self, passage: &Passage, sources: &Sources) -> bool {
+    fn names_match(&self, passage: &Passage, source: &Source, sources: &Sources) -> bool {
+        let holds = |words: &HashSet<String>, name: &String| {
+            words.contains(name)
+                || (crate::text::capitalised_only(name) && words.contains(&name.to_lowercase()))
+        };
         let mut question_name_missing = false;
         for name in &self.names {
-            if passage.raw.contains(name)
-                || sources.is_common_name(name)
+            if passage.raw.contains(name) || sources.is_common_name(name) {
+                continue;
+            }
+            if sources.question_names.contains(name) {
+                // The question's own names are held to the passage, as written.
+                question_name_missing = true;
+                continue;
+            }
+            // Another name: the source may name it anywhere (its title, a passage before),
+            // in lower case if it is only a capitalised word; a name no source uses is left to
+            // the words' weights.
+            if holds(&passage.raw, name)
+                || holds(&source.written, name)
                 || !sources.name_frequency.contains_key(name)
             {
                 continue;
             }
-            if !sources.question_names.contains(name) {
-                return false;
-            }
-            question_name_missing = true;
+            return false;
         }
         !question_name_missing
             || !sources
                 .question_names
                 .iter()
-                .any(|q| !self.names.contains(q) && passage.raw.contains(q))
+                .any(|q| !self.names.contains(q) && holds(&passage.raw, q))
     }
 
     fn is_claim(&self) -> bool {
@@ -300,7 +320,7 @@ impl Claim {
         let mut best: f64 = 0.0;
         for passage in &source.passages {
             if !self.numbers.iter().all(|n| passage.numbers.contains(n))
-                || !self.names_match(passage, sources)
+                || !self.names_match(passage, source, sources)
             {
                 continue;
             }
@@ -463,6 +483,7 @@ pub fn repair_with(report: &str, sources: &Sources, uncited: Uncited) -> Repaire
         .map(|b| b.text.as_str())
         .collect::<Vec<_>>()
         .join("\n");
+    let body = without_empty_sections(&body);
     let (body, cited) = number_by_first_use(&body);
     counts.sources_cited = cited.len();
     let mut report = body.trim_end().to_owned();
@@ -491,6 +512,33 @@ pub fn repair_with(report: &str, sources: &Sources, uncited: Uncited) -> Repaire
         report.push('\n');
     }
     Repaired { report, counts }
+}
+
+/// `body` without the headings whose section the check left empty: a heading followed, past
+/// blank lines, by a heading of its level or above, or by the end.
+fn without_empty_sections(body: &str) -> String {
+    let level = |line: &str| {
+        let t = line.trim_start();
+        let n = t.chars().take_while(|c| *c == '#').count();
+        (n > 0 && t[n..].starts_with(' ')).then_some(n)
+    };
+    let lines: Vec<&str> = body.lines().collect();
+    let mut kept: Vec<&str> = Vec::with_capacity(lines.len());
+    let mut fenced = false;
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        if let Some(mine) = level(line).filter(|_| !fenced && i > 0) {
+            let next = lines[i + 1..].iter().find(|l| !l.trim().is_empty());
+            let empty = next.is_none_or(|n| level(n).is_some_and(|theirs| theirs <= mine));
+            if empty {
+                continue;
+            }
+        }
+        kept.push(line);
+    }
+    kept.join("\n")
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -331,3 +331,51 @@ fn a_claim_about_one_name_is_not_supported_by_a_passage_about_another() {
     let r = repair(named, &manual());
     assert_eq!((r.counts.supported, r.counts.moved), (0, 1), "{}", r.report);
 }
+
+/// The check against `eval/swapped-subjects.json`: sentences of real manual passages, and the
+/// same sentences with the subject swapped for the other thing the question names. Every right
+/// sentence is supported; a swapped one only where its passage names both things (a lexical
+/// check cannot tell those apart: TRUNCATE's passage names DELETE, json's names jsonb).
+#[test]
+fn the_check_refuses_swapped_subjects() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/eval/swapped-subjects.json");
+    let set: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let (mut right, mut swapped, mut cases) = (0, 0, 0);
+    for case in set["cases"].as_array().unwrap() {
+        let passages: Vec<serde_json::Value> = case["passages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, p)| json!({"url": format!("file:///m/{i}.html"), "title": format!("Section {i}"), "text": p}))
+            .collect();
+        let sources = from_json(&passages).with_question(case["question"].as_str().unwrap());
+        let supported = |which: &str| {
+            let s = &case[which];
+            let sentence = format!(
+                "{} [{}]",
+                s["sentence"].as_str().unwrap(),
+                s["cited"].as_u64().unwrap()
+            );
+            repair(&sentence, &sources).counts.supported == 1
+        };
+        cases += 1;
+        right += usize::from(supported("right"));
+        swapped += usize::from(supported("swapped"));
+    }
+    assert_eq!(cases, 8);
+    assert_eq!(right, cases, "every right sentence is supported");
+    assert!(swapped <= 2, "{swapped} swapped sentences supported");
+}
+
+#[test]
+fn a_heading_whose_section_the_check_emptied_goes() {
+    let report = "# T\n\nVACUUM reclaims storage occupied by dead tuples [1].\n\n## Forecasts\n\n\
+                  Quantum computers will replace databases by 2030.\n\n## Vacuum\n\n\
+                  The autovacuum daemon runs every 60 seconds by default [1].";
+    let r = repair(report, &sources());
+    assert!(!r.report.contains("## Forecasts"), "{}", r.report);
+    assert!(r.report.starts_with("# T\n"), "{}", r.report);
+    assert!(r.report.contains("## Vacuum\n"), "{}", r.report);
+}
