@@ -241,6 +241,9 @@ pub struct Summary {
     pub body_recall: f64,
     /// Mean share of the body copied in runs of eight words or more.
     pub copied_share: f64,
+    /// The same over prose only (marked quotations left out), and the mean share quoted.
+    pub copied_prose_share: f64,
+    pub quoted_share: f64,
     /// Section headings that are a source's title, over all headings.
     pub source_title_heading_share: f64,
     /// Body claims citing nothing that no retrieved text supports, in all reports.
@@ -662,6 +665,8 @@ pub fn summarize(results: &[QuestionResult]) -> Summary {
         output_tokens: results.iter().map(|r| r.output_tokens).sum(),
         body_recall: mean_of_all(|r| r.reading.body_recall),
         copied_share: mean(|r| r.reading.copied_share),
+        copied_prose_share: mean(|r| r.reading.copied_prose_share),
+        quoted_share: mean(|r| r.reading.quoted_share),
         source_title_heading_share: ratio(
             researched.iter().map(|r| r.reading.source_title_headings).sum(),
             researched.iter().map(|r| r.reading.headings).sum(),
@@ -691,6 +696,7 @@ pub fn markdown(report: &EvalReport) -> String {
          | questions | {} |\n| researched | {} |\n| researched without inventing a source | {} |\n\
          | key-fact recall, body only, the question's own facts not scored | {:.0}% |\n\
          | copied share of the body (runs of 8+ words) | {:.0}% |\n\
+         | copied share of the prose (marked quotations left out) / quoted share | {:.0}% / {:.0}% |\n\
          | section headings that are a source's title | {:.0}% |\n\
          | uncited body sentences no source supports | {} |\n\
          | sections whose sources hold no key fact | {} |\n\
@@ -708,6 +714,8 @@ pub fn markdown(report: &EvalReport) -> String {
         s.researched_without_invention,
         s.body_recall * 100.0,
         s.copied_share * 100.0,
+        s.copied_prose_share * 100.0,
+        s.quoted_share * 100.0,
         s.source_title_heading_share * 100.0,
         s.uncited_unsupported,
         s.off_topic_sections,

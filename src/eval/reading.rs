@@ -25,6 +25,10 @@ pub struct Reading {
     pub body_recall: f64,
     /// Body words in runs of `COPIED_RUN_WORDS` or more copied verbatim from a retrieved text.
     pub copied_share: f64,
+    /// The same, over the prose only: quotations marked as such (`> ` lines) left out.
+    pub copied_prose_share: f64,
+    /// The share of the body's words in marked quotations.
+    pub quoted_share: f64,
     /// Section headings (`##` and below, lists left out), and those that are a source's title.
     pub headings: usize,
     pub source_title_headings: usize,
@@ -58,6 +62,11 @@ pub fn read(q: &Question, report: &str, sources: &Sources, texts: &[&str]) -> Re
         body_recall: ratio(body_facts.len(), scored.len()),
         body_facts,
         copied_share: copied_share(&body, texts),
+        copied_prose_share: copied_share(&prose_of(&body), texts),
+        quoted_share: ratio(
+            words(&quoted_of(&body)).len(),
+            words(&body).len(),
+        ),
         headings: headings.len(),
         source_title_headings: headings.iter().filter(|h| titles.contains(&plain(h))).count(),
         uncited_unsupported: support::audit(report, sources).uncited_unsupported,
@@ -113,6 +122,16 @@ fn section_headings(report: &str) -> Vec<String> {
         .filter(|l| l.starts_with("##") && !list_heading(l))
         .map(|l| l.trim_start_matches('#').trim().to_owned())
         .collect()
+}
+
+/// The body's lines that are not marked quotations.
+fn prose_of(body: &str) -> String {
+    body.lines().filter(|l| !l.trim_start().starts_with('>')).collect::<Vec<_>>().join("\n")
+}
+
+/// The body's marked quotations (`> ` lines).
+fn quoted_of(body: &str) -> String {
+    body.lines().filter(|l| l.trim_start().starts_with('>')).collect::<Vec<_>>().join("\n")
 }
 
 /// The body's first paragraph.

@@ -436,7 +436,9 @@ fn body_lines(report: &str) -> Vec<&str> {
     out
 }
 
-/// What becomes of a claim that cites nothing and that no retrieved text supports.
+/// What becomes of a claim left without a citation because no retrieved text supports it
+/// (it cited nothing, or only sources that do not support it). `audit` counts only the ones
+/// that cite nothing: on a finished report, the others were removed or kept cited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Uncited {
     /// Left out, and counted: in a report a writer wrote, it is the writer's memory.
