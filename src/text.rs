@@ -199,9 +199,7 @@ pub fn names(sentence: &str) -> HashSet<String> {
             let mut chars = part.chars();
             let head = chars.next().is_some_and(char::is_uppercase);
             let inner_capital = chars.any(char::is_uppercase);
-            let name = part.contains('_')
-                || inner_capital
-                || (head && !opens && part != "I");
+            let name = part.contains('_') || inner_capital || (head && !opens && part != "I");
             if name {
                 out.insert(name_key(part));
             }
@@ -460,9 +458,18 @@ mod tests {
         };
         assert_eq!(got("- Autovacuum runs every minute."), Vec::<String>::new());
         assert_eq!(got("> “A Hash index stores 32-bit codes.”"), ["Hash"]);
-        assert_eq!(got("shared_buffers is 128 MB in PostgreSQL."), ["PostgreSQL", "shared_buffers"]);
-        assert_eq!(got("It is done.” Then Python runs."), ["Python"], "Then opens");
-        assert!(capitalised_only("Committed") && !capitalised_only("WAL") && !capitalised_only("B"));
+        assert_eq!(
+            got("shared_buffers is 128 MB in PostgreSQL."),
+            ["PostgreSQL", "shared_buffers"]
+        );
+        assert_eq!(
+            got("It is done.” Then Python runs."),
+            ["Python"],
+            "Then opens"
+        );
+        assert!(
+            capitalised_only("Committed") && !capitalised_only("WAL") && !capitalised_only("B")
+        );
         let raw = raw_tokens("A checkpoint. In mode B the asyncio.TaskGroup runs.");
         assert!(!raw.contains("A") && raw.contains("B") && raw.contains("TaskGroup"));
     }

@@ -6,8 +6,8 @@
 //! fallbacks). `compare` shows what changed between two result files.
 
 use crate::research::support::{self, Sources};
-pub use reading::Reading;
 use futures::StreamExt;
+pub use reading::Reading;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -668,7 +668,10 @@ pub fn summarize(results: &[QuestionResult]) -> Summary {
         copied_prose_share: mean(|r| r.reading.copied_prose_share),
         quoted_share: mean(|r| r.reading.quoted_share),
         source_title_heading_share: ratio(
-            researched.iter().map(|r| r.reading.source_title_headings).sum(),
+            researched
+                .iter()
+                .map(|r| r.reading.source_title_headings)
+                .sum(),
             researched.iter().map(|r| r.reading.headings).sum(),
         ),
         uncited_unsupported: results.iter().map(|r| r.reading.uncited_unsupported).sum(),
@@ -788,7 +791,11 @@ pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
             x.researched_without_invention as f64,
             y.researched_without_invention as f64,
         ),
-        ("key-fact recall (whole report)", x.fact_recall, y.fact_recall),
+        (
+            "key-fact recall (whole report)",
+            x.fact_recall,
+            y.fact_recall,
+        ),
         (
             "cited paragraph share",
             x.cited_paragraph_share,
@@ -1157,6 +1164,8 @@ mod tests {
             },
             ..EvalReport::default()
         };
-        assert!(compare(&a, &b).contains("| key-fact recall (whole report) | 0.50 | 0.75 | +0.25 |"));
+        assert!(
+            compare(&a, &b).contains("| key-fact recall (whole report) | 0.50 | 0.75 | +0.25 |")
+        );
     }
 }

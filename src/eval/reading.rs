@@ -63,12 +63,12 @@ pub fn read(q: &Question, report: &str, sources: &Sources, texts: &[&str]) -> Re
         body_facts,
         copied_share: copied_share(&body, texts),
         copied_prose_share: copied_share(&prose_of(&body), texts),
-        quoted_share: ratio(
-            words(&quoted_of(&body)).len(),
-            words(&body).len(),
-        ),
+        quoted_share: ratio(words(&quoted_of(&body)).len(), words(&body).len()),
         headings: headings.len(),
-        source_title_headings: headings.iter().filter(|h| titles.contains(&plain(h))).count(),
+        source_title_headings: headings
+            .iter()
+            .filter(|h| titles.contains(&plain(h)))
+            .count(),
         uncited_unsupported: support::audit(report, sources).uncited_unsupported,
         off_topic_sections: off_topic_sections(q, report, sources, texts),
         opening: opening(&body),
@@ -126,12 +126,18 @@ fn section_headings(report: &str) -> Vec<String> {
 
 /// The body's lines that are not marked quotations.
 fn prose_of(body: &str) -> String {
-    body.lines().filter(|l| !l.trim_start().starts_with('>')).collect::<Vec<_>>().join("\n")
+    body.lines()
+        .filter(|l| !l.trim_start().starts_with('>'))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The body's marked quotations (`> ` lines).
 fn quoted_of(body: &str) -> String {
-    body.lines().filter(|l| l.trim_start().starts_with('>')).collect::<Vec<_>>().join("\n")
+    body.lines()
+        .filter(|l| l.trim_start().starts_with('>'))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The body's first paragraph.
@@ -167,7 +173,9 @@ pub fn copied_share(body: &str, texts: &[&str]) -> f64 {
     let mut copied = vec![false; mine.len()];
     for (i, run) in mine.windows(COPIED_RUN_WORDS).enumerate() {
         if known.contains(run) {
-            copied[i..i + COPIED_RUN_WORDS].iter_mut().for_each(|c| *c = true);
+            copied[i..i + COPIED_RUN_WORDS]
+                .iter_mut()
+                .for_each(|c| *c = true);
         }
     }
     ratio(copied.iter().filter(|c| **c).count(), mine.len())
@@ -211,7 +219,10 @@ fn listed_sources(report: &str, sources: &Sources) -> Vec<Option<usize>> {
     for line in report.lines() {
         let t = line.trim();
         if t.starts_with('#') {
-            in_list = t.trim_start_matches('#').trim().eq_ignore_ascii_case("sources");
+            in_list = t
+                .trim_start_matches('#')
+                .trim()
+                .eq_ignore_ascii_case("sources");
             continue;
         }
         if in_list && t.starts_with('[') {
@@ -271,7 +282,11 @@ mod tests {
         assert_eq!(r.off_topic_sections, 1, "the GEQO section holds no fact");
         assert_eq!(r.uncited_unsupported, 1);
         assert_eq!(r.opening, "The launcher wakes every 60 seconds [1].");
-        assert!(r.copied_share > 0.4 && r.copied_share < 0.8, "{}", r.copied_share);
+        assert!(
+            r.copied_share > 0.4 && r.copied_share < 0.8,
+            "{}",
+            r.copied_share
+        );
     }
 
     #[test]

@@ -176,11 +176,19 @@ pub async fn write(
     let all_said = format!(
         "{} {}",
         answered.text,
-        sections.iter().flat_map(|(_, s)| s.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
+        sections
+            .iter()
+            .flat_map(|(_, s)| s.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     for ((heading, sentences), &i) in sections.iter().zip(&planned_of) {
         let planned = &outline.sections[i];
-        let mine = parts.iter().zip(&assigned).filter(|(_, a)| **a == Some(i)).map(|(p, _)| p);
+        let mine = parts
+            .iter()
+            .zip(&assigned)
+            .filter(|(_, a)| **a == Some(i))
+            .map(|(p, _)| p);
         let quotes = evidence(mine, planned, &all_said, &mut said, numbered);
         if sentences.is_empty() && quotes.is_empty() {
             continue;
@@ -247,7 +255,10 @@ async fn outline(
     );
     let mut req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
     req.max_tokens = req.max_tokens.min(SHORT_TOKENS);
-    let planned = match caller.structured::<Outline>(req, outline_schema(), None).await {
+    let planned = match caller
+        .structured::<Outline>(req, outline_schema(), None)
+        .await
+    {
         Ok(o) => Some(o),
         Err(NodeError::Cancelled) => return Err(NodeError::Cancelled),
         Err(e) => {
@@ -332,7 +343,11 @@ fn plain(text: &str) -> String {
 /// A title when the model gave none of its own: the sections' topics ("Autovacuum, its
 /// thresholds and monitoring"), else the question's words without the asking.
 fn title_for(sections: &[Planned], question: &str) -> String {
-    let headings: Vec<&str> = sections.iter().map(|s| s.heading.as_str()).take(3).collect();
+    let headings: Vec<&str> = sections
+        .iter()
+        .map(|s| s.heading.as_str())
+        .take(3)
+        .collect();
     match headings.as_slice() {
         [] => {
             let asked = msg::excerpt(question, 120);
@@ -370,7 +385,11 @@ fn from_topics(subject: &Subject<'_>) -> Outline {
 }
 
 fn first_sentence(text: &str) -> &str {
-    support::sentences(text).first().copied().unwrap_or(text).trim()
+    support::sentences(text)
+        .first()
+        .copied()
+        .unwrap_or(text)
+        .trim()
 }
 
 /// The section each part goes to (`None`: consulted, not cited): the one whose heading and
@@ -540,14 +559,25 @@ fn readable(sentences: Vec<String>) -> Vec<String> {
     for s in sentences {
         let text = support::without_markers(&s);
         let first_word = text.split_whitespace().next().unwrap_or("");
-        let points_back = ["This", "These", "Therefore,", "Thus,", "However,", "It", "Such"]
-            .contains(&first_word);
+        let points_back = [
+            "This",
+            "These",
+            "Therefore,",
+            "Thus,",
+            "However,",
+            "It",
+            "Such",
+        ]
+        .contains(&first_word);
         // An elision at either end (a sentence cut out of its context) breaks it; one inside
         // ("INSERT ... ON CONFLICT") is the manual's own.
         let plain = text.trim().trim_end_matches(['.', '!', '?']);
-        let elided = |t: &str| t.starts_with(['…']) || t.starts_with("...") || t.ends_with('…')
-            || t.ends_with("...");
-        let open_paren = text.rfind('(').is_some_and(|o| text.rfind(')').is_none_or(|c| c < o));
+        let elided = |t: &str| {
+            t.starts_with(['…']) || t.starts_with("...") || t.ends_with('…') || t.ends_with("...")
+        };
+        let open_paren = text
+            .rfind('(')
+            .is_some_and(|o| text.rfind(')').is_none_or(|c| c < o));
         let broken = elided(plain)
             || text.contains("[…]")
             || text.trim_end().ends_with(':')

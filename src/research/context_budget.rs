@@ -98,7 +98,11 @@ mod tests {
         let mut messages = vec![Message::system("You research."), Message::human("A topic")];
         for n in 1..=3 {
             messages.push(Message::ai_text(format!("searching {n}")));
-            messages.push(Message::tool_result(result(n), "document_search", &format!("c{n}")));
+            messages.push(Message::tool_result(
+                result(n),
+                "document_search",
+                &format!("c{n}"),
+            ));
         }
         let before: usize = messages.iter().map(|m| m.text().len()).sum();
         assert_eq!(bound(&mut messages, 0), 0, "no budget, nothing changes");

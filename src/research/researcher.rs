@@ -157,7 +157,10 @@ async fn researcher(
     messages.extend(researcher_messages);
     let shortened = super::context_budget::bound(&mut messages, cfg.researcher_context_chars);
     if shortened > 0 {
-        tracing::debug!(shortened, "older search results shortened to fit the prompt budget");
+        tracing::debug!(
+            shortened,
+            "older search results shortened to fit the prompt budget"
+        );
     }
     let req = caller.with_tools(caller.request(Role::Research, messages)?, tools, native);
     let mut message = Message::from_model(caller.act(req).await?.message);

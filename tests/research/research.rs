@@ -38,7 +38,10 @@ fn as_streamed(frames: &[support::SseFrame]) -> std::collections::HashMap<String
             continue;
         };
         let entry: &mut String = out.entry(id.to_owned()).or_default();
-        if message["type"].as_str().is_some_and(|t| t.ends_with("Chunk")) {
+        if message["type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("Chunk"))
+        {
             entry.push_str(text);
         } else {
             *entry = text.to_owned();
@@ -49,7 +52,10 @@ fn as_streamed(frames: &[support::SseFrame]) -> std::collections::HashMap<String
 
 /// The run's last message is what a streaming client ended with: the report as checked.
 fn assert_streamed_as_kept(frames: &[support::SseFrame], values: &Value) {
-    let last = values["messages"].as_array().and_then(|m| m.last()).unwrap();
+    let last = values["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .unwrap();
     let id = last["id"].as_str().unwrap();
     let streamed = as_streamed(frames);
     assert_eq!(
@@ -2515,7 +2521,8 @@ async fn a_local_provider_gets_the_small_model_profile_unless_a_run_says_otherwi
         "[providers.openai]\nlocal = true\n",
     )
     .await;
-    let roles = |ra: &r::ResearchApp| -> Vec<Role> { ra.llm.requests().iter().map(r::role).collect() };
+    let roles =
+        |ra: &r::ResearchApp| -> Vec<Role> { ra.llm.requests().iter().map(r::role).collect() };
     let count = |roles: &[Role], role: Role| roles.iter().filter(|r| **r == role).count();
     let tid = new_thread(&ra.app).await;
     let frames = stream(&ra, &tid, "What is new in batteries?", json!({})).await;
@@ -2530,10 +2537,19 @@ async fn a_local_provider_gets_the_small_model_profile_unless_a_run_says_otherwi
     assert_eq!(settings["profile"], "small", "{settings}");
     assert_eq!(
         settings["changed"],
-        json!(["summarize_pages", "compress_research", "report_form", "researcher_context_chars"]),
+        json!([
+            "summarize_pages",
+            "compress_research",
+            "report_form",
+            "researcher_context_chars"
+        ]),
         "{settings}"
     );
-    assert_eq!(count(&first, Role::Report) + count(&first, Role::Compress), 0, "{first:?}");
+    assert_eq!(
+        count(&first, Role::Report) + count(&first, Role::Compress),
+        0,
+        "{first:?}"
+    );
     for (configurable, outlines, reports) in [
         (json!({"research_profile": "standard"}), 0, 1),
         (json!({"report_form": "whole"}), 0, 1),
@@ -2545,7 +2561,11 @@ async fn a_local_provider_gets_the_small_model_profile_unless_a_run_says_otherwi
         assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
         let after = roles(&ra);
         let new = &after[before.len()..];
-        assert_eq!(count(new, Role::Outline), outlines, "{configurable}: {new:?}");
+        assert_eq!(
+            count(new, Role::Outline),
+            outlines,
+            "{configurable}: {new:?}"
+        );
         assert_eq!(count(new, Role::Report), reports, "{configurable}: {new:?}");
     }
     let ra = r::start(scripted(Script::default()), "").await;
@@ -2638,7 +2658,11 @@ async fn a_report_can_be_written_topic_by_topic() {
         .filter(|q| r::role(q) == Role::Section)
         .map(support::workload::all_text)
         .collect();
-    assert_eq!(sections.len(), 2, "a call per section with sources: {sections:?}");
+    assert_eq!(
+        sections.len(),
+        2,
+        "a call per section with sources: {sections:?}"
+    );
     for d in &sections {
         assert_ne!(
             d.contains("dead tuples"),
@@ -2659,9 +2683,18 @@ async fn a_report_can_be_written_topic_by_topic() {
         report.starts_with("# Vacuum and the write-ahead log\n\nVACUUM reclaims storage occupied by dead tuples [1].\n\n## Reclaiming storage\n"),
         "a title of its own, then the answer: {report}"
     );
-    assert!(!report.contains("green cheese") && !report.contains("Paris"), "{report}");
-    assert!(!report.contains("## Routine Vacuuming"), "no source's title as a heading: {report}");
-    assert!(report.contains("## WAL segments\n\nWAL segment files are 16 MB each [2]."), "{report}");
+    assert!(
+        !report.contains("green cheese") && !report.contains("Paris"),
+        "{report}"
+    );
+    assert!(
+        !report.contains("## Routine Vacuuming"),
+        "no source's title as a heading: {report}"
+    );
+    assert!(
+        report.contains("## WAL segments\n\nWAL segment files are 16 MB each [2]."),
+        "{report}"
+    );
     assert!(
         report.contains("The autovacuum launcher starts a worker every 60 seconds by default [1]."),
         "{report}"
@@ -2670,7 +2703,10 @@ async fn a_report_can_be_written_topic_by_topic() {
         report.contains("> Note: the sources found did not answer: How do replication slots hold back old segments?"),
         "{report}"
     );
-    assert!(report.contains("### Sources\n\n[1] Routine Vacuuming"), "{report}");
+    assert!(
+        report.contains("### Sources\n\n[1] Routine Vacuuming"),
+        "{report}"
+    );
     let messages = values["messages"].as_array().unwrap();
     assert_eq!(messages.last().unwrap()["content"].as_str(), Some(report));
     assert_streamed_as_kept(&frames, &values);

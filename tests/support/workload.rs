@@ -193,9 +193,12 @@ pub fn scripted(script: Script) -> impl Fn(&Value) -> FakeReply + Send + Sync + 
         Role::Compress => compress(req, script.findings_bytes),
         Role::Report if script.report_bytes > 0 => long_report(req, script.report_bytes),
         Role::Report => report(req),
-        Role::Restate | Role::Overview | Role::Outline | Role::Section | Role::Answer | Role::Other => {
-            FakeReply::Text("ok".into())
-        }
+        Role::Restate
+        | Role::Overview
+        | Role::Outline
+        | Role::Section
+        | Role::Answer
+        | Role::Other => FakeReply::Text("ok".into()),
     }
 }
 

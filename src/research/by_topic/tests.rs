@@ -81,7 +81,10 @@ fn the_outline_gets_a_title_of_its_own_and_no_source_title_as_a_heading() {
     let got = tidy(outline, question, &["25.1. Routine Vacuuming"]);
     let headings: Vec<&str> = got.sections.iter().map(|s| s.heading.as_str()).collect();
     assert_eq!(headings, ["Thresholds", "Monitoring"]);
-    assert_eq!(got.sections[1].question, "Monitoring", "a missing question is the heading");
+    assert_eq!(
+        got.sections[1].question, "Monitoring",
+        "a missing question is the heading"
+    );
     assert_ne!(plain(&got.title), plain(question), "{}", got.title);
     assert_eq!(got.title, "Thresholds and Monitoring");
 }
@@ -135,6 +138,8 @@ fn a_sentence_cut_off_or_pointing_back_is_not_kept() {
 fn a_sentence_an_earlier_section_says_is_not_said_again() {
     let mut said = Said::default();
     assert!(said.add("Autovacuum starts a worker every autovacuum_naptime seconds. [1]"));
-    assert!(!said.add("The autovacuum daemon starts a worker every autovacuum_naptime seconds. [3]"));
+    assert!(
+        !said.add("The autovacuum daemon starts a worker every autovacuum_naptime seconds. [3]")
+    );
     assert!(said.add("Autovacuum can be turned off per table with a storage parameter. [2]"));
 }

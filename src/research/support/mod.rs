@@ -156,7 +156,8 @@ impl Sources {
             for word in in_source {
                 *me.document_frequency.entry(word.clone()).or_insert(0) += 1;
             }
-            let mut written: HashSet<String> = passages.iter().flat_map(|p| p.raw.clone()).collect();
+            let mut written: HashSet<String> =
+                passages.iter().flat_map(|p| p.raw.clone()).collect();
             written.extend(crate::text::raw_tokens(&e.title));
             // A name a source uses is one it writes as a name, not a word opening a sentence.
             let named = crate::text::names(text);
@@ -681,7 +682,10 @@ pub fn supported_among(text: &str, numbers: &[usize], sources: &Sources) -> Vec<
         }
         let listed = |n: &usize| numbers.contains(n);
         let source = |n: usize| n.checked_sub(1).and_then(|i| sources.list.get(i));
-        let cited: Vec<usize> = dedup(cited_numbers(sentence).into_iter()).into_iter().filter(listed).collect();
+        let cited: Vec<usize> = dedup(cited_numbers(sentence).into_iter())
+            .into_iter()
+            .filter(listed)
+            .collect();
         let mut keep: Vec<usize> = cited
             .iter()
             .copied()
