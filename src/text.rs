@@ -231,6 +231,16 @@ pub fn capitalised_only(name: &str) -> bool {
         && chars.all(char::is_lowercase)
 }
 
+/// `text`'s words (letters and digits) lower-cased, one space between them: two wordings of a
+/// heading or title compared.
+pub fn plain_words(text: &str) -> String {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// A text's word stems and numbers, as `terms` finds them.
 pub type Terms = (HashSet<String>, HashSet<String>);
 

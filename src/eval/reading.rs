@@ -5,6 +5,7 @@
 
 use super::{Fact, Question, normalize_text, ratio};
 use crate::research::support::{self, Sources};
+use crate::text::plain_words;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
@@ -55,7 +56,7 @@ pub fn read(q: &Question, report: &str, sources: &Sources, texts: &[&str]) -> Re
         .filter(|f| f.any.iter().any(|w| flat.contains(&normalize_text(w))))
         .map(|f| f.fact.clone())
         .collect();
-    let titles: HashSet<String> = sources.list.iter().map(|s| plain(&s.title)).collect();
+    let titles: HashSet<String> = sources.list.iter().map(|s| plain_words(&s.title)).collect();
     let headings = section_headings(report);
     Reading {
         scored_facts: scored.len(),
@@ -67,7 +68,7 @@ pub fn read(q: &Question, report: &str, sources: &Sources, texts: &[&str]) -> Re
         headings: headings.len(),
         source_title_headings: headings
             .iter()
-            .filter(|h| titles.contains(&plain(h)))
+            .filter(|h| titles.contains(&plain_words(h)))
             .count(),
         uncited_unsupported: support::audit(report, sources).uncited_unsupported,
         off_topic_sections: off_topic_sections(q, report, sources, texts),
@@ -79,15 +80,6 @@ pub fn read(q: &Question, report: &str, sources: &Sources, texts: &[&str]) -> Re
 fn in_question(fact: &Fact, question: &str) -> bool {
     let asked = normalize_text(question);
     fact.any.iter().any(|w| asked.contains(&normalize_text(w)))
-}
-
-/// Lower-cased words only.
-fn plain(text: &str) -> String {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn list_heading(line: &str) -> bool {

@@ -15,7 +15,9 @@
 //!    run), and only the sentences one of them supports are kept (`support::supported_among`);
 //!    a sentence an earlier section already says, one cut off or left without its context
 //!    (`[…]`, a lead-in ending in `:`, unbalanced code) is dropped; a section whose call kept
-//!    nothing quotes its best source, marked as a quotation;
+//!    nothing is not written (its question is named as not answered); under a written section
+//!    go its sources' own sentences on its question that the report does not say, as marked
+//!    quotations (`evidence`);
 //! 4. the answer comes first: one more short call answers the question from the sections'
 //!    kept sentences, and only its sentences a section's source supports are kept, cited to
 //!    it (else the sections' first sentences are the key points);
@@ -30,7 +32,7 @@ use super::model::{Caller, Role};
 use super::support::{self, Sources};
 use crate::graph::{NodeContext, NodeError};
 use crate::llm::ResponseSchema;
-use crate::text::{Terms, Words, bearing, terms, word_pairs};
+use crate::text::{Terms, Words, bearing, plain_words, terms, word_pairs};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashSet;
@@ -65,11 +67,6 @@ const ANSWER_SENTENCES: usize = 4;
 /// A sentence whose pairs of adjacent content words an earlier kept sentence holds to this
 /// share says nothing new (as `by_source::SAID_SHARE` reads "said").
 const REPEAT_SHARE: f64 = 0.6;
-
-/// The characters of a source quoted when its section's call kept nothing, and the most
-/// sentences: a quotation stands for a section, it is not the page.
-const QUOTE_CHARS: usize = 400;
-const QUOTE_SENTENCES: usize = 2;
 
 /// The most sources quoted under a section for what it left out, and the characters of each
 /// source's sentences looked through for it.
@@ -128,13 +125,13 @@ pub async fn write(
         consulted = assigned.iter().filter(|a| a.is_none()).count(),
         "writing the report a topic at a time"
     );
+    let plan = Plan {
+        outline: &outline,
+        parts: &parts,
+        assigned: &assigned,
+    };
     let calls = outline.sections.iter().enumerate().map(|(i, planned)| {
-        let mine: Vec<&Part> = parts
-            .iter()
-            .zip(&assigned)
-            .filter(|(_, a)| **a == Some(i))
-            .map(|(p, _)| p)
-            .collect();
+        let mine: Vec<&Part> = plan.sources_of(i).collect();
         async move { section(caller, subject.question, planned, &mine, numbered).await }
     });
     let mut drafted = Vec::new();
@@ -142,25 +139,11 @@ pub async fn write(
         drafted.push(written?);
     }
     let mut said = Said::default();
-    let mut sections: Vec<(String, Vec<String>)> = Vec::new();
-    let mut planned_of: Vec<usize> = Vec::new();
-    let mut uncovered = Vec::new();
-    for (i, (planned, sentences)) in outline.sections.iter().zip(drafted).enumerate() {
-        if sentences.is_empty() {
-            uncovered.push(planned.question.clone());
-            continue;
-        }
-        // A section whose every sentence an earlier one says is answered there.
-        let fresh: Vec<String> = sentences.into_iter().filter(|s| said.add(s)).collect();
-        if !fresh.is_empty() {
-            sections.push((planned.heading.clone(), fresh));
-            planned_of.push(i);
-        }
-    }
+    let (mut sections, uncovered) = fresh_sections(&outline, drafted, &mut said);
     if sections.is_empty() {
         return Ok(None);
     }
-    let answered = answer(caller, subject.question, &sections, numbered).await?;
+    let answered = answer(caller, subject.question, &plan, &sections, numbered).await?;
     if answered.written {
         // What the answer says is not said again below it; a section left with nothing was
         // all in the answer.
@@ -168,39 +151,13 @@ pub async fn write(
         for s in support::sentences(&answered.text) {
             told.add(s);
         }
-        for (_, s) in &mut sections {
-            s.retain(|x| told.add(x));
+        for kept in &mut sections {
+            kept.sentences.retain(|x| told.add(x));
         }
     }
     let mut text = format!("# {}\n\n{}\n\n", outline.title, answered.text);
-    let all_said = format!(
-        "{} {}",
-        answered.text,
-        sections
-            .iter()
-            .flat_map(|(_, s)| s.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    for ((heading, sentences), &i) in sections.iter().zip(&planned_of) {
-        let planned = &outline.sections[i];
-        let mine = parts
-            .iter()
-            .zip(&assigned)
-            .filter(|(_, a)| **a == Some(i))
-            .map(|(p, _)| p);
-        let quotes = evidence(mine, planned, &all_said, &mut said, numbered);
-        if sentences.is_empty() && quotes.is_empty() {
-            continue;
-        }
-        text.push_str(&format!("## {heading}\n\n"));
-        if !sentences.is_empty() {
-            text.push_str(&format!("{}\n\n", sentences.join(" ")));
-        }
-        for q in quotes {
-            text.push_str(&format!("{q}\n\n"));
-        }
-    }
+    let asked = crate::text::names(subject.question);
+    text.push_str(&plan.render(&sections, &answered.text, &asked, &mut said, numbered));
     if !uncovered.is_empty() {
         text.push_str(&format!(
             "> Note: the sources found did not answer: {}\n\n",
@@ -220,6 +177,93 @@ pub async fn write(
         message: answered.message,
         appendix: consulted_list(&consulted, numbered),
     }))
+}
+
+/// The outline and which section each source went to.
+struct Plan<'a> {
+    outline: &'a Outline,
+    parts: &'a [Part],
+    assigned: &'a [Option<usize>],
+}
+
+/// A written section: the planned section it is (its index in the outline) and its checked
+/// sentences.
+struct Kept {
+    planned: usize,
+    sentences: Vec<String>,
+}
+
+impl Plan<'_> {
+    /// The sources assigned to section `i`.
+    fn sources_of(&self, i: usize) -> impl Iterator<Item = &Part> {
+        self.parts
+            .iter()
+            .zip(self.assigned)
+            .filter(move |(_, a)| **a == Some(i))
+            .map(|(p, _)| p)
+    }
+
+    /// The sections under their headings, each followed by what its sources say that the
+    /// report does not (`evidence`); a section with neither is left out.
+    fn render(
+        &self,
+        sections: &[Kept],
+        answer: &str,
+        asked: &HashSet<String>,
+        said: &mut Said,
+        numbered: &Sources,
+    ) -> String {
+        let all_said = std::iter::once(answer)
+            .chain(
+                sections
+                    .iter()
+                    .flat_map(|k| k.sentences.iter().map(String::as_str)),
+            )
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut text = String::new();
+        for kept in sections {
+            let planned = &self.outline.sections[kept.planned];
+            let mine = self.sources_of(kept.planned);
+            let quotes = evidence(mine, planned, &all_said, asked, said, numbered);
+            if kept.sentences.is_empty() && quotes.is_empty() {
+                continue;
+            }
+            text.push_str(&format!("## {}\n\n", planned.heading));
+            if !kept.sentences.is_empty() {
+                text.push_str(&format!("{}\n\n", kept.sentences.join(" ")));
+            }
+            for q in quotes {
+                text.push_str(&format!("{q}\n\n"));
+            }
+        }
+        text
+    }
+}
+
+/// The drafted sections without what an earlier one says, and the questions of those no
+/// source answered. A section whose every sentence an earlier one says is answered there.
+fn fresh_sections(
+    outline: &Outline,
+    drafted: Vec<Vec<String>>,
+    said: &mut Said,
+) -> (Vec<Kept>, Vec<String>) {
+    let mut sections = Vec::new();
+    let mut uncovered = Vec::new();
+    for (i, (planned, sentences)) in outline.sections.iter().zip(drafted).enumerate() {
+        if sentences.is_empty() {
+            uncovered.push(planned.question.clone());
+            continue;
+        }
+        let fresh: Vec<String> = sentences.into_iter().filter(|s| said.add(s)).collect();
+        if !fresh.is_empty() {
+            sections.push(Kept {
+                planned: i,
+                sentences: fresh,
+            });
+        }
+    }
+    (sections, uncovered)
 }
 
 /// The sentences kept so far, by their pairs of adjacent content words.
@@ -301,7 +345,7 @@ fn outline_schema() -> ResponseSchema {
 /// a source's own title (a section is a topic, not a page), at most `SECTIONS_MAX`; a title
 /// that is the question itself, or none, replaced (`title_for`).
 fn tidy(outline: Outline, question: &str, source_titles: &[&str]) -> Outline {
-    let same = |a: &str, b: &str| plain(a) == plain(b);
+    let same = |a: &str, b: &str| plain_words(a) == plain_words(b);
     let mut sections: Vec<Planned> = Vec::new();
     for s in outline.sections {
         let heading = heading(&s.heading);
@@ -329,15 +373,6 @@ fn tidy(outline: Outline, question: &str, source_titles: &[&str]) -> Outline {
         title
     };
     Outline { title, sections }
-}
-
-/// Lower-cased words only, for telling two wordings apart.
-fn plain(text: &str) -> String {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// A title when the model gave none of its own: the sections' topics ("Autovacuum, its
@@ -431,8 +466,7 @@ fn assign(parts: &[Part], sections: &[Planned]) -> Vec<Option<usize>> {
 }
 
 /// One section's checked sentences: written by a short call from its sources' excerpts, kept
-/// where one of them supports them; a quotation of its best source when none was kept; nothing
-/// for a section no source bears on.
+/// where one of them supports them; nothing for a section no source bears on.
 async fn section(
     caller: &Caller<'_>,
     question: &str,
@@ -478,42 +512,25 @@ async fn section(
             String::new()
         }
     };
-    let kept = readable(support::supported_among(&written, &numbers, numbered));
-    if !kept.is_empty() {
-        return Ok(kept);
-    }
-    fallbacks::record(
-        caller.ctx,
-        AgentFallback::SectionQuoted.as_str(),
-        &format!(
-            "section \"{}\": its sources supported no sentence written; quoted",
-            planned.heading
-        ),
-    );
-    // The source that bears most on the section first; the next when it yields nothing.
-    let mut words = Words::new();
-    let wanted = terms(&mut words, &query);
-    let found: Vec<Terms> = mine.iter().map(|p| terms(&mut words, &p.text)).collect();
-    let scores = bearing(&wanted, &found);
-    let mut order: Vec<usize> = (0..mine.len()).collect();
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-    Ok(order
-        .into_iter()
-        .find_map(|i| quotation(mine[i], &query, numbered))
-        .into_iter()
-        .collect())
+    // Nothing kept: the section's sources did not answer its question (or the call failed),
+    // and the report says so rather than quoting pages that do not answer. Measured on six
+    // questions, the quotations that stood for such sections were off-topic pages' sentences.
+    Ok(readable(support::supported_among(
+        &written, &numbers, numbered,
+    )))
 }
 
 /// What the section's sources say on its question that the report does not: for each source
-/// (at most `EVIDENCE_QUOTES`), its own sentence that bears most on the question and that no
-/// sentence of the report already says (`by_source::unsaid`), as a marked quotation. A 1.5B
-/// model writing a section keeps its gist and drops the setting names, defaults and numbers
-/// that answer (on the first pass of six questions, its sections held 6 of the 17 key facts
-/// their findings did); quoting them costs no call and is not passed off as the report's own.
+/// (at most `EVIDENCE_QUOTES`), its own sentence that bears most on the question, holds a
+/// detail (`holds_a_detail`) and that no sentence of the report already says
+/// (`by_source::unsaid`), as a marked quotation. A 1.5B model writing a section keeps its gist
+/// and drops the setting names, defaults and numbers that answer; quoting them costs no call
+/// and is not passed off as the report's own words.
 fn evidence<'a>(
     mine: impl Iterator<Item = &'a Part>,
     planned: &Planned,
     all_said: &str,
+    asked: &HashSet<String>,
     said: &mut Said,
     numbered: &Sources,
 ) -> Vec<String> {
@@ -525,7 +542,10 @@ fn evidence<'a>(
         }
         let own = unsaid(&part.text, &query, all_said, EVIDENCE_CHARS);
         let kept = readable(support::supported_among(&own, &[part.number], numbered));
-        if let Some(first) = kept.into_iter().find(|s| said.add(s)) {
+        if let Some(first) = kept
+            .into_iter()
+            .find(|s| holds_a_detail(s, asked) && said.add(s))
+        {
             quotes.push(format!(
                 "> “{}” [{}]",
                 support::without_markers(&first),
@@ -536,18 +556,16 @@ fn evidence<'a>(
     quotes
 }
 
-/// The best stretch of a source for the section, as a marked quotation.
-fn quotation(part: &Part, query: &str, numbered: &Sources) -> Option<String> {
-    let own = unsaid(&part.text, query, "", QUOTE_CHARS);
-    let supported = support::supported_among(&own, &[part.number], numbered);
-    let mut said = Said::default();
-    let quoted: Vec<String> = readable(supported)
-        .iter()
-        .filter(|s| said.add(s))
-        .take(QUOTE_SENTENCES)
-        .map(|s| support::without_markers(s))
-        .collect();
-    (!quoted.is_empty()).then(|| format!("> “{}” [{}]", quoted.join(" "), part.number))
+/// Whether a sentence holds what a small model's section drops: a number, or a name (a
+/// setting, a command, a function) the question does not already name. A sentence of a page
+/// with neither ("Each of these reasons dictates performing VACUUM …") adds nothing a reader
+/// needs quoted.
+fn holds_a_detail(sentence: &str, asked: &HashSet<String>) -> bool {
+    let plain = support::without_markers(sentence);
+    plain.chars().any(|c| c.is_ascii_digit())
+        || crate::text::names(&plain)
+            .iter()
+            .any(|n| !asked.contains(n))
 }
 
 /// The sentences a reader can read on their own: none that says nothing, that was cut off or
@@ -597,17 +615,21 @@ fn readable(sentences: Vec<String>) -> Vec<String> {
 async fn answer(
     caller: &Caller<'_>,
     question: &str,
-    sections: &[(String, Vec<String>)],
+    plan: &Plan<'_>,
+    sections: &[Kept],
     numbered: &Sources,
 ) -> Result<Answered, NodeError> {
     let findings = sections
         .iter()
-        .map(|(h, s)| format!("{h}: {}", s.join(" ")))
+        .map(|k| {
+            let heading = &plan.outline.sections[k.planned].heading;
+            format!("{heading}: {}", k.sentences.join(" "))
+        })
         .collect::<Vec<_>>()
         .join("\n\n");
     let numbers: Vec<usize> = sections
         .iter()
-        .flat_map(|(_, s)| s.iter().flat_map(|x| support::cited_numbers(x)))
+        .flat_map(|k| k.sentences.iter().flat_map(|x| support::cited_numbers(x)))
         .collect();
     let prompt = caller.deps.prompts.render(
         "answer_from_sections",
@@ -633,7 +655,7 @@ async fn answer(
     if kept.is_empty() {
         let points: Vec<String> = sections
             .iter()
-            .filter_map(|(_, s)| s.iter().find(|x| !x.starts_with('>')))
+            .filter_map(|k| k.sentences.iter().find(|x| !x.starts_with('>')))
             .take(ANSWER_SENTENCES)
             .map(|s| format!("- {s}"))
             .collect();

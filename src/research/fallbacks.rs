@@ -51,9 +51,6 @@ pub enum AgentFallback {
     /// The report's outline could not be read from the model's answer (`report_form:
     /// "by_topic"`): the topics the supervisor delegated became its sections.
     OutlineFromTopics,
-    /// No sentence a section's call wrote was supported by its sources (`report_form:
-    /// "by_topic"`): the section quotes them instead, marked as a quotation.
-    SectionQuoted,
 }
 
 impl AgentFallback {
@@ -68,7 +65,6 @@ impl AgentFallback {
             Self::FindingsAsReport => "findings_as_report",
             Self::SourceKeptAsFound => "source_kept_as_found",
             Self::OutlineFromTopics => "outline_from_topics",
-            Self::SectionQuoted => "section_quoted",
         }
     }
 }

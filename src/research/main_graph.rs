@@ -339,63 +339,8 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         supervisor_messages: Vec::new(),
         ..state
     };
-    if cfg.report_form == ReportForm::BySource {
-        let question = msg::buffer_string(&state.messages);
-        let written = by_source::write(
-            &deps,
-            &ctx,
-            &cfg,
-            &question,
-            &report_title(&state),
-            &findings,
-            &numbered,
-        )
-        .await?;
-        return match written {
-            Some(w) => finished(
-                &ctx,
-                &state,
-                &w.text,
-                Some(w.message),
-                &numbered,
-                "",
-                Uncited::Remove,
-            ),
-            None => findings_as_report(
-                &ctx,
-                &state,
-                &findings,
-                &numbered,
-                "restated nothing its sources support",
-            ),
-        };
-    }
-    if cfg.report_form == ReportForm::ByTopic {
-        let question = asked(&state);
-        let subject = by_topic::Subject {
-            question: &question,
-            brief: state.research_brief.as_deref().unwrap_or_default(),
-            topics: &topics,
-        };
-        let written = by_topic::write(&deps, &ctx, &cfg, &subject, &findings, &numbered).await?;
-        return match written {
-            Some(w) => finished(
-                &ctx,
-                &state,
-                &w.text,
-                Some(w.message),
-                &numbered,
-                &w.appendix,
-                Uncited::Remove,
-            ),
-            None => findings_as_report(
-                &ctx,
-                &state,
-                &findings,
-                &numbered,
-                "wrote no section its sources support",
-            ),
-        };
+    if cfg.report_form != ReportForm::Whole {
+        return short_calls_report(&deps, &ctx, &cfg, &state, &findings, &numbered, &topics).await;
     }
     let mut resp = write_report(&deps, &ctx, &cfg, &state, &findings, &numbered, None).await?;
     let instructions = deps.prompts.render("final_report", &[]);
@@ -454,6 +399,48 @@ async fn report(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comma
         ..metered(&ctx)
     };
     Command::write(upd)
+}
+
+/// The report in one of the short-call forms (`by_source`, `by_topic`): written and checked,
+/// or, when no part of it kept a sentence, the findings standing for it.
+async fn short_calls_report(
+    deps: &ResearchDeps,
+    ctx: &NodeContext,
+    cfg: &super::config::ResearchConfig,
+    state: &AgentState,
+    findings: &str,
+    numbered: &Sources,
+    topics: &[String],
+) -> Result<Command, NodeError> {
+    let (written, why) = if cfg.report_form == ReportForm::BySource {
+        let question = msg::buffer_string(&state.messages);
+        let title = report_title(state);
+        let w = by_source::write(deps, ctx, cfg, &question, &title, findings, numbered).await?;
+        let w = w.map(|w| (w.text, w.message, String::new()));
+        (w, "restated nothing its sources support")
+    } else {
+        let question = asked(state);
+        let subject = by_topic::Subject {
+            question: &question,
+            brief: state.research_brief.as_deref().unwrap_or_default(),
+            topics,
+        };
+        let w = by_topic::write(deps, ctx, cfg, &subject, findings, numbered).await?;
+        let w = w.map(|w| (w.text, w.message, w.appendix));
+        (w, "wrote no section its sources support")
+    };
+    match written {
+        Some((text, message, appendix)) => finished(
+            ctx,
+            state,
+            &text,
+            Some(message),
+            numbered,
+            &appendix,
+            Uncited::Remove,
+        ),
+        None => findings_as_report(ctx, state, findings, numbered, why),
+    }
 }
 
 /// What the user asked: their messages, in order (the names the support check reads a claim's

@@ -85,7 +85,12 @@ fn the_outline_gets_a_title_of_its_own_and_no_source_title_as_a_heading() {
         got.sections[1].question, "Monitoring",
         "a missing question is the heading"
     );
-    assert_ne!(plain(&got.title), plain(question), "{}", got.title);
+    assert_ne!(
+        plain_words(&got.title),
+        plain_words(question),
+        "{}",
+        got.title
+    );
     assert_eq!(got.title, "Thresholds and Monitoring");
 }
 
@@ -142,4 +147,22 @@ fn a_sentence_an_earlier_section_says_is_not_said_again() {
         !said.add("The autovacuum daemon starts a worker every autovacuum_naptime seconds. [3]")
     );
     assert!(said.add("Autovacuum can be turned off per table with a storage parameter. [2]"));
+}
+
+#[test]
+fn a_quotation_holds_a_number_or_a_name_the_question_does_not_name() {
+    let asked = crate::text::names("What does a plain VACUUM do in PostgreSQL?");
+    assert!(holds_a_detail(
+        "autovacuum_naptime defaults to one minute. [2]",
+        &asked
+    ));
+    assert!(holds_a_detail("The default is 128 megabytes. [1]", &asked));
+    assert!(!holds_a_detail(
+        "Each of these reasons dictates performing VACUUM operations of varying frequency. [4]",
+        &asked
+    ));
+    assert!(!holds_a_detail(
+        "In normal PostgreSQL operation, tuples are not physically removed. [1]",
+        &asked
+    ));
 }
