@@ -162,9 +162,10 @@ async fn brief(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comman
                        "description": "A research question that will be used to guide the research."}},
                        "required": ["research_brief"]}),
     };
-    // The brief streams as it is written; it is kept in `research_brief`, not in `messages`.
-    let streamer = FieldStreamer::new(&ctx, format!("run-{}", Uuid::new_v4()), &["research_brief"]);
-    let answer: ResearchQuestion = caller.structured(req, schema, Some(&streamer)).await?;
+    // The brief is kept in `research_brief`, not in `messages`, so it is not streamed as a
+    // message: a client shown its tokens as one would lose that message on reload (the
+    // conversation it saw would not be the thread's). Clients see it in the step's updates.
+    let answer: ResearchQuestion = caller.structured(req, schema, None).await?;
     if answer.research_brief.trim().is_empty() {
         return Err(NodeError::new(
             "ResearchError",

@@ -92,7 +92,10 @@ fn eval_merge_joins_parts_and_refuses_a_question_measured_twice() {
     assert_eq!(merged["summary"]["questions"], 2);
     assert_eq!(merged["summary"]["fact_recall"], 0.75);
     let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
-    assert!(table.contains("| key-fact recall | 75% |"), "{table}");
+    assert!(
+        table.contains("| key-fact recall, whole report (the old rule) | 75% |"),
+        "{table}"
+    );
 
     std::fs::remove_file(&out).unwrap();
     let twice = merge(&[&a, &b, &a]);
