@@ -89,7 +89,7 @@ fn main() -> anyhow::Result<()> {
         for _ in 0..args.rounds {
             for q in &queries {
                 let t = Instant::now();
-                let hits = corpus.search_blocking(q, args.results)?;
+                let hits = corpus.search_blocking(q, "", args.results)?;
                 times.push(t.elapsed());
                 std::hint::black_box(hits);
             }

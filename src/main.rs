@@ -39,6 +39,8 @@ enum Command {
     /// Run a question set against a corpus and a model and score each run (or compare two
     /// result files with --compare).
     Eval(EvalCmd),
+    /// Search a corpus as the researchers do and print the ranked sections.
+    Search(SearchCmd),
     /// Print a new API key for an owner, and the entry for the [auth] keys_file that accepts
     /// it (only its SHA-256 is stored).
     NewKey {
@@ -165,6 +167,34 @@ struct EvalCmd {
     /// each report and its sources' texts) into `--output`, instead of running anything.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["compare", "merge"])]
     rescore: Option<std::path::PathBuf>,
+    /// Measure the corpus search alone instead of running research: each question searched as
+    /// asked, recall of its key facts in the first 1, 5 and 10 sections, index time and size,
+    /// search latency (a fresh index in a temporary directory).
+    #[arg(long, conflicts_with_all = ["compare", "merge", "rescore"])]
+    retrieval: bool,
+    /// With --retrieval: search again the queries the researchers sent in this result file,
+    /// alone and ranked by the question.
+    #[arg(long, value_name = "FILE", requires = "retrieval")]
+    queries_from: Option<std::path::PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct SearchCmd {
+    /// What to search for (as a researcher would write it).
+    query: String,
+    /// The documents, as NAME=DIR, or the NAME of a configured corpus (the only one when left
+    /// out).
+    #[arg(long, value_name = "NAME=DIR")]
+    corpus: Option<String>,
+    /// How many sections to print.
+    #[arg(long, default_value_t = 10)]
+    max: usize,
+    /// Print the hits as one JSON array (rank, title, url, score, passage).
+    #[arg(long)]
+    json: bool,
+    /// A TOML file layered over config/default.toml (corpora, [search.local]).
+    #[arg(long, env = "DR_CONFIG")]
+    config: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -255,6 +285,10 @@ async fn main() -> anyhow::Result<()> {
                 ])
             );
             Ok(())
+        }
+        Command::Search(cmd) => {
+            telemetry::init_logs(LogFormat::Text);
+            search(cmd)
         }
         Command::NewKey { owner } => new_key(&owner),
         Command::Healthcheck { port } => healthcheck(port).await,
@@ -425,6 +459,18 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
             set.corpus, set.corpus, set.corpus
         )
     })?;
+    if let Some(path) = &cmd.queries_from {
+        let scratch =
+            std::env::temp_dir().join(format!("dr-retrieval-{}", uuid::Uuid::new_v4().simple()));
+        let report = eval::retrieval::measure_queries(&set, &read(path)?, &corpus, &scratch, 5);
+        let _ = std::fs::remove_dir_all(&scratch);
+        let report = report?;
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    if cmd.retrieval {
+        return eval_retrieval(&set, &questions, &corpus, &cmd.output);
+    }
     let corpus_prefix = if corpus.base_url.trim().is_empty() {
         let root = std::fs::canonicalize(&corpus.path).with_context(|| corpus.path.clone())?;
         format!("file://{}/", root.display())
@@ -497,6 +543,45 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
     write_results(&result?, &cmd.output)
+}
+
+/// `eval --retrieval`: the search measured alone, written as JSON and a Markdown table.
+fn eval_retrieval(
+    set: &deep_research::eval::QuestionSet,
+    questions: &[deep_research::eval::Question],
+    corpus: &deep_research::tools::corpus::CorpusConfig,
+    output: &std::path::Path,
+) -> anyhow::Result<()> {
+    use deep_research::eval::retrieval;
+    let scratch =
+        std::env::temp_dir().join(format!("dr-retrieval-{}", uuid::Uuid::new_v4().simple()));
+    let report = retrieval::measure(set, questions, corpus, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let report = report?;
+    std::fs::write(output, serde_json::to_string_pretty(&report)?)?;
+    let table = retrieval::markdown(&report);
+    std::fs::write(output.with_extension("md"), &table)?;
+    println!("{table}\nResults: {} (and .md)", output.display());
+    Ok(())
+}
+
+fn search(cmd: SearchCmd) -> anyhow::Result<()> {
+    let mut cfg = FileConfig::load_from(cmd.config.as_deref())?;
+    let name = match cmd.corpus.as_deref() {
+        Some(spec) if spec.contains('=') => {
+            cfg.add_corpora(&[spec.to_owned()])?;
+            spec.split_once('=').map(|(name, _)| name.trim().to_owned())
+        }
+        Some(name) => Some(name.trim().to_owned()),
+        None => None,
+    };
+    let corpora = cfg.open_corpora()?;
+    let corpus = corpora
+        .pick(name.as_deref().unwrap_or(""))
+        .map_err(|why| anyhow::anyhow!("{}", why.replace("config.configurable.", "--")))?;
+    let hits = corpus.search_blocking(&cmd.query, "", cmd.max.clamp(1, 100))?;
+    deep_research::cli::search::print(&hits, cmd.json, &mut std::io::stdout().lock())?;
+    Ok(())
 }
 
 /// The results as JSON at `output` and as a Markdown table beside it.

@@ -4,6 +4,7 @@
 //! cost); through a pipe it is plain lines; `--json` prints every event as a JSON line. The
 //! clarifying question is asked at the prompt, and the report goes to a file or to stdout.
 
+pub mod search;
 mod view;
 
 use crate::research::progress::RunProgress;

@@ -489,7 +489,7 @@ impl FileConfig {
             .join("deep-research-index")
     }
 
-    fn open_corpora(&self) -> anyhow::Result<crate::tools::corpus::Corpora> {
+    pub fn open_corpora(&self) -> anyhow::Result<crate::tools::corpus::Corpora> {
         if self.corpora.is_empty() {
             return Ok(crate::tools::corpus::Corpora::default());
         }

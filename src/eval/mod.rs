@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 pub mod reading;
+pub mod retrieval;
 
 /// A question set (`eval/*.json`).
 #[derive(Clone, Debug, Deserialize, Serialize)]

@@ -40,6 +40,12 @@ pub enum ResearchEvent {
         topic: String,
         error: String,
     },
+    /// A search call's queries and what each returned (locations and scores, best first), so
+    /// a reader can tell a query that found nothing useful from a report that ignored it.
+    Searched {
+        engine: String,
+        queries: Vec<crate::tools::QueryFound>,
+    },
     /// A search failed; the researcher was told and goes on.
     SearchError {
         engine: String,

@@ -330,6 +330,7 @@ impl RunProgress {
             ResearchEvent::SpendCap { .. }
             | ResearchEvent::McpError { .. }
             | ResearchEvent::Replayed { .. }
+            | ResearchEvent::Searched { .. }
             | ResearchEvent::Settings { .. } => {}
         }
     }

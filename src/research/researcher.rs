@@ -334,7 +334,8 @@ async fn tools(deps: Deps, state: LastTurn, ctx: NodeContext) -> Result<Command,
     } else {
         Toolbox::default()
     };
-    let outcomes = join_all(calls.iter().map(|c| run_tool(&caller, &toolbox, c))).await;
+    let topic = state.research_topic.clone().unwrap_or_default();
+    let outcomes = join_all(calls.iter().map(|c| run_tool(&caller, &toolbox, c, &topic))).await;
     let mut messages = Vec::new();
     // Pages the provider's own web search returned count as retrieved sources too.
     let mut sources: Vec<Source> = last.metadata_list("web_search_results");
@@ -373,7 +374,7 @@ async fn tools(deps: Deps, state: LastTurn, ctx: NodeContext) -> Result<Command,
             name: call.name.clone(),
             args: json!({ "queries": salvaged }),
         };
-        let (content, found) = run_tool(&caller, &toolbox, &whole).await?;
+        let (content, found) = run_tool(&caller, &toolbox, &whole, &topic).await?;
         messages.push(Message::tool_result(content, &call.name, &call.id));
         sources.extend(found);
     }
@@ -402,6 +403,7 @@ async fn run_tool(
     caller: &Caller<'_>,
     toolbox: &Toolbox,
     call: &ToolCall,
+    topic: &str,
 ) -> Result<(String, Vec<Source>), NodeError> {
     match call.name.as_str() {
         "think_tool" => Ok((
@@ -410,7 +412,7 @@ async fn run_tool(
         )),
         "ResearchComplete" => Ok((String::new(), vec![])),
         name if Some(name) == search_tool(caller) => {
-            remembered(caller, call, search(caller, call)).await
+            remembered(caller, call, search(caller, call, topic)).await
         }
         other => match toolbox.find(other) {
             Some(tool) => remembered(caller, call, call_mcp(caller, tool, call)).await,
@@ -471,7 +473,11 @@ async fn call_mcp(
     })
 }
 
-async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Source>), NodeError> {
+async fn search(
+    caller: &Caller<'_>,
+    call: &ToolCall,
+    topic: &str,
+) -> Result<(String, Vec<Source>), NodeError> {
     // A small model often sends one query as a string, or names it `query`: take it.
     let given = match &call.args["queries"] {
         Value::Null => &call.args["query"],
@@ -523,6 +529,7 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Sou
             LongPages::Excerpts
         },
         ledger,
+        topic: topic.to_owned(),
     };
     let summarizer = ModelSummarizer { caller };
     let local = matches!(searcher, Searcher::Corpus(_));
@@ -536,6 +543,23 @@ async fn search(caller: &Caller<'_>, call: &ToolCall) -> Result<(String, Vec<Sou
     .await
     {
         Ok(out) => {
+            for q in &out.found {
+                let results: Vec<String> = q
+                    .results
+                    .iter()
+                    .map(|f| match f.score {
+                        Some(score) => format!("{} ({score:.2})", f.url),
+                        None => f.url.clone(),
+                    })
+                    .collect();
+                tracing::info!(engine = engine_id, query = %q.query, found = q.results.len(),
+                    results = %results.join(", "), "searched");
+            }
+            ResearchEvent::Searched {
+                engine: engine_id.to_owned(),
+                queries: out.found,
+            }
+            .send(caller.ctx);
             let sources = out
                 .sources
                 .into_iter()

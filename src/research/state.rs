@@ -284,6 +284,9 @@ pub struct LastTurn {
     pub researcher_messages: Option<Message>,
     #[serde(deserialize_with = "or_default")]
     pub tool_call_iterations: u32,
+    /// What the researcher was asked to research: a corpus ranks its searches by it.
+    #[serde(default)]
+    pub research_topic: Option<String>,
 }
 
 /// The last element of a list; the others are skipped without being copied.

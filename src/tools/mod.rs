@@ -10,6 +10,6 @@ pub mod web_search;
 
 pub use engines::{Engine, QueryOptions};
 pub use web_search::{
-    LongPages, PageSummarizer, PageSummary, SearchConfig, SearchError, SearchHit, SearchOptions,
-    SearchOutput, Searcher, Source, SummaryLedger, WebSearch, web_search,
+    LongPages, PageSummarizer, PageSummary, QueryFound, SearchConfig, SearchError, SearchHit,
+    SearchOptions, SearchOutput, Searcher, Source, SummaryLedger, WebSearch, web_search,
 };

@@ -12,7 +12,7 @@ use futures::future::{join_all, try_join_all};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 
@@ -337,6 +337,9 @@ pub struct SearchOptions {
     pub long_pages: LongPages,
     /// The run's summaries so far (reused per location) and its budget.
     pub ledger: Arc<SummaryLedger>,
+    /// The research topic the queries serve. A corpus ranks what a query finds by it; a web
+    /// engine has no such parameter and is sent the query alone.
+    pub topic: String,
 }
 
 impl SearchOptions {
@@ -350,6 +353,7 @@ impl SearchOptions {
             verbatim_chars: 0,
             long_pages: LongPages::Summary,
             ledger: Arc::new(SummaryLedger::new(usize::MAX)),
+            topic: String::new(),
         }
     }
 }
@@ -441,10 +445,27 @@ pub struct Source {
 }
 
 /// The tool result text plus the sources it cites, in `SOURCE n` order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SearchOutput {
     pub text: String,
     pub sources: Vec<Source>,
+    /// What each query returned, in query order: its locations and the engine's scores.
+    pub found: Vec<QueryFound>,
+}
+
+/// One query of a search call and the locations it returned, best first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueryFound {
+    pub query: String,
+    pub results: Vec<Found>,
+}
+
+/// A location a query returned, with the engine's score when it gives one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Found {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
 }
 
 /// Where a run's queries go: a web search engine, or one of the operator's corpora.
@@ -464,12 +485,13 @@ impl Searcher {
     async fn search(
         &self,
         query: &str,
+        topic: &str,
         opts: &QueryOptions,
     ) -> Result<Vec<SearchHit>, SearchError> {
         match self {
             Self::Web(web) => web.search(query, opts).await,
             Self::Corpus(corpus) => corpus
-                .search(query, opts.max_results as usize)
+                .search(query, topic, opts.max_results as usize)
                 .await
                 .map_err(|e| match e {
                     super::corpus::CorpusError::Stopped(_) => SearchError::Transient(e.to_string()),
@@ -520,12 +542,32 @@ async fn run_search(
     summarizer: Option<&dyn PageSummarizer>,
     opts: &SearchOptions,
 ) -> Result<SearchOutput, SearchError> {
-    let responses = try_join_all(queries.iter().map(|q| search.search(q, &opts.query))).await?;
+    let responses = try_join_all(
+        queries
+            .iter()
+            .map(|q| search.search(q, &opts.topic, &opts.query)),
+    )
+    .await?;
+    let found: Vec<QueryFound> = queries
+        .iter()
+        .zip(&responses)
+        .map(|(query, hits)| QueryFound {
+            query: query.clone(),
+            results: hits
+                .iter()
+                .map(|h| Found {
+                    url: h.url.clone(),
+                    score: h.score,
+                })
+                .collect(),
+        })
+        .collect();
     let (asked, mut hits): (Vec<usize>, Vec<SearchHit>) = dedupe(responses).into_iter().unzip();
     if hits.is_empty() {
         return Ok(SearchOutput {
             text: NO_RESULTS.to_owned(),
             sources: Vec::new(),
+            found,
         });
     }
     // The output shows summaries, not raw pages: each page goes to its summary and no further.
@@ -536,7 +578,10 @@ async fn run_search(
         display_content(hit, page, query, summarizer, opts, started)
     }))
     .await;
-    Ok(format_output(&hits, shown))
+    Ok(SearchOutput {
+        found,
+        ..format_output(&hits, shown)
+    })
 }
 
 /// First occurrence wins, in query order then rank order; each hit with the index of the
@@ -703,7 +748,11 @@ fn format_output(hits: &[SearchHit], shown: Vec<Shown>) -> SearchOutput {
             }
         })
         .collect();
-    SearchOutput { text, sources }
+    SearchOutput {
+        text,
+        sources,
+        found: Vec::new(),
+    }
 }
 
 #[cfg(test)]

@@ -163,3 +163,99 @@ fn eval_rescore_scores_kept_results_and_refuses_results_without_texts() {
     );
     assert!(!out.exists());
 }
+
+/// `search` prints what a researcher's search would get, ranked, as JSON too; a corpus that
+/// is not there is a clear error. `eval --retrieval` measures the same search on a set.
+#[test]
+fn search_prints_ranked_sections_and_eval_retrieval_measures_them() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(docs.join("_sources")).unwrap();
+    let filler = vec!["word"; 60].join(" ");
+    std::fs::write(
+        docs.join("vacuum.html"),
+        format!(
+            "<html><head><title>Vacuum — Acme 1.0 documentation</title></head><body>\
+             <h1>Vacuum<a class=\"headerlink\" href=\"#\">¶</a></h1>\
+             <p>Vacuum reclaims storage held by dead rows. {filler}</p></body></html>"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        docs.join("_sources/vacuum.rst.txt"),
+        format!("Vacuum\n======\n\nVacuum reclaims storage held by dead rows. {filler}"),
+    )
+    .unwrap();
+    let spec = format!("acme={}", docs.display());
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_deep-research"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("DR_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["search", "--corpus", &spec, "--json", "reclaim storage"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hits = hits.as_array().unwrap();
+    assert_eq!(
+        hits.len(),
+        1,
+        "the _sources copy is not a second hit: {hits:?}"
+    );
+    assert_eq!(hits[0]["title"], "Vacuum");
+    assert!(
+        hits[0]["url"]
+            .as_str()
+            .unwrap()
+            .ends_with("/docs/vacuum.html")
+    );
+    assert!(
+        hits[0]["passage"]
+            .as_str()
+            .unwrap()
+            .contains("reclaims storage")
+    );
+
+    let out = run(&["search", "--corpus", "nowhere", "reclaim"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("corpus"), "{err}");
+
+    let set = dir.path().join("set.json");
+    std::fs::write(
+        &set,
+        serde_json::json!({"name": "acme", "corpus": "acme", "questions": [
+            {"id": "a1", "question": "What does vacuum reclaim?",
+             "facts": [{"fact": "storage", "any": ["reclaims storage"]}],
+             "pages": ["vacuum.html"]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let results = dir.path().join("retrieval.json");
+    let out = run(&[
+        "eval",
+        "--retrieval",
+        "--questions",
+        set.to_str().unwrap(),
+        "--corpus",
+        &spec,
+        "-o",
+        results.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    assert_eq!(report["recall_at"][0], serde_json::json!([1, 1.0]));
+    assert_eq!(report["results"][0]["page_rank"], 1);
+    assert!(results.with_extension("md").exists());
+}

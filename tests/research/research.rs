@@ -1847,6 +1847,16 @@ async fn research_over_local_documents_cites_the_sections_it_read() {
     assert_eq!(support["removed"], 1, "{support}");
     assert_eq!(support["attached"], 1, "{support}");
     assert_eq!(values["citations"], *support);
+    // The query and what it found, with the engine's score, for whoever reads the run.
+    let searched = frames
+        .iter()
+        .find(|f| f.event == "custom" && f.data["type"] == "searched")
+        .expect("a searched event");
+    assert_eq!(searched.data["engine"], "local");
+    assert_eq!(searched.data["queries"][0]["query"], "vacuum dead tuples");
+    let found = &searched.data["queries"][0]["results"][0];
+    assert_eq!(found["url"], json!(section), "{searched:?}");
+    assert!(found["score"].as_f64().unwrap() > 0.0, "{searched:?}");
 }
 
 /// A run names a corpus the server has, or gets a 422 that names the choices; `corpus` with a

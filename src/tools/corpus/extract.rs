@@ -8,6 +8,9 @@ use scraper::{ElementRef, Html, Node};
 /// with one line under it is not worth a search hit of its own.
 const MIN_SECTION_CHARS: usize = 200;
 
+/// A block with at least this many links, most of its text theirs, is navigation.
+const LINK_LIST_MIN_LINKS: usize = 4;
+
 /// Plain text is cut into sections of about this many characters, on paragraph boundaries.
 const TEXT_SECTION_CHARS: usize = 4000;
 
@@ -169,6 +172,64 @@ fn is_chrome(el: &scraper::node::Element) -> bool {
     })
 }
 
+/// Lists and blocks that are mostly links (tables of contents, indexes, "see also" rows of
+/// links): they name every topic and hold none, so a query's words find them first.
+fn is_link_list(el: ElementRef<'_>) -> bool {
+    // Not `div`: a chapter's wrapper holds its table of contents and its opening text both.
+    const LISTS: [&str; 4] = ["ul", "ol", "dl", "table"];
+    if !LISTS.contains(&el.value().name()) {
+        return false;
+    }
+    let mut links = 0;
+    let mut link_chars = 0;
+    for a in el
+        .descendants()
+        .filter_map(ElementRef::wrap)
+        .filter(|e| e.value().name() == "a" && e.value().attr("href").is_some())
+    {
+        links += 1;
+        link_chars += a.text().map(|t| t.trim().chars().count()).sum::<usize>();
+    }
+    if links < LINK_LIST_MIN_LINKS {
+        return false;
+    }
+    let all_chars: usize = el.text().map(|t| t.trim().chars().count()).sum();
+    link_chars * 10 >= all_chars * 7
+}
+
+/// The text of a heading without the permalink sign generators put after it (`¶`, `§`).
+fn heading_text(heading: ElementRef<'_>) -> String {
+    collapse(&heading.text().collect::<String>())
+        .trim_end_matches(['¶', '§'])
+        .trim_end()
+        .to_owned()
+}
+
+/// A page's title without the site's name: `<title>` is often the page's heading joined to
+/// the site's name ("Routine Vacuuming — Example 3.1 documentation", "Site | Page"), which
+/// every page shares.
+fn page_title(title: &str, h1: &str) -> String {
+    const SEPARATORS: [char; 6] = ['—', '–', '-', '|', '·', ':'];
+    let (title, h1) = (title.trim(), h1.trim());
+    if h1.is_empty() || title == h1 {
+        return title.to_owned();
+    }
+    let joined = |rest: &str, at_end: bool| {
+        let rest = rest.trim();
+        let sep = if at_end {
+            rest.chars().last()
+        } else {
+            rest.chars().next()
+        };
+        sep.is_some_and(|c| SEPARATORS.contains(&c))
+    };
+    match (title.strip_prefix(h1), title.strip_suffix(h1)) {
+        (Some(rest), _) if joined(rest, false) => h1.to_owned(),
+        (_, Some(rest)) if joined(rest, true) => h1.to_owned(),
+        _ => title.to_owned(),
+    }
+}
+
 fn heading_level(name: &str) -> Option<u8> {
     match name {
         "h1" => Some(1),
@@ -228,14 +289,16 @@ fn html(content: &str) -> (String, Vec<Raw>) {
         })
         .filter(|p| !p.text.is_empty() || !p.heading.is_empty())
         .collect();
+    let h1 = body
+        .descendants()
+        .filter_map(ElementRef::wrap)
+        .find(|e| e.value().name() == "h1")
+        .map(heading_text)
+        .unwrap_or_default();
     let title = if title.is_empty() {
-        body.descendants()
-            .filter_map(ElementRef::wrap)
-            .find(|e| e.value().name() == "h1")
-            .map(|e| collapse(&e.text().collect::<String>()))
-            .unwrap_or_default()
+        h1
     } else {
-        title
+        page_title(&title, &h1)
     };
     (title, parts)
 }
@@ -257,7 +320,7 @@ impl HtmlWalk {
                         continue;
                     };
                     let name = e.name();
-                    if SKIPPED.contains(&name) || is_chrome(e) {
+                    if SKIPPED.contains(&name) || is_chrome(e) || is_link_list(child_el) {
                         continue;
                     }
                     if let Some(_level) = heading_level(name) {
@@ -287,7 +350,7 @@ impl HtmlWalk {
     }
 
     fn start_section(&mut self, heading: ElementRef<'_>) {
-        let text = collapse(&heading.text().collect::<String>());
+        let text = heading_text(heading);
         let anchor = anchor_of(heading);
         let next = Raw {
             anchor,
@@ -498,6 +561,50 @@ mod tests {
         );
         assert!(s[1].text.contains("VACUUM\n  FULL;") || s[1].text.contains("VACUUM\nFULL;"));
         assert!(!s[1].text.contains("Next"));
+    }
+
+    /// What every page shares (the site's name in its title, the permalink sign after each
+    /// heading, a table of contents) is not part of a section's title or text.
+    #[test]
+    fn site_names_permalinks_and_link_lists_are_left_out() {
+        let page = format!(
+            r##"<html><head><title>What’s New In Python 3.11 — Python 3.11.2 documentation</title></head>
+            <body><h1>What’s New In Python 3.11<a class="headerlink" href="#top">¶</a></h1>
+            <div class="toctree-wrapper"><ul><li><a href="a.html">Summary</a></li>
+            <li><a href="b.html">New Features</a></li><li><a href="c.html">Other Language Changes</a></li>
+            <li><a href="d.html">Optimizations</a></li></ul></div><p>{intro}</p>
+            <section id="faster-cpython"><h2>Faster CPython<a class="headerlink" href="#faster-cpython">¶</a></h2>
+            <p>{text}</p><ul><li>See <a href="e.html">the tutorial</a> for more on what each of these changes means for code you run today.</li></ul></section>
+            </body></html>"##,
+            text = long("fast"),
+            intro = long("intro"),
+        );
+        let s = sections(Format::Html, &page, "x.html");
+        assert_eq!(s.len(), 2, "{s:#?}");
+        assert_eq!(s[0].title, "What’s New In Python 3.11");
+        assert!(!s[0].text.contains("Optimizations"), "{}", s[0].text);
+        assert_eq!(s[1].title, "What’s New In Python 3.11 — Faster CPython");
+        assert!(
+            s[1].text.contains("for code you run today"),
+            "prose with a link stays"
+        );
+        assert_eq!(
+            page_title("Vacuuming | Acme Docs", "Vacuuming"),
+            "Vacuuming"
+        );
+        assert_eq!(
+            page_title("Acme Docs | Vacuuming", "Vacuuming"),
+            "Vacuuming"
+        );
+        assert_eq!(
+            page_title("Vacuuming Basics", "Vacuuming"),
+            "Vacuuming Basics",
+            "a heading that is only the title's start is not a site's name"
+        );
+        assert_eq!(
+            page_title("25.1. Routine Vacuuming", ""),
+            "25.1. Routine Vacuuming"
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tantivy::collector::TopDocs;
-use tantivy::query::QueryParser;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser};
 use tantivy::schema::{
     Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
 };
@@ -28,7 +28,7 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 /// Bumped whenever the schema or the extraction changes: an index of another version is built
 /// again from the files.
-const INDEX_VERSION: u32 = 1;
+const INDEX_VERSION: u32 = 2;
 
 /// Files larger than this are not indexed (a corpus of documents, not of data dumps).
 const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
@@ -43,6 +43,14 @@ const WRITER_HEAP: usize = 50_000_000;
 /// is what a researcher sees of a long section that is not summarised, so it is a passage, not
 /// a line.
 const SNIPPET_CHARS: usize = 1000;
+
+/// How much a research topic's words weigh beside the query's own in ranking what the query
+/// finds (a query word counts 1).
+const CONTEXT_WEIGHT: f32 = 0.5;
+
+/// A word in more than this share of a corpus's sections ("python" in a Python manual, "and")
+/// tells nothing apart: the all-words ranking does not require it.
+const COMMON_SHARE: f64 = 0.4;
 
 /// Why a corpus could not be opened or searched.
 #[derive(Debug, thiserror::Error)]
@@ -360,8 +368,16 @@ impl Corpus {
         }
     }
 
-    /// The `max` best sections for `query`, one per location.
-    pub fn search_blocking(&self, query: &str, max: usize) -> Result<Vec<SearchHit>, CorpusError> {
+    /// The `max` best sections for `query`, one per location. `context` (the research topic
+    /// the query serves, or nothing) does not find sections of its own: among those the query
+    /// finds, it ranks first the ones about the topic, so a short, general query a model
+    /// writes ("exception handling") reaches the sections its topic needs.
+    pub fn search_blocking(
+        &self,
+        query: &str,
+        context: &str,
+        max: usize,
+    ) -> Result<Vec<SearchHit>, CorpusError> {
         let err = |message: String| CorpusError::Search {
             name: self.name.clone(),
             message,
@@ -370,29 +386,52 @@ impl Corpus {
         if query_text.trim().is_empty() || max == 0 {
             return Ok(vec![]);
         }
-        let mut snippet_query: Option<Box<dyn tantivy::query::Query>> = None;
-        // Sections with every word of the query rank first; sections with some of them fill
-        // the rest. A plain OR ranks a page that repeats two common words of a long query
-        // ("server", "value") above the one page that has its rare ones.
-        let searcher = self.reader.searcher();
-        let mut ranked = Vec::new();
-        for all_words in [true, false] {
+        let context_text = plain_query(context).replace('"', " ");
+        let parser = |all_words: bool| {
             let mut parser =
                 QueryParser::for_index(&self.index, vec![self.fields.title, self.fields.body]);
             parser.set_field_boost(self.fields.title, 1.5);
             if all_words {
                 parser.set_conjunction_by_default();
             }
+            parser
+        };
+        let about: Option<Box<dyn Query>> = (!context_text.trim().is_empty()).then(|| {
+            let (parsed, _ignored) = parser(false).parse_query_lenient(&context_text);
+            Box::new(BoostQuery::new(parsed, CONTEXT_WEIGHT)) as Box<dyn Query>
+        });
+        let mut snippet_query: Option<Box<dyn tantivy::query::Query>> = None;
+        // Two rankings fused: sections with every telling word of the query, and sections with
+        // any of its words. A plain OR ranks a page that repeats two common words of a long
+        // query ("server", "value") above the one page that has its rare ones; requiring
+        // every word alone ranks a long reference page that happens to hold "differences
+        // between 3.11 and 3.10" above the section on what changed.
+        let searcher = self.reader.searcher();
+        let mut lists = Vec::new();
+        let rare = self.rare_words(&searcher, &query_text);
+        for all_words in [true, false] {
+            let text = if all_words { &rare } else { &query_text };
+            if text.trim().is_empty() {
+                continue;
+            }
             // Lenient: a model's query with stray operators still searches its words.
-            let (parsed, _ignored) = parser.parse_query_lenient(&query_text);
+            let (parsed, _ignored) = parser(all_words).parse_query_lenient(text);
+            let ranking: Box<dyn Query> = match &about {
+                Some(about) => Box::new(BooleanQuery::new(vec![
+                    (Occur::Must, parsed.box_clone()),
+                    (Occur::Should, about.box_clone()),
+                ])),
+                None => parsed.box_clone(),
+            };
             let top = searcher
-                .search(&parsed, &TopDocs::with_limit(max * 3).order_by_score())
+                .search(&*ranking, &TopDocs::with_limit(max * 3).order_by_score())
                 .map_err(|e| err(e.to_string()))?;
-            ranked.extend(top);
+            lists.push(top);
             if !all_words {
                 snippet_query = Some(parsed);
             }
         }
+        let ranked = fused(lists);
         let Some(snippet_query) = snippet_query else {
             return Ok(vec![]);
         };
@@ -433,17 +472,84 @@ impl Corpus {
         Ok(hits)
     }
 
+    /// The words of `query` that tell sections apart: those in at most `COMMON_SHARE` of the
+    /// sections (a word nearly every section holds adds nothing to a requirement but misses).
+    /// A quoted phrase is kept whole.
+    fn rare_words(&self, searcher: &tantivy::Searcher, query: &str) -> String {
+        let sections = searcher.num_docs().max(1) as f64;
+        let Some(mut analyzer) = self.index.tokenizers().get("en_stem") else {
+            return query.to_owned();
+        };
+        let mut kept = Vec::new();
+        let mut in_phrase = false;
+        for word in query.split_whitespace() {
+            let quotes = word.matches('"').count();
+            if in_phrase || quotes > 0 {
+                kept.push(word);
+                in_phrase ^= quotes % 2 == 1;
+                continue;
+            }
+            let mut stream = analyzer.token_stream(word);
+            let mut common = false;
+            let mut any = false;
+            while let Some(token) = stream.next() {
+                any = true;
+                let term = Term::from_field_text(self.fields.body, &token.text);
+                let share = searcher.doc_freq(&term).unwrap_or(0) as f64 / sections;
+                common |= share > COMMON_SHARE;
+            }
+            if any && !common {
+                kept.push(word);
+            }
+        }
+        kept.join(" ")
+    }
+
+    /// Whether some section holds `wording` (case and spacing aside) in its title or text:
+    /// a phrase search, then the candidates read.
+    pub fn holds(&self, wording: &str) -> Result<bool, CorpusError> {
+        let err = |message: String| CorpusError::Search {
+            name: self.name.clone(),
+            message,
+        };
+        let words = plain_query(wording).replace('"', " ");
+        let wanted = normalized(wording);
+        if words.trim().is_empty() || wanted.is_empty() {
+            return Ok(false);
+        }
+        let searcher = self.reader.searcher();
+        let parser = QueryParser::for_index(&self.index, vec![self.fields.title, self.fields.body]);
+        let (parsed, _ignored) = parser.parse_query_lenient(&format!("\"{words}\""));
+        let top = searcher
+            .search(&parsed, &TopDocs::with_limit(200).order_by_score())
+            .map_err(|e| err(e.to_string()))?;
+        for (_, address) in top {
+            let doc: TantivyDocument = searcher.doc(address).map_err(|e| err(e.to_string()))?;
+            let text: String = [self.fields.title, self.fields.body]
+                .iter()
+                .filter_map(|f| doc.get_first(*f).and_then(|v| v.as_str()))
+                .collect::<Vec<_>>()
+                .join("\n");
+            if normalized(&text).contains(&wanted) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// `search_blocking` off the async threads, with a refresh started when one is due.
     pub async fn search(
         self: &Arc<Self>,
         query: &str,
+        context: &str,
         max: usize,
     ) -> Result<Vec<SearchHit>, CorpusError> {
         self.refresh_if_due();
         let me = self.clone();
         let query = query.to_owned();
+        let context = context.to_owned();
         let started = Instant::now();
-        let result = tokio::task::spawn_blocking(move || me.search_blocking(&query, max))
+        let result = tokio::task::spawn_blocking(move || me.search_blocking(&query, &context, max))
             .await
             .map_err(|e| CorpusError::Stopped(e.to_string()))
             .and_then(|found| found);
@@ -522,6 +628,26 @@ impl Corpora {
     }
 }
 
+/// Reciprocal-rank fusion of ranked lists (k = 60): a section high in either list ranks high,
+/// one in both higher. The score a hit carries is its fused score.
+fn fused(lists: Vec<Vec<(f32, tantivy::DocAddress)>>) -> Vec<(f32, tantivy::DocAddress)> {
+    let mut scores: Vec<(f32, tantivy::DocAddress)> = Vec::new();
+    for list in lists {
+        for (rank, (_, address)) in list.into_iter().enumerate() {
+            let add = 1.0 / (RRF_K + rank as f32 + 1.0);
+            match scores.iter_mut().find(|(_, a)| *a == address) {
+                Some((score, _)) => *score += add,
+                None => scores.push((add, address)),
+            }
+        }
+    }
+    scores.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scores
+}
+
+/// The constant of reciprocal-rank fusion: how little the first ranks outweigh the next.
+const RRF_K: f32 = 60.0;
+
 /// A query the parser reads as words and phrases: field prefixes, boosts, ranges and stray
 /// quotes a model may write are taken as plain text.
 fn plain_query(query: &str) -> String {
@@ -539,6 +665,14 @@ fn plain_query(query: &str) -> String {
         // A leading '-' would exclude the word; an 'AND'/'OR'/'NOT' is an operator.
         .map(|w| w.trim_start_matches('-'))
         .filter(|w| !w.is_empty() && !matches!(*w, "AND" | "OR" | "NOT"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Lower case, one space between words.
+fn normalized(text: &str) -> String {
+    text.to_lowercase()
+        .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -591,7 +725,52 @@ fn list_files(root: &Path) -> Vec<(String, PathBuf, (u64, u64))> {
         }
     }
     out.sort();
-    out
+    without_source_copies(out)
+}
+
+/// The files without the sources of pages the corpus also holds rendered: a documentation
+/// build keeps `_sources/x.rst.txt` beside `x.html`, a site `x.md` beside `x.html`. The same
+/// text twice would take two places in every result list, the second with raw markup.
+fn without_source_copies(
+    files: Vec<(String, PathBuf, (u64, u64))>,
+) -> Vec<(String, PathBuf, (u64, u64))> {
+    let rendered: HashSet<String> = files
+        .iter()
+        .filter(|(rel, abs, _)| Format::of(abs) == Some(Format::Html) && !rel.is_empty())
+        .map(|(rel, _, _)| rel.clone())
+        .collect();
+    files
+        .into_iter()
+        .filter(|(rel, abs, _)| {
+            Format::of(abs) == Some(Format::Html) || !is_source_copy(rel, &rendered)
+        })
+        .collect()
+}
+
+/// Whether `rel` (a Markdown or text file) is the source of one of the `rendered` pages.
+fn is_source_copy(rel: &str, rendered: &HashSet<String>) -> bool {
+    let unsourced = match rel.split_once("_sources/") {
+        Some((before, after)) if before.is_empty() || before.ends_with('/') => {
+            format!("{before}{after}")
+        }
+        _ => rel.to_owned(),
+    };
+    // `x.rst.txt` → `x`, `x.md` → `x`.
+    let mut stem = unsourced.as_str();
+    for _ in 0..2 {
+        match stem.rsplit_once('.') {
+            Some((head, ext))
+                if ["txt", "rst", "md", "markdown", "text"].contains(&ext)
+                    && !head.ends_with('/') =>
+            {
+                stem = head;
+            }
+            _ => break,
+        }
+    }
+    ["html", "htm"]
+        .iter()
+        .any(|ext| rendered.contains(&format!("{stem}.{ext}")))
 }
 
 fn read_manifest(dir: &Path) -> Option<Manifest> {

@@ -56,7 +56,7 @@ fn finds_sections_by_stemmed_words_and_phrases_and_locates_them() {
         Duration::from_secs(3600),
     )
     .unwrap();
-    let hits = corpus.search_blocking("reclaim storage", 5).unwrap();
+    let hits = corpus.search_blocking("reclaim storage", "", 5).unwrap();
     assert_eq!(hits.len(), 1, "{hits:#?}");
     let root = std::fs::canonicalize(docs.path()).unwrap();
     assert_eq!(
@@ -74,19 +74,19 @@ fn finds_sections_by_stemmed_words_and_phrases_and_locates_them() {
     );
     // A phrase matches only where its words stand together.
     let hits = corpus
-        .search_blocking("\"transaction ID wraparound\"", 5)
+        .search_blocking("\"transaction ID wraparound\"", "", 5)
         .unwrap();
     assert_eq!(hits.len(), 1);
     assert!(hits[0].url.ends_with("#wrap"));
     assert!(
         corpus
-            .search_blocking("\"wraparound transaction\"", 5)
+            .search_blocking("\"wraparound transaction\"", "", 5)
             .unwrap()
             .is_empty()
     );
     // Markdown files are searched too, and stray operators do not break a query.
     let hits = corpus
-        .search_blocking("write-ahead log: (records)^2", 5)
+        .search_blocking("write-ahead log: (records)^2", "", 5)
         .unwrap();
     assert!(hits[0].url.ends_with("notes/wal.md#wal"), "{hits:#?}");
 }
@@ -131,9 +131,9 @@ fn reopening_reuses_the_index_and_picks_up_changed_files() {
     std::fs::remove_file(docs.path().join("b.md")).unwrap();
     let done = corpus.refresh().unwrap();
     assert_eq!((done.indexed, done.removed, done.unchanged), (1, 1, 0));
-    assert!(corpus.search_blocking("zebra", 5).unwrap().is_empty());
-    assert!(corpus.search_blocking("yak", 5).unwrap().is_empty());
-    let hits = corpus.search_blocking("okapi", 5).unwrap();
+    assert!(corpus.search_blocking("zebra", "", 5).unwrap().is_empty());
+    assert!(corpus.search_blocking("yak", "", 5).unwrap().is_empty());
+    let hits = corpus.search_blocking("okapi", "", 5).unwrap();
     assert_eq!(hits[0].url, "https://docs.example.org/v1/a.md#a");
 }
 
@@ -191,10 +191,169 @@ shared_buffers sets the shared memory buffers; the server value is 128MB. {}",
     )
     .unwrap();
     let hits = corpus
-        .search_blocking("optimal server value for shared_buffers", 3)
+        .search_blocking("optimal server value for shared_buffers", "", 3)
         .unwrap();
     assert!(hits[0].url.ends_with("memory.md#memory"), "{hits:#?}");
     assert_eq!(hits.len(), 3, "the rest filled with partial matches");
+}
+
+/// A documentation build's `_sources` copies and a page's Markdown source are the same text
+/// as the rendered page: indexed once, as the page. A Markdown file with no page stays.
+#[test]
+fn sources_of_rendered_pages_are_not_indexed_twice() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    let page = |title: &str| {
+        format!(
+            "<html><head><title>{title}</title></head><body><h1>{title}</h1><p>The task group \
+             waits for its tasks. {}</p></body></html>",
+            filler("tasks")
+        )
+    };
+    write(docs.path(), "library/asyncio.html", &page("asyncio"));
+    write(
+        docs.path(),
+        "_sources/library/asyncio.rst.txt",
+        &format!(
+            "asyncio\n=======\n\nThe task group waits for its tasks. {}",
+            filler("tasks")
+        ),
+    );
+    write(docs.path(), "guide.html", &page("guide"));
+    write(
+        docs.path(),
+        "guide.md",
+        &format!("# guide\n\nThe task group waits. {}", filler("tasks")),
+    );
+    write(
+        docs.path(),
+        "notes.md",
+        &format!("# notes\n\nThe task group waits. {}", filler("tasks")),
+    );
+    let corpus = Corpus::open(
+        "docs",
+        &config(docs.path()),
+        index.path(),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let hits = corpus.search_blocking("task group", "", 10).unwrap();
+    let mut urls: Vec<&str> = hits
+        .iter()
+        .map(|h| h.url.rsplit('/').next().unwrap_or_default())
+        .collect();
+    urls.sort();
+    assert_eq!(
+        urls,
+        ["asyncio.html", "guide.html", "notes.md#notes"],
+        "{hits:#?}"
+    );
+}
+
+/// A short, general query a small model writes finds many sections; the researcher's topic
+/// ranks first the one it needs, and finds nothing the query does not.
+#[test]
+fn the_topic_ranks_what_a_general_query_finds() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    for (name, text) in [
+        (
+            "signals",
+            "Exception handling for signals: a handler runs between bytecodes; \
+                     exception handling there is limited.",
+        ),
+        (
+            "codecs",
+            "Exception handling in codecs: errors='strict' raises on bad bytes; \
+                    exception handling is set per codec.",
+        ),
+        (
+            "groups",
+            "Exception handling of several errors at once. Raising several \
+                    unrelated errors together: a group of them is caught with except*, \
+                    and notes are added with add_note. The group nests other groups, and a \
+                    handler sees only the ones it names, while the rest propagate.",
+        ),
+        (
+            "tomllib",
+            "Parsing TOML with tomllib: groups of keys are tables.",
+        ),
+    ] {
+        write(
+            docs.path(),
+            &format!("{name}.md"),
+            &format!("# {name}\n\n{text} {}", filler(name)),
+        );
+    }
+    let corpus = Corpus::open(
+        "docs",
+        &config(docs.path()),
+        index.path(),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let alone = corpus.search_blocking("exception handling", "", 3).unwrap();
+    assert_eq!(alone.len(), 3);
+    assert!(!alone[0].url.ends_with("groups.md#groups"), "{alone:#?}");
+    let topic = "Python 3.11: exception groups, except* and notes";
+    let ranked = corpus
+        .search_blocking("exception handling", topic, 3)
+        .unwrap();
+    assert!(ranked[0].url.ends_with("groups.md#groups"), "{ranked:#?}");
+    assert!(
+        ranked.iter().all(|h| !h.url.contains("tomllib")),
+        "the topic alone finds nothing: {ranked:#?}"
+    );
+}
+
+/// Requiring every word of a long query would rank a long page that happens to hold them all
+/// ("differences", "between", "and", the versions) above the section on the subject; the
+/// all-words and any-word rankings fused rank the section first.
+#[test]
+fn a_long_query_finds_the_section_on_its_subject() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    write(
+        docs.path(),
+        "reference.md",
+        &format!(
+            "# reference\n\nFunctions. Differences between modes are listed; changed in 3.10 \
+             and in 3.11; performance notes elsewhere. {}",
+            filler("function")
+        ),
+    );
+    write(
+        docs.path(),
+        "faster.md",
+        "# Faster CPython\n\nCPython 3.11 is 10-60% faster than 3.10: performance gains \
+         from the adaptive interpreter. The performance work goes on.",
+    );
+    for i in 0..6 {
+        write(
+            docs.path(),
+            &format!("other{i}.md"),
+            &format!(
+                "# other {i}\n\nThe differences between these and those. {}",
+                filler("x")
+            ),
+        );
+    }
+    let corpus = Corpus::open(
+        "docs",
+        &config(docs.path()),
+        index.path(),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let hits = corpus
+        .search_blocking("performance differences between 3.11 and 3.10", "", 3)
+        .unwrap();
+    assert!(
+        hits[0].url.ends_with("faster.md#faster-cpython"),
+        "{hits:#?}"
+    );
+    assert!(corpus.holds("10-60% FASTER").unwrap());
+    assert!(!corpus.holds("70% faster").unwrap());
 }
 
 #[test]
