@@ -249,6 +249,11 @@ function onCustom(data) {
       log(`Citations checked: ${s.supported ?? 0} of ${s.citations ?? 0} supported, ${s.moved ?? 0} moved, ${s.removed ?? 0} removed, ${s.attached ?? 0} added; ${s.sources_cited ?? 0} sources cited.`);
       break;
     }
+    case "searched":
+      for (const q of data.queries ?? []) {
+        log(`Searched “${excerpt(q.query, 120)}”: ${(q.results ?? []).length} found.`);
+      }
+      break;
     case "search_error":
       log(`A search failed: ${excerpt(data.error, 200)}`);
       break;

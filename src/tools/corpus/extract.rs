@@ -19,7 +19,14 @@ const TEXT_SECTION_CHARS: usize = 4000;
 pub enum Format {
     Html,
     Markdown,
+    /// reStructuredText: sections at its underlined headings.
+    Rst,
     Text,
+    /// The formats read from bytes (`formats.rs`).
+    Pdf,
+    Docx,
+    Odt,
+    Epub,
 }
 
 impl Format {
@@ -28,9 +35,19 @@ impl Format {
         match ext.as_str() {
             "html" | "htm" | "xhtml" => Some(Self::Html),
             "md" | "markdown" => Some(Self::Markdown),
-            "txt" | "text" | "rst" | "adoc" => Some(Self::Text),
+            "rst" => Some(Self::Rst),
+            "txt" | "text" | "adoc" => Some(Self::Text),
+            "pdf" => Some(Self::Pdf),
+            "docx" => Some(Self::Docx),
+            "odt" => Some(Self::Odt),
+            "epub" => Some(Self::Epub),
             _ => None,
         }
+    }
+
+    /// Whether files of this format are read as text (the others are binary).
+    pub fn is_text(self) -> bool {
+        matches!(self, Self::Html | Self::Markdown | Self::Rst | Self::Text)
     }
 }
 
@@ -49,7 +66,9 @@ pub fn sections(format: Format, content: &str, fallback_title: &str) -> Vec<Sect
     let (title, raw) = match format {
         Format::Html => html(content),
         Format::Markdown => markdown(content),
-        Format::Text => (String::new(), text(content)),
+        Format::Rst => rst(content),
+        // Binary formats are read by `formats.rs`; their text, if any, as plain text.
+        _ => (String::new(), text(content)),
     };
     let title = if title.trim().is_empty() {
         fallback_title.to_owned()
@@ -60,13 +79,13 @@ pub fn sections(format: Format, content: &str, fallback_title: &str) -> Vec<Sect
 }
 
 /// A section as read, before titles are joined and small ones merged.
-struct Raw {
-    anchor: Option<String>,
-    heading: String,
-    text: String,
+pub(super) struct Raw {
+    pub(super) anchor: Option<String>,
+    pub(super) heading: String,
+    pub(super) text: String,
 }
 
-fn finish(doc_title: &str, raw: Vec<Raw>) -> Vec<Section> {
+pub(super) fn finish(doc_title: &str, raw: Vec<Raw>) -> Vec<Section> {
     let mut out: Vec<Section> = Vec::new();
     let mut carry: Option<Raw> = None;
     for mut part in raw {
@@ -247,7 +266,7 @@ struct HtmlWalk {
     pre: usize,
 }
 
-fn html(content: &str) -> (String, Vec<Raw>) {
+pub(super) fn html(content: &str) -> (String, Vec<Raw>) {
     let doc = Html::parse_document(content);
     let root = doc.root_element();
     let title = root
@@ -449,6 +468,67 @@ pub fn slug(heading: &str) -> String {
         .collect()
 }
 
+/// reStructuredText: a heading is a line underlined (and perhaps overlined) with one
+/// punctuation character repeated at least as long as it; the first is the title.
+fn rst(content: &str) -> (String, Vec<Raw>) {
+    let lines: Vec<&str> = content.lines().collect();
+    let mut title = String::new();
+    let mut parts = Vec::new();
+    let mut current = Raw {
+        anchor: None,
+        heading: String::new(),
+        text: String::new(),
+    };
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i].trim_end();
+        let under = lines.get(i + 1).map_or("", |l| l.trim_end());
+        if !line.trim().is_empty()
+            && !is_rst_rule(line)
+            && is_rst_rule(under)
+            && under.chars().count() >= line.trim().chars().count()
+        {
+            let heading = line.trim().to_owned();
+            if title.is_empty() {
+                title = heading.clone();
+            }
+            let next = Raw {
+                anchor: Some(slug(&heading)),
+                heading,
+                text: String::new(),
+            };
+            parts.push(std::mem::replace(&mut current, next));
+            i += 2;
+            continue;
+        }
+        // An overline belongs to the heading under it.
+        if !(is_rst_rule(line) && lines.get(i + 2).is_some_and(|l| l.trim_end() == line)) {
+            current.text.push_str(line);
+            current.text.push('\n');
+        }
+        i += 1;
+    }
+    parts.push(current);
+    let parts = parts
+        .into_iter()
+        .map(|mut p| {
+            p.text = tidy(&p.text);
+            p
+        })
+        .filter(|p| !p.text.is_empty() || !p.heading.is_empty())
+        .collect();
+    (title, parts)
+}
+
+/// A line of one punctuation character repeated (at least three times).
+fn is_rst_rule(line: &str) -> bool {
+    let mut chars = line.chars();
+    let Some(first) = chars.next() else {
+        return false;
+    };
+    "=-~^\"'`#*+_:.".contains(first) && line.chars().count() >= 3 && chars.all(|c| c == first)
+}
+
 fn text(content: &str) -> Vec<Raw> {
     let mut parts = Vec::new();
     let mut current = String::new();
@@ -637,6 +717,28 @@ mod tests {
         assert_eq!(s[1].anchor.as_deref(), Some("deploy-steps"));
         assert_eq!(s[1].title, "Wiki — Deploy Steps");
         assert!(s[1].text.contains("# not a heading"));
+    }
+
+    #[test]
+    fn restructured_text_is_cut_at_its_underlined_headings() {
+        let doc = format!(
+            "=======\nasyncio\n=======\n\n{}\n\nTask groups\n-----------\n\n{}\n\n\
+             Tables are rows::\n\n  ===  ===\n  a    b\n  ===  ===\n",
+            long("intro"),
+            long("groups")
+        );
+        let s = sections(Format::Rst, &doc, "x.rst");
+        assert_eq!(s.len(), 2, "{s:#?}");
+        assert_eq!(s[0].title, "asyncio");
+        assert_eq!(s[0].anchor.as_deref(), Some("asyncio"));
+        assert!(!s[0].text.contains("======="), "{}", s[0].text);
+        assert_eq!(s[1].title, "asyncio — Task groups");
+        assert_eq!(s[1].anchor.as_deref(), Some("task-groups"));
+        assert!(s[1].text.contains("===  ==="), "a table's rules are text");
+        assert_eq!(
+            Format::of(std::path::Path::new("a/b.RST")),
+            Some(Format::Rst)
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! so it reaches researchers, summaries and the citation check like a web page.
 
 pub mod extract;
+pub mod formats;
 
 use crate::tools::engines::SearchHit;
 use extract::{Format, Section};
@@ -28,10 +29,14 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 
 /// Bumped whenever the schema or the extraction changes: an index of another version is built
 /// again from the files.
-const INDEX_VERSION: u32 = 2;
+const INDEX_VERSION: u32 = 3;
 
-/// Files larger than this are not indexed (a corpus of documents, not of data dumps).
+/// Text files larger than this are not indexed (a corpus of documents, not of data dumps).
 const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// A PDF, Word, OpenDocument or EPUB file larger than this is not indexed (their images weigh
+/// more than their text).
+const MAX_BINARY_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// At most this many files per corpus.
 const MAX_FILES: usize = 200_000;
@@ -289,19 +294,25 @@ impl Corpus {
             let Some(format) = Format::of(abs) else {
                 continue;
             };
-            // An unreadable or non-UTF-8 file is skipped, and tried again when it changes.
-            let content = match std::fs::read(abs) {
-                Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            let fallback = abs
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_else(|| rel.clone());
+            // A file that cannot be read is skipped with a warning, and tried again when it
+            // changes; it never stops the index.
+            let read = std::fs::read(abs)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| {
+                    formats::read(format, &bytes, &fallback).map_err(|e| e.to_string())
+                });
+            let sections = match read {
+                Ok(sections) => sections,
                 Err(e) => {
                     tracing::warn!(corpus = %self.name, file = %rel, error = %e, "file not indexed");
                     continue;
                 }
             };
-            let fallback = abs
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_else(|| rel.clone());
-            for section in extract::sections(format, &content, &fallback) {
+            for section in sections {
                 writer
                     .add_document(self.document(rel, &section))
                     .map_err(|e| err(e.to_string()))?;
@@ -696,11 +707,18 @@ fn list_files(root: &Path) -> Vec<(String, PathBuf, (u64, u64))> {
             let path = entry.path();
             if kind.is_dir() {
                 stack.push(path);
-            } else if kind.is_file() && Format::of(&path).is_some() {
+            } else if let Some(format) = Format::of(&path).filter(|_| kind.is_file()) {
                 let Ok(meta) = entry.metadata() else {
                     continue;
                 };
-                if meta.len() > MAX_FILE_BYTES {
+                let limit = if format.is_text() {
+                    MAX_FILE_BYTES
+                } else {
+                    MAX_BINARY_FILE_BYTES
+                };
+                if meta.len() > limit {
+                    tracing::warn!(file = %path.display(), bytes = meta.len(), limit,
+                        "file too large to index");
                     continue;
                 }
                 let modified = meta

@@ -356,6 +356,33 @@ fn a_long_query_finds_the_section_on_its_subject() {
     assert!(!corpus.holds("70% faster").unwrap());
 }
 
+/// A folder of the documents teams keep: a PDF is searched and located by page, and a file
+/// that cannot be read is skipped (and logged), never a failed index.
+#[test]
+fn pdfs_are_searched_by_page_and_damaged_files_are_skipped() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    let page = "Checkpoints write every dirty buffer to disk. ".repeat(6);
+    let archive = "The archiver copies each finished WAL segment away from the server. ".repeat(4);
+    let pdf = super::formats::tests::pdf_of(&[&page, &archive]);
+    std::fs::write(docs.path().join("ops.pdf"), pdf).unwrap();
+    std::fs::write(docs.path().join("broken.pdf"), b"%PDF-1.5 not really").unwrap();
+    std::fs::write(docs.path().join("broken.docx"), b"PK not a zip").unwrap();
+    let corpus = Corpus::open(
+        "docs",
+        &config(docs.path()),
+        index.path(),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let hits = corpus
+        .search_blocking("archiver WAL segment", "", 5)
+        .unwrap();
+    assert_eq!(hits.len(), 1, "{hits:#?}");
+    assert!(hits[0].url.ends_with("/ops.pdf#page=2"), "{hits:#?}");
+    assert_eq!(hits[0].title, "ops.pdf");
+}
+
 #[test]
 fn model_queries_become_plain_words() {
     assert_eq!(
