@@ -34,7 +34,7 @@ pub fn print(hits: &[SearchHit], json: bool, out: &mut impl Write) -> std::io::R
         };
         writeln!(
             out,
-            "{}. {}  (score {:.2})\n   {}\n   {short}{more}\n",
+            "{}. {}  (score {:.4})\n   {}\n   {short}{more}\n",
             i + 1,
             h.title,
             h.score.unwrap_or_default(),
@@ -65,7 +65,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(
             text.starts_with(
-                "1. a  (score 3.25)\n   file:///d/a.html\n   a passage over two lines"
+                "1. a  (score 3.2500)\n   file:///d/a.html\n   a passage over two lines"
             )
         );
         assert!(text.contains("2. b"));

@@ -195,39 +195,57 @@ pub fn measure_queries(
         let Some(q) = set.questions.iter().find(|q| q.id == result.id) else {
             continue;
         };
+        // A small model's call may name its one query `query`.
         let queries: Vec<String> = result
             .researcher_steps
             .iter()
-            .filter_map(|s| s.args["queries"].as_array())
-            .flatten()
+            .flat_map(|s| match (&s.args["queries"], &s.args["query"]) {
+                (serde_json::Value::Array(list), _) => list.clone(),
+                (serde_json::Value::String(one), _) | (_, serde_json::Value::String(one)) => {
+                    vec![serde_json::Value::String(one.clone())]
+                }
+                _ => Vec::new(),
+            })
             .filter_map(|q| q.as_str().map(str::to_owned))
             .collect();
         if queries.is_empty() {
             continue;
         }
+        let mut held = Vec::new();
+        for fact in &q.facts {
+            let mut found = false;
+            for wording in &fact.any {
+                if corpus.holds(wording)? {
+                    found = true;
+                    break;
+                }
+            }
+            if found {
+                held.push(
+                    fact.any
+                        .iter()
+                        .map(|w| normalize_text(w))
+                        .collect::<Vec<_>>(),
+                );
+            }
+        }
         let mut found = [0usize; 2];
-        let mut held = 0;
         for (i, topic) in ["", q.question.as_str()].iter().enumerate() {
             let mut texts = Vec::new();
             for query in &queries {
                 let hits = corpus.search_blocking(query, topic, per_query)?;
                 texts.extend(hits.iter().map(section_text));
             }
-            held = 0;
-            for fact in &q.facts {
-                if !fact.any.iter().any(|w| corpus.holds(w).unwrap_or(false)) {
-                    continue;
-                }
-                held += 1;
-                let wordings: Vec<String> = fact.any.iter().map(|w| normalize_text(w)).collect();
-                if texts
-                    .iter()
-                    .any(|t| wordings.iter().any(|w| t.contains(w.as_str())))
-                {
-                    found[i] += 1;
-                }
-            }
+            found[i] = held
+                .iter()
+                .filter(|wordings| {
+                    texts
+                        .iter()
+                        .any(|t| wordings.iter().any(|w| t.contains(w.as_str())))
+                })
+                .count();
         }
+        let held = held.len();
         report.questions += 1;
         report.queries += queries.len();
         report.held += held;

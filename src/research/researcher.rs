@@ -548,7 +548,7 @@ async fn search(
                     .results
                     .iter()
                     .map(|f| match f.score {
-                        Some(score) => format!("{} ({score:.2})", f.url),
+                        Some(score) => format!("{} ({score:.4})", f.url),
                         None => f.url.clone(),
                     })
                     .collect();

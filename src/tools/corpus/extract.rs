@@ -233,14 +233,15 @@ fn page_title(title: &str, h1: &str) -> String {
     if h1.is_empty() || title == h1 {
         return title.to_owned();
     }
+    // The separator stands apart, as in "Page — Site": "Vacuum-based cleaning" is not
+    // "Vacuum" joined to a site called "based cleaning".
     let joined = |rest: &str, at_end: bool| {
-        let rest = rest.trim();
-        let sep = if at_end {
-            rest.chars().last()
-        } else {
-            rest.chars().next()
-        };
-        sep.is_some_and(|c| SEPARATORS.contains(&c))
+        let mut chars: Vec<char> = rest.chars().collect();
+        if at_end {
+            chars.reverse();
+        }
+        matches!(chars.as_slice(), [space, sep, ..]
+            if space.is_whitespace() && SEPARATORS.contains(sep))
     };
     match (title.strip_prefix(h1), title.strip_suffix(h1)) {
         (Some(rest), _) if joined(rest, false) => h1.to_owned(),
@@ -264,6 +265,8 @@ struct HtmlWalk {
     current: Raw,
     /// Inside `<pre>`: keep line breaks and spacing.
     pre: usize,
+    /// The first `<h1>` of the content (not one in a header or the navigation).
+    first_h1: Option<String>,
 }
 
 pub(super) fn html(content: &str) -> (String, Vec<Raw>) {
@@ -288,6 +291,7 @@ pub(super) fn html(content: &str) -> (String, Vec<Raw>) {
             text: String::new(),
         },
         pre: 0,
+        first_h1: None,
     };
     walk.element(body);
     let last = std::mem::replace(
@@ -308,12 +312,7 @@ pub(super) fn html(content: &str) -> (String, Vec<Raw>) {
         })
         .filter(|p| !p.text.is_empty() || !p.heading.is_empty())
         .collect();
-    let h1 = body
-        .descendants()
-        .filter_map(ElementRef::wrap)
-        .find(|e| e.value().name() == "h1")
-        .map(heading_text)
-        .unwrap_or_default();
+    let h1 = walk.first_h1.take().unwrap_or_default();
     let title = if title.is_empty() {
         h1
     } else {
@@ -342,7 +341,10 @@ impl HtmlWalk {
                     if SKIPPED.contains(&name) || is_chrome(e) || is_link_list(child_el) {
                         continue;
                     }
-                    if let Some(_level) = heading_level(name) {
+                    if let Some(level) = heading_level(name) {
+                        if level == 1 && self.first_h1.is_none() {
+                            self.first_h1 = Some(heading_text(child_el));
+                        }
                         self.start_section(child_el);
                         continue;
                     }
@@ -452,6 +454,24 @@ fn markdown(content: &str) -> (String, Vec<Raw>) {
     (title, parts)
 }
 
+/// Anchors for a document's headings, a repeated one numbered as GitHub numbers them
+/// (`examples`, `examples-1`): two sections under one name would be one location.
+#[derive(Default)]
+pub(super) struct Anchors(std::collections::HashMap<String, usize>);
+
+impl Anchors {
+    pub(super) fn of(&mut self, heading: &str) -> String {
+        let base = slug(heading);
+        let seen = self.0.entry(base.clone()).or_insert(0);
+        *seen += 1;
+        if *seen == 1 {
+            base
+        } else {
+            format!("{base}-{}", *seen - 1)
+        }
+    }
+}
+
 /// The anchor GitHub and most Markdown renderers give a heading.
 pub fn slug(heading: &str) -> String {
     heading
@@ -472,6 +492,7 @@ pub fn slug(heading: &str) -> String {
 /// punctuation character repeated at least as long as it; the first is the title.
 fn rst(content: &str) -> (String, Vec<Raw>) {
     let lines: Vec<&str> = content.lines().collect();
+    let mut anchors = Anchors::default();
     let mut title = String::new();
     let mut parts = Vec::new();
     let mut current = Raw {
@@ -493,7 +514,7 @@ fn rst(content: &str) -> (String, Vec<Raw>) {
                 title = heading.clone();
             }
             let next = Raw {
-                anchor: Some(slug(&heading)),
+                anchor: Some(anchors.of(&heading)),
                 heading,
                 text: String::new(),
             };

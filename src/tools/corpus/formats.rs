@@ -6,11 +6,14 @@
 //! in the tree) and `roxmltree` (a small read-only XML parser without dependencies) for the
 //! three zipped XML formats; EPUB's chapters are XHTML, read by the HTML extractor.
 
-use super::extract::{Format, Raw, Section, finish, html, sections, slug};
+use super::extract::{Anchors, Format, Raw, Section, finish, html, sections};
 use std::io::Read;
 
 /// A zip member larger than this is not read (a document, not a data dump).
 const MAX_MEMBER_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The XHTML an EPUB's chapters may hold together.
+const MAX_BOOK_BYTES: u64 = 128 * 1024 * 1024;
 
 const WORD: &str = "http://schemas.openxmlformats.org/wordprocessingml/2006/main";
 const ODF_TEXT: &str = "urn:oasis:names:tc:opendocument:xmlns:text:1.0";
@@ -66,7 +69,11 @@ fn docx(bytes: &[u8], fallback: &str) -> Result<Vec<Section>, FormatError> {
         .unwrap_or_else(|| fallback.to_owned());
     let doc = parse("word/document.xml", &body)?;
     let mut parts = Parts::default();
-    for p in doc.descendants().filter(|n| n.has_tag_name((WORD, "p"))) {
+    // A paragraph inside another (a text box) is read as part of the outer one.
+    let paragraphs = doc.descendants().filter(|n| {
+        n.has_tag_name((WORD, "p")) && !n.ancestors().skip(1).any(|a| a.has_tag_name((WORD, "p")))
+    });
+    for p in paragraphs {
         let text = word_text(p);
         if is_word_heading(p) {
             parts.heading(&text);
@@ -134,11 +141,22 @@ fn epub(bytes: &[u8], fallback: &str) -> Result<Vec<Section>, FormatError> {
         .filter_map(href_of)
         .collect();
     let mut raw = Vec::new();
+    let mut read = std::collections::HashSet::new();
+    let mut budget = MAX_BOOK_BYTES;
     for chapter in chapters {
+        if !read.insert(chapter.clone()) {
+            continue;
+        }
         // A chapter the archive lacks is passed over: the rest of the book is still a book.
         let Ok(xhtml) = member(&mut archive, &chapter) else {
             continue;
         };
+        // A book of more text than this is read to here: the spine may name chapters
+        // without end, each within the per-member limit.
+        budget = budget.saturating_sub(xhtml.len() as u64);
+        if budget == 0 {
+            break;
+        }
         raw.extend(html(&xhtml).1);
     }
     Ok(finish(&title, raw))
@@ -198,15 +216,18 @@ fn word_text(p: roxmltree::Node<'_, '_>) -> String {
 }
 
 /// A heading by its style ("Heading1", "Title") or by an outline level in its properties,
-/// which localized styles keep.
+/// which localized styles keep (level 9 is body text). Only the paragraph's own properties.
 fn is_word_heading(p: roxmltree::Node<'_, '_>) -> bool {
-    p.descendants().any(|n| {
+    let Some(props) = p.children().find(|n| n.has_tag_name((WORD, "pPr"))) else {
+        return false;
+    };
+    props.children().any(|n| {
         (n.has_tag_name((WORD, "pStyle"))
             && n.attribute((WORD, "val")).is_some_and(|style| {
                 let style = style.to_ascii_lowercase();
                 style.starts_with("heading") || style == "title"
             }))
-            || n.has_tag_name((WORD, "outlineLvl"))
+            || (n.has_tag_name((WORD, "outlineLvl")) && n.attribute((WORD, "val")) != Some("9"))
     })
 }
 
@@ -239,6 +260,7 @@ fn paragraphs(page: &str) -> String {
 struct Parts {
     done: Vec<Raw>,
     current: Option<Raw>,
+    anchors: Anchors,
 }
 
 impl Parts {
@@ -249,7 +271,7 @@ impl Parts {
         }
         self.done.extend(self.current.take());
         self.current = Some(Raw {
-            anchor: Some(slug(&heading)),
+            anchor: Some(self.anchors.of(&heading)),
             heading,
             text: String::new(),
         });

@@ -53,6 +53,12 @@ const SNIPPET_CHARS: usize = 1000;
 /// finds (a query word counts 1).
 const CONTEXT_WEIGHT: f32 = 0.5;
 
+/// In a corpus of a handful of sections no word is common: each tells one from another.
+const COMMON_MIN_SECTIONS: u64 = 3;
+
+/// At most this many of a topic's telling words rank a query's sections.
+const CONTEXT_WORDS: usize = 12;
+
 /// A word in more than this share of a corpus's sections ("python" in a Python manual, "and")
 /// tells nothing apart: the all-words ranking does not require it.
 const COMMON_SHARE: f64 = 0.4;
@@ -142,6 +148,8 @@ pub struct Refresh {
     pub removed: usize,
     pub unchanged: usize,
     pub sections: usize,
+    /// Files that could not be read (skipped until they change).
+    pub unreadable: usize,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -309,6 +317,9 @@ impl Corpus {
                 Ok(sections) => sections,
                 Err(e) => {
                     tracing::warn!(corpus = %self.name, file = %rel, error = %e, "file not indexed");
+                    // Remembered, so the next refresh does not read it again until it changes.
+                    manifest.files.insert(rel.clone(), *stamp);
+                    done.unreadable += 1;
                     continue;
                 }
             };
@@ -321,7 +332,11 @@ impl Corpus {
             manifest.files.insert(rel.clone(), *stamp);
             done.indexed += 1;
         }
-        if done.indexed > 0 || done.removed > 0 || manifest.version != INDEX_VERSION {
+        if done.indexed > 0
+            || done.removed > 0
+            || done.unreadable > 0
+            || manifest.version != INDEX_VERSION
+        {
             writer.commit().map_err(|e| err(e.to_string()))?;
             manifest.version = INDEX_VERSION;
             manifest.root = self.root.display().to_string();
@@ -381,8 +396,9 @@ impl Corpus {
 
     /// The `max` best sections for `query`, one per location. `context` (the research topic
     /// the query serves, or nothing) does not find sections of its own: among those the query
-    /// finds, it ranks first the ones about the topic, so a short, general query a model
-    /// writes ("exception handling") reaches the sections its topic needs.
+    /// finds, it ranks first the ones about the topic (by its telling words, a few), so a
+    /// short, general query a model writes ("exception handling") reaches the sections its
+    /// topic needs.
     pub fn search_blocking(
         &self,
         query: &str,
@@ -407,8 +423,15 @@ impl Corpus {
             }
             parser
         };
-        let about: Option<Box<dyn Query>> = (!context_text.trim().is_empty()).then(|| {
-            let (parsed, _ignored) = parser(false).parse_query_lenient(&context_text);
+        let searcher = self.reader.searcher();
+        let rare = self.rare_words(&searcher, &query_text);
+        // The topic's rarest words, a few: a long topic must not outweigh the query. A query
+        // with no telling word of its own ("python 3.11" in a Python manual) matches nearly
+        // every section, and then the topic chooses among them; measured, that is what such
+        // a query needed (BENCHMARKS, "What the search finds").
+        let topic = self.topic_words(&searcher, &context_text);
+        let about: Option<Box<dyn Query>> = (!topic.is_empty()).then(|| {
+            let (parsed, _ignored) = parser(false).parse_query_lenient(&topic.join(" "));
             Box::new(BoostQuery::new(parsed, CONTEXT_WEIGHT)) as Box<dyn Query>
         });
         let mut snippet_query: Option<Box<dyn tantivy::query::Query>> = None;
@@ -417,9 +440,7 @@ impl Corpus {
         // query ("server", "value") above the one page that has its rare ones; requiring
         // every word alone ranks a long reference page that happens to hold "differences
         // between 3.11 and 3.10" above the section on what changed.
-        let searcher = self.reader.searcher();
         let mut lists = Vec::new();
-        let rare = self.rare_words(&searcher, &query_text);
         for all_words in [true, false] {
             let text = if all_words { &rare } else { &query_text };
             if text.trim().is_empty() {
@@ -483,37 +504,74 @@ impl Corpus {
         Ok(hits)
     }
 
-    /// The words of `query` that tell sections apart: those in at most `COMMON_SHARE` of the
-    /// sections (a word nearly every section holds adds nothing to a requirement but misses).
-    /// A quoted phrase is kept whole.
+    /// The words of `query` that tell sections apart: those some section holds, in at most
+    /// `COMMON_SHARE` of the sections (a word nearly every section holds adds nothing to a
+    /// requirement but misses). A quoted phrase is kept whole.
     fn rare_words(&self, searcher: &tantivy::Searcher, query: &str) -> String {
+        self.telling(searcher, query)
+            .into_iter()
+            .map(|(word, _)| word)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The telling words of `query` in order, each with the most sections one of its terms
+    /// is in (a quoted phrase kept whole, counted 0).
+    fn telling<'q>(&self, searcher: &tantivy::Searcher, query: &'q str) -> Vec<(&'q str, u64)> {
         let sections = searcher.num_docs().max(1) as f64;
         let Some(mut analyzer) = self.index.tokenizers().get("en_stem") else {
-            return query.to_owned();
+            return query.split_whitespace().map(|w| (w, 0)).collect();
         };
         let mut kept = Vec::new();
         let mut in_phrase = false;
         for word in query.split_whitespace() {
             let quotes = word.matches('"').count();
             if in_phrase || quotes > 0 {
-                kept.push(word);
+                kept.push((word, 0));
                 in_phrase ^= quotes % 2 == 1;
                 continue;
             }
             let mut stream = analyzer.token_stream(word);
-            let mut common = false;
-            let mut any = false;
+            let (mut most, mut fewest) = (0, u64::MAX);
             while let Some(token) = stream.next() {
-                any = true;
                 let term = Term::from_field_text(self.fields.body, &token.text);
-                let share = searcher.doc_freq(&term).unwrap_or(0) as f64 / sections;
-                common |= share > COMMON_SHARE;
+                let holding = searcher.doc_freq(&term).unwrap_or(0);
+                most = most.max(holding);
+                fewest = fewest.min(holding);
             }
-            if any && !common {
-                kept.push(word);
+            let common = most > COMMON_MIN_SECTIONS && most as f64 / sections > COMMON_SHARE;
+            // A word no section holds finds nothing and requires nothing.
+            if fewest != u64::MAX && fewest > 0 && !common {
+                kept.push((word, most));
             }
         }
-        kept.join(" ")
+        kept
+    }
+
+    /// The `CONTEXT_WORDS` rarest words of a topic that some section holds (its specifics,
+    /// not its lead-in; a word is as rare as its rarest term: "3.11" by its "11").
+    fn topic_words(&self, searcher: &tantivy::Searcher, topic: &str) -> Vec<String> {
+        let Some(mut analyzer) = self.index.tokenizers().get("en_stem") else {
+            return Vec::new();
+        };
+        let mut words: Vec<(u64, &str)> = Vec::new();
+        for word in topic.split_whitespace() {
+            let mut stream = analyzer.token_stream(word);
+            let mut fewest = u64::MAX;
+            while let Some(token) = stream.next() {
+                let term = Term::from_field_text(self.fields.body, &token.text);
+                fewest = fewest.min(searcher.doc_freq(&term).unwrap_or(0));
+            }
+            if fewest != u64::MAX && fewest > 0 && !words.iter().any(|(_, w)| *w == word) {
+                words.push((fewest, word));
+            }
+        }
+        words.sort_by_key(|(holding, _)| *holding);
+        words
+            .into_iter()
+            .take(CONTEXT_WORDS)
+            .map(|(_, w)| w.to_owned())
+            .collect()
     }
 
     /// Whether some section holds `wording` (case and spacing aside) in its title or text:
@@ -717,7 +775,8 @@ fn list_files(root: &Path) -> Vec<(String, PathBuf, (u64, u64))> {
                     MAX_BINARY_FILE_BYTES
                 };
                 if meta.len() > limit {
-                    tracing::warn!(file = %path.display(), bytes = meta.len(), limit,
+                    // Debug, not warn: every refresh lists the files again.
+                    tracing::debug!(file = %path.display(), bytes = meta.len(), limit,
                         "file too large to index");
                     continue;
                 }

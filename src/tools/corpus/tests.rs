@@ -381,6 +381,14 @@ fn pdfs_are_searched_by_page_and_damaged_files_are_skipped() {
     assert_eq!(hits.len(), 1, "{hits:#?}");
     assert!(hits[0].url.ends_with("/ops.pdf#page=2"), "{hits:#?}");
     assert_eq!(hits[0].title, "ops.pdf");
+    // The damaged files are not read again until they change.
+    assert_eq!(
+        corpus.refresh().unwrap(),
+        Refresh {
+            unchanged: 3,
+            ..Refresh::default()
+        }
+    );
 }
 
 #[test]
