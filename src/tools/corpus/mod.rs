@@ -9,16 +9,18 @@
 //! so it reaches researchers, summaries and the citation check like a web page.
 
 pub mod extract;
+mod files;
 pub mod formats;
 
 use crate::tools::engines::SearchHit;
 use extract::{Format, Section};
+use files::{list_files, read_manifest, write_manifest};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser};
 use tantivy::schema::{
@@ -30,16 +32,6 @@ use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Te
 /// Bumped whenever the schema or the extraction changes: an index of another version is built
 /// again from the files.
 const INDEX_VERSION: u32 = 3;
-
-/// Text files larger than this are not indexed (a corpus of documents, not of data dumps).
-const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
-
-/// A PDF, Word, OpenDocument or EPUB file larger than this is not indexed (their images weigh
-/// more than their text).
-const MAX_BINARY_FILE_BYTES: u64 = 64 * 1024 * 1024;
-
-/// At most this many files per corpus.
-const MAX_FILES: usize = 200_000;
 
 /// Memory the index writer may buffer before it flushes a segment.
 const WRITER_HEAP: usize = 50_000_000;
@@ -98,14 +90,6 @@ pub struct CorpusConfig {
     /// What the corpus holds, for the researchers' tool description.
     #[serde(default)]
     pub description: String,
-}
-
-/// What an index remembers of each file it holds: (modified, seconds since the epoch; size).
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Manifest {
-    version: u32,
-    root: String,
-    files: BTreeMap<String, (u64, u64)>,
 }
 
 struct Fields {
@@ -744,125 +728,6 @@ fn normalized(text: &str) -> String {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// The files of a corpus: (path relative to the root with '/', absolute path, stamp), in a
-/// stable order. Hidden files and directories and symbolic links are passed over.
-fn list_files(root: &Path) -> Vec<(String, PathBuf, (u64, u64))> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let path = entry.path();
-            if kind.is_dir() {
-                stack.push(path);
-            } else if let Some(format) = Format::of(&path).filter(|_| kind.is_file()) {
-                let Ok(meta) = entry.metadata() else {
-                    continue;
-                };
-                let limit = if format.is_text() {
-                    MAX_FILE_BYTES
-                } else {
-                    MAX_BINARY_FILE_BYTES
-                };
-                if meta.len() > limit {
-                    // Debug, not warn: every refresh lists the files again.
-                    tracing::debug!(file = %path.display(), bytes = meta.len(), limit,
-                        "file too large to index");
-                    continue;
-                }
-                let modified = meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_secs());
-                let Ok(rel) = path.strip_prefix(root) else {
-                    continue;
-                };
-                let rel = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect::<Vec<_>>()
-                    .join("/");
-                out.push((rel, path, (modified, meta.len())));
-                if out.len() >= MAX_FILES {
-                    out.sort();
-                    return out;
-                }
-            }
-        }
-    }
-    out.sort();
-    without_source_copies(out)
-}
-
-/// The files without the sources of pages the corpus also holds rendered: a documentation
-/// build keeps `_sources/x.rst.txt` beside `x.html`, a site `x.md` beside `x.html`. The same
-/// text twice would take two places in every result list, the second with raw markup.
-fn without_source_copies(
-    files: Vec<(String, PathBuf, (u64, u64))>,
-) -> Vec<(String, PathBuf, (u64, u64))> {
-    let rendered: HashSet<String> = files
-        .iter()
-        .filter(|(rel, abs, _)| Format::of(abs) == Some(Format::Html) && !rel.is_empty())
-        .map(|(rel, _, _)| rel.clone())
-        .collect();
-    files
-        .into_iter()
-        .filter(|(rel, abs, _)| {
-            Format::of(abs) == Some(Format::Html) || !is_source_copy(rel, &rendered)
-        })
-        .collect()
-}
-
-/// Whether `rel` (a Markdown or text file) is the source of one of the `rendered` pages.
-fn is_source_copy(rel: &str, rendered: &HashSet<String>) -> bool {
-    let unsourced = match rel.split_once("_sources/") {
-        Some((before, after)) if before.is_empty() || before.ends_with('/') => {
-            format!("{before}{after}")
-        }
-        _ => rel.to_owned(),
-    };
-    // `x.rst.txt` → `x`, `x.md` → `x`.
-    let mut stem = unsourced.as_str();
-    for _ in 0..2 {
-        match stem.rsplit_once('.') {
-            Some((head, ext))
-                if ["txt", "rst", "md", "markdown", "text"].contains(&ext)
-                    && !head.ends_with('/') =>
-            {
-                stem = head;
-            }
-            _ => break,
-        }
-    }
-    ["html", "htm"]
-        .iter()
-        .any(|ext| rendered.contains(&format!("{stem}.{ext}")))
-}
-
-fn read_manifest(dir: &Path) -> Option<Manifest> {
-    let bytes = std::fs::read(dir.join("manifest.json")).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
-
-/// Written to a temporary file and renamed, so a crash leaves the old manifest or the new one.
-fn write_manifest(dir: &Path, manifest: &Manifest) -> std::io::Result<()> {
-    let tmp = dir.join("manifest.json.tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_vec(manifest).map_err(std::io::Error::other)?,
-    )?;
-    std::fs::rename(tmp, dir.join("manifest.json"))
 }
 
 /// A path with the characters a URL cannot hold as they are percent-encoded.
