@@ -347,16 +347,22 @@ async fn serve(settings: Settings, registry: Registry) -> anyhow::Result<()> {
     app.run_until_stopped().await
 }
 
-async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
-    let mut cfg = FileConfig::load_from(cmd.config.as_deref())?;
-    let corpus = match cmd.corpus.as_deref() {
+/// The corpus a `--corpus` flag names: `NAME=DIR` adds it to the config, a bare `NAME` picks a
+/// configured one.
+fn corpus_named(cfg: &mut FileConfig, spec: Option<&str>) -> anyhow::Result<Option<String>> {
+    Ok(match spec {
         Some(spec) if spec.contains('=') => {
             cfg.add_corpora(&[spec.to_owned()])?;
             spec.split_once('=').map(|(name, _)| name.trim().to_owned())
         }
         Some(name) => Some(name.trim().to_owned()),
         None => None,
-    };
+    })
+}
+
+async fn research(cmd: ResearchCmd) -> anyhow::Result<()> {
+    let mut cfg = FileConfig::load_from(cmd.config.as_deref())?;
+    let corpus = corpus_named(&mut cfg, cmd.corpus.as_deref())?;
     // One person's research on this machine: `--model` may name a local model server.
     cfg.operator.allow_private_model_urls = true;
     let (base, key, token, server) = private_server(&cfg, &cmd.sqlite_path).await?;
@@ -459,17 +465,9 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
             set.corpus, set.corpus, set.corpus
         )
     })?;
-    if let Some(path) = &cmd.queries_from {
-        let scratch =
-            std::env::temp_dir().join(format!("dr-retrieval-{}", uuid::Uuid::new_v4().simple()));
-        let report = eval::retrieval::measure_queries(&set, &read(path)?, &corpus, &scratch, 5);
-        let _ = std::fs::remove_dir_all(&scratch);
-        let report = report?;
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
-    }
     if cmd.retrieval {
-        return eval_retrieval(&set, &questions, &corpus, &cmd.output);
+        let kept = cmd.queries_from.as_deref().map(read).transpose()?;
+        return eval_retrieval(&set, &questions, &corpus, kept.as_ref(), &cmd.output);
     }
     let corpus_prefix = if corpus.base_url.trim().is_empty() {
         let root = std::fs::canonicalize(&corpus.path).with_context(|| corpus.path.clone())?;
@@ -546,15 +544,23 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
 }
 
 /// `eval --retrieval`: the search measured alone, written as JSON and a Markdown table.
+/// With `kept` (`--queries-from`), its researchers' queries searched again, printed as JSON.
 fn eval_retrieval(
     set: &deep_research::eval::QuestionSet,
     questions: &[deep_research::eval::Question],
     corpus: &deep_research::tools::corpus::CorpusConfig,
+    kept: Option<&deep_research::eval::EvalReport>,
     output: &std::path::Path,
 ) -> anyhow::Result<()> {
     use deep_research::eval::retrieval;
     let scratch =
         std::env::temp_dir().join(format!("dr-retrieval-{}", uuid::Uuid::new_v4().simple()));
+    if let Some(kept) = kept {
+        let report = retrieval::measure_queries(set, kept, corpus, &scratch, 5);
+        let _ = std::fs::remove_dir_all(&scratch);
+        println!("{}", serde_json::to_string_pretty(&report?)?);
+        return Ok(());
+    }
     let report = retrieval::measure(set, questions, corpus, &scratch);
     let _ = std::fs::remove_dir_all(&scratch);
     let report = report?;
@@ -567,14 +573,7 @@ fn eval_retrieval(
 
 fn search(cmd: SearchCmd) -> anyhow::Result<()> {
     let mut cfg = FileConfig::load_from(cmd.config.as_deref())?;
-    let name = match cmd.corpus.as_deref() {
-        Some(spec) if spec.contains('=') => {
-            cfg.add_corpora(&[spec.to_owned()])?;
-            spec.split_once('=').map(|(name, _)| name.trim().to_owned())
-        }
-        Some(name) => Some(name.trim().to_owned()),
-        None => None,
-    };
+    let name = corpus_named(&mut cfg, cmd.corpus.as_deref())?;
     let corpora = cfg.open_corpora()?;
     let corpus = corpora
         .pick(name.as_deref().unwrap_or(""))

@@ -141,14 +141,7 @@ fn question(
         ..QuestionRetrieval::default()
     };
     for fact in &q.facts {
-        let mut held = false;
-        for wording in &fact.any {
-            if corpus.holds(wording)? {
-                held = true;
-                break;
-            }
-        }
-        if !held {
+        if !held_anywhere(corpus, fact)? {
             out.not_held.push(fact.fact.clone());
             continue;
         }
@@ -213,14 +206,7 @@ pub fn measure_queries(
         }
         let mut held = Vec::new();
         for fact in &q.facts {
-            let mut found = false;
-            for wording in &fact.any {
-                if corpus.holds(wording)? {
-                    found = true;
-                    break;
-                }
-            }
-            if found {
+            if held_anywhere(&corpus, fact)? {
                 held.push(
                     fact.any
                         .iter()
@@ -256,6 +242,16 @@ pub fn measure_queries(
             .push((q.id.clone(), queries.len(), held, found[0], found[1]));
     }
     Ok(report)
+}
+
+/// Whether some section of the corpus holds one of the fact's wordings.
+fn held_anywhere(corpus: &Corpus, fact: &super::Fact) -> anyhow::Result<bool> {
+    for wording in &fact.any {
+        if corpus.holds(wording)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// What of a hit a fact may be found in: its title and its whole section, normalised.

@@ -89,6 +89,26 @@ pub enum ResearchEvent {
 }
 
 impl ResearchEvent {
+    /// A search call's event; each query is also logged with the locations it found.
+    pub fn searched(engine: &str, found: Vec<crate::tools::QueryFound>) -> Self {
+        for q in &found {
+            let results: Vec<String> = q
+                .results
+                .iter()
+                .map(|f| match f.score {
+                    Some(score) => format!("{} ({score:.4})", f.url),
+                    None => f.url.clone(),
+                })
+                .collect();
+            tracing::info!(engine, query = %q.query, found = q.results.len(),
+                results = %results.join(", "), "searched");
+        }
+        Self::Searched {
+            engine: engine.to_owned(),
+            queries: found,
+        }
+    }
+
     /// Sends the event at the root of the run's stream (clients see it without subgraphs).
     pub fn send(&self, ctx: &NodeContext) {
         if let Ok(data) = serde_json::to_value(self) {

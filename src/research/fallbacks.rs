@@ -106,10 +106,53 @@ pub fn record(ctx: &NodeContext, name: &'static str, detail: &str) {
     .send(ctx);
 }
 
+/// The queries written in full at the start of a search call whose arguments were cut off
+/// mid-list (a small model listing variations of its topic until its output limit ends the
+/// JSON inside a string): at most `max`, as for a written plan; none when no list was begun.
+pub(super) fn salvaged_queries(raw: &str, max: usize) -> Vec<String> {
+    let Some(open) = raw.find('[') else {
+        return Vec::new();
+    };
+    let mut rest = &raw[open + 1..];
+    let mut queries: Vec<String> = Vec::new();
+    while queries.len() < max {
+        rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ',');
+        if !rest.starts_with('"') {
+            break;
+        }
+        let mut strings = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+        // The string the cut fell in has no closing quote: the list ends there.
+        let Some(Ok(query)) = strings.next() else {
+            break;
+        };
+        rest = &rest[strings.byte_offset()..];
+        let query = query.trim().to_owned();
+        if !query.is_empty() && !queries.contains(&query) {
+            queries.push(query);
+        }
+    }
+    queries
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_queries_before_a_cut_are_salvaged() {
+        let cut = "{\"queries\": [\"WAL archiving\", \"PITR setup\",\n \"WAL archiving\", \"recovery_target_ti";
+        assert_eq!(salvaged_queries(cut, 5), ["WAL archiving", "PITR setup"]);
+        let long: Vec<String> = (0..40).map(|i| format!("\"query {i}\"")).collect();
+        let runaway = format!("{{\"queries\": [{}, \"que", long.join(", "));
+        assert_eq!(salvaged_queries(&runaway, 5).len(), 5);
+        assert!(salvaged_queries("{\"queries\": [\"unterminated", 5).is_empty());
+        assert!(salvaged_queries("{\"queries\": \"one query, cut", 5).is_empty());
+        assert_eq!(
+            salvaged_queries(r#"{"queries": ["say \"hi\"", "x"#, 5),
+            ["say \"hi\""]
+        );
+    }
 
     #[test]
     fn counts_are_kept_by_name() {

@@ -292,34 +292,6 @@ fn listed_queries(text: &str) -> Vec<String> {
 /// wrote, a call cut off): enough to cover a topic, few enough that a runaway list costs little.
 const PLANNED_QUERIES: usize = 5;
 
-/// The queries written in full at the start of a search call whose arguments were cut off
-/// mid-list (a small model listing variations of its topic until its output limit ends the
-/// JSON inside a string): at most five, as for a written plan; none when no list was begun.
-fn salvaged_queries(raw: &str) -> Vec<String> {
-    let Some(open) = raw.find('[') else {
-        return Vec::new();
-    };
-    let mut rest = &raw[open + 1..];
-    let mut queries: Vec<String> = Vec::new();
-    while queries.len() < PLANNED_QUERIES {
-        rest = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ',');
-        if !rest.starts_with('"') {
-            break;
-        }
-        let mut strings = serde_json::Deserializer::from_str(rest).into_iter::<String>();
-        // The string the cut fell in has no closing quote: the list ends there.
-        let Some(Ok(query)) = strings.next() else {
-            break;
-        };
-        rest = &rest[strings.byte_offset()..];
-        let query = query.trim().to_owned();
-        if !query.is_empty() && !queries.contains(&query) {
-            queries.push(query);
-        }
-    }
-    queries
-}
-
 async fn tools(deps: Deps, state: LastTurn, ctx: NodeContext) -> Result<Command, NodeError> {
     let cfg = run_config(&ctx)?;
     let last = state.researcher_messages.unwrap_or_default();
@@ -348,7 +320,7 @@ async fn tools(deps: Deps, state: LastTurn, ctx: NodeContext) -> Result<Command,
     for call in &invalid {
         let raw = call.args["raw"].as_str().unwrap_or_default();
         let salvaged = if search_name == Some(call.name.as_str()) {
-            salvaged_queries(raw)
+            fallbacks::salvaged_queries(raw, PLANNED_QUERIES)
         } else {
             Vec::new()
         };
@@ -543,23 +515,7 @@ async fn search(
     .await
     {
         Ok(out) => {
-            for q in &out.found {
-                let results: Vec<String> = q
-                    .results
-                    .iter()
-                    .map(|f| match f.score {
-                        Some(score) => format!("{} ({score:.4})", f.url),
-                        None => f.url.clone(),
-                    })
-                    .collect();
-                tracing::info!(engine = engine_id, query = %q.query, found = q.results.len(),
-                    results = %results.join(", "), "searched");
-            }
-            ResearchEvent::Searched {
-                engine: engine_id.to_owned(),
-                queries: out.found,
-            }
-            .send(caller.ctx);
+            ResearchEvent::searched(engine_id, out.found).send(caller.ctx);
             let sources = out
                 .sources
                 .into_iter()
@@ -785,21 +741,6 @@ mod tests {
             &with(&["read_text_file", "ResearchComplete"]),
             false
         ));
-    }
-
-    #[test]
-    fn the_queries_before_a_cut_are_salvaged() {
-        let cut = "{\"queries\": [\"WAL archiving\", \"PITR setup\",\n \"WAL archiving\", \"recovery_target_ti";
-        assert_eq!(salvaged_queries(cut), ["WAL archiving", "PITR setup"]);
-        let long: Vec<String> = (0..40).map(|i| format!("\"query {i}\"")).collect();
-        let runaway = format!("{{\"queries\": [{}, \"que", long.join(", "));
-        assert_eq!(salvaged_queries(&runaway).len(), 5);
-        assert!(salvaged_queries("{\"queries\": [\"unterminated").is_empty());
-        assert!(salvaged_queries("{\"queries\": \"one query, cut").is_empty());
-        assert_eq!(
-            salvaged_queries(r#"{"queries": ["say \"hi\"", "x"#),
-            ["say \"hi\""]
-        );
     }
 
     #[test]

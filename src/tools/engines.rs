@@ -2,7 +2,7 @@
 //! makes, and the hits its answer holds. Everything around them (retries, slots, de-duplication,
 //! page summaries, the text the model sees) is shared in `web_search.rs`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 /// One search result.
@@ -18,6 +18,21 @@ pub struct SearchHit {
     #[serde(default)]
     pub raw_content: Option<String>,
     #[serde(default)]
+    pub score: Option<f64>,
+}
+
+/// One query of a search call and the locations it returned, best first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueryFound {
+    pub query: String,
+    pub results: Vec<Found>,
+}
+
+/// A location a query returned, with the engine's score when it gives one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Found {
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub score: Option<f64>,
 }
 

@@ -8,8 +8,8 @@ pub mod excerpts;
 pub mod mcp;
 pub mod web_search;
 
-pub use engines::{Engine, QueryOptions};
+pub use engines::{Engine, Found, QueryFound, QueryOptions};
 pub use web_search::{
-    LongPages, PageSummarizer, PageSummary, QueryFound, SearchConfig, SearchError, SearchHit,
-    SearchOptions, SearchOutput, Searcher, Source, SummaryLedger, WebSearch, web_search,
+    LongPages, PageSummarizer, PageSummary, SearchConfig, SearchError, SearchHit, SearchOptions,
+    SearchOutput, Searcher, Source, SummaryLedger, WebSearch, web_search,
 };

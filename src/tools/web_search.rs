@@ -12,7 +12,7 @@ use futures::future::{join_all, try_join_all};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, RETRY_AFTER};
 use secrecy::{ExposeSecret, SecretString};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 
@@ -23,7 +23,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use super::engines::{Engine, QueryOptions, SearchHit, truncate_chars};
+pub use super::engines::{Engine, Found, QueryFound, QueryOptions, SearchHit, truncate_chars};
 
 /// Tool result when no query returned anything (exact ODR text).
 pub const NO_RESULTS: &str = "No valid search results found. Please try different search queries or use a different search API.";
@@ -451,21 +451,6 @@ pub struct SearchOutput {
     pub sources: Vec<Source>,
     /// What each query returned, in query order: its locations and the engine's scores.
     pub found: Vec<QueryFound>,
-}
-
-/// One query of a search call and the locations it returned, best first.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct QueryFound {
-    pub query: String,
-    pub results: Vec<Found>,
-}
-
-/// A location a query returned, with the engine's score when it gives one.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Found {
-    pub url: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub score: Option<f64>,
 }
 
 /// Where a run's queries go: a web search engine, or one of the operator's corpora.

@@ -443,15 +443,7 @@ fn markdown(content: &str) -> (String, Vec<Raw>) {
         }
     }
     parts.push(current);
-    let parts = parts
-        .into_iter()
-        .map(|mut p| {
-            p.text = tidy(&p.text);
-            p
-        })
-        .filter(|p| !p.text.is_empty() || !p.heading.is_empty())
-        .collect();
-    (title, parts)
+    (title, tidied(parts))
 }
 
 /// Anchors for a document's headings, a repeated one numbered as GitHub numbers them
@@ -470,6 +462,18 @@ impl Anchors {
             format!("{base}-{}", *seen - 1)
         }
     }
+}
+
+/// The parts with their text tidied, empty ones (no text, no heading) left out.
+fn tidied(parts: Vec<Raw>) -> Vec<Raw> {
+    parts
+        .into_iter()
+        .map(|mut p| {
+            p.text = tidy(&p.text);
+            p
+        })
+        .filter(|p| !p.text.is_empty() || !p.heading.is_empty())
+        .collect()
 }
 
 /// The anchor GitHub and most Markdown renderers give a heading.
@@ -530,15 +534,7 @@ fn rst(content: &str) -> (String, Vec<Raw>) {
         i += 1;
     }
     parts.push(current);
-    let parts = parts
-        .into_iter()
-        .map(|mut p| {
-            p.text = tidy(&p.text);
-            p
-        })
-        .filter(|p| !p.text.is_empty() || !p.heading.is_empty())
-        .collect();
-    (title, parts)
+    (title, tidied(parts))
 }
 
 /// A line of one punctuation character repeated (at least three times).

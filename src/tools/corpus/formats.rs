@@ -63,10 +63,7 @@ fn pdf(bytes: &[u8], title: &str) -> Result<Vec<Section>, FormatError> {
 fn docx(bytes: &[u8], fallback: &str) -> Result<Vec<Section>, FormatError> {
     let mut archive = open(bytes)?;
     let body = member(&mut archive, "word/document.xml")?;
-    let title = member(&mut archive, "docProps/core.xml")
-        .ok()
-        .and_then(|core| dublin_core_title(&core))
-        .unwrap_or_else(|| fallback.to_owned());
+    let title = metadata_title(&mut archive, "docProps/core.xml", fallback);
     let doc = parse("word/document.xml", &body)?;
     let mut parts = Parts::default();
     // A paragraph inside another (a text box) is read as part of the outer one.
@@ -87,10 +84,7 @@ fn docx(bytes: &[u8], fallback: &str) -> Result<Vec<Section>, FormatError> {
 fn odt(bytes: &[u8], fallback: &str) -> Result<Vec<Section>, FormatError> {
     let mut archive = open(bytes)?;
     let content = member(&mut archive, "content.xml")?;
-    let title = member(&mut archive, "meta.xml")
-        .ok()
-        .and_then(|meta| dublin_core_title(&meta))
-        .unwrap_or_else(|| fallback.to_owned());
+    let title = metadata_title(&mut archive, "meta.xml", fallback);
     let doc = parse("content.xml", &content)?;
     let mut parts = Parts::default();
     for n in doc.descendants() {
@@ -185,6 +179,18 @@ fn parse<'a>(member: &str, xml: &'a str) -> Result<roxmltree::Document<'a>, Form
         member: member.to_owned(),
         message: e.to_string(),
     })
+}
+
+/// The title a zipped document's metadata member gives, or `fallback`.
+fn metadata_title(
+    archive: &mut zip::ZipArchive<std::io::Cursor<&[u8]>>,
+    name: &str,
+    fallback: &str,
+) -> String {
+    member(archive, name)
+        .ok()
+        .and_then(|meta| dublin_core_title(&meta))
+        .unwrap_or_else(|| fallback.to_owned())
 }
 
 /// `dc:title` of a metadata document (DOCX core properties, ODT meta, an EPUB package).
