@@ -81,13 +81,23 @@ pub fn key_digest(key: &str) -> String {
         .collect()
 }
 
-fn read_keys(path: &Path) -> Result<HashMap<String, Owner>, AuthSetupError> {
-    let fail = |detail: String| AuthSetupError::KeysFile {
+fn keys_file_error(path: &Path, detail: String) -> AuthSetupError {
+    AuthSetupError::KeysFile {
         path: path.display().to_string(),
         detail,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let file: KeysFile = toml::from_str(&text).map_err(|e| fail(e.message().to_owned()))?;
+    }
+}
+
+fn parse_keys(path: &Path, text: &str) -> Result<HashMap<String, Owner>, AuthSetupError> {
+    let fail = |detail: String| keys_file_error(path, detail);
+    // A file caught between its truncation and its write reads empty; taking that for "no keys"
+    // would lock every owner out until the next change. Revoking all keys is `keys = []`.
+    if text.trim().is_empty() {
+        return Err(fail(
+            "the file is empty (being written?); write `keys = []` to revoke every key".into(),
+        ));
+    }
+    let file: KeysFile = toml::from_str(text).map_err(|e| fail(e.message().to_owned()))?;
     let mut keys = HashMap::new();
     for entry in file.keys {
         let digest = entry.sha256.trim().to_ascii_lowercase();
@@ -106,7 +116,9 @@ fn read_keys(path: &Path) -> Result<HashMap<String, Owner>, AuthSetupError> {
 
 /// The keys file, read again when it changes (checked at most every `KEYS_RECHECK`): adding or
 /// revoking a key needs no restart. A file that cannot be read or parsed keeps the keys last
-/// read, with an error in the log.
+/// read, with an error in the log. Changes are told by content, not modification time: a write
+/// lands as a truncation and a write within one tick of the file system's clock, and a read
+/// between them must not be the last one.
 struct KeysFileWatch {
     path: Option<std::path::PathBuf>,
     state: std::sync::RwLock<KeysState>,
@@ -114,27 +126,28 @@ struct KeysFileWatch {
 
 struct KeysState {
     keys: HashMap<String, Owner>,
-    modified: Option<std::time::SystemTime>,
+    /// The SHA-256 of the text last read, usable or not (an error is logged once per change).
+    seen: Option<String>,
     checked: Instant,
 }
 
 const KEYS_RECHECK: Duration = Duration::from_secs(2);
 
-fn modified(path: &Path) -> Option<std::time::SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
 impl KeysFileWatch {
     fn open(path: Option<std::path::PathBuf>) -> Result<Self, AuthSetupError> {
-        let (keys, modified) = match &path {
-            Some(p) => (read_keys(p)?, modified(p)),
+        let (keys, seen) = match &path {
+            Some(p) => {
+                let text =
+                    std::fs::read_to_string(p).map_err(|e| keys_file_error(p, e.to_string()))?;
+                (parse_keys(p, &text)?, Some(key_digest(&text)))
+            }
             None => (HashMap::new(), None),
         };
         Ok(Self {
             path,
             state: std::sync::RwLock::new(KeysState {
                 keys,
-                modified,
+                seen,
                 checked: Instant::now(),
             }),
         })
@@ -160,7 +173,7 @@ impl KeysFileWatch {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Re-reads the file when its modification time changed since the last read.
+    /// Re-reads the file when its text changed since the last read.
     fn refresh(&self) {
         let Some(path) = &self.path else { return };
         if self.read().checked.elapsed() < KEYS_RECHECK {
@@ -174,15 +187,24 @@ impl KeysFileWatch {
             return;
         }
         state.checked = Instant::now();
-        let now_modified = modified(path);
-        if now_modified == state.modified {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) => {
+                if state.seen.take().is_some() {
+                    tracing::error!(path = %path.display(), %error, "the keys file cannot be read; the keys read before stay in force");
+                }
+                return;
+            }
+        };
+        let digest = key_digest(&text);
+        if state.seen.as_deref() == Some(digest.as_str()) {
             return;
         }
-        match read_keys(path) {
+        state.seen = Some(digest);
+        match parse_keys(path, &text) {
             Ok(keys) => {
                 tracing::info!(path = %path.display(), keys = keys.len(), "keys file re-read");
                 state.keys = keys;
-                state.modified = now_modified;
             }
             Err(error) => {
                 tracing::error!(%error, "the keys file changed and cannot be used; the keys read before stay in force");
@@ -570,13 +592,55 @@ mod tests {
     fn a_keys_file_with_a_bad_digest_is_refused() {
         let dir = tempfile::TempDir::new().unwrap();
         let path = dir.path().join("keys.toml");
-        std::fs::write(&path, "[[keys]]\nowner = \"a\"\nsha256 = \"xyz\"\n").unwrap();
-        assert!(read_keys(&path).is_err());
-        std::fs::write(
-            &path,
-            "[[keys]]\nowner = \" \"\nsha256 = \"".to_owned() + &"a".repeat(64) + "\"\n",
+        let bad = "[[keys]]\nowner = \"a\"\nsha256 = \"xyz\"\n";
+        assert!(parse_keys(&path, bad).is_err());
+        let nameless = "[[keys]]\nowner = \" \"\nsha256 = \"".to_owned() + &"a".repeat(64) + "\"\n";
+        assert!(parse_keys(&path, &nameless).is_err());
+    }
+
+    fn keys_text(owner: &str, key: &str) -> String {
+        format!(
+            "[[keys]]\nowner = \"{owner}\"\nsha256 = \"{}\"\n",
+            key_digest(key)
         )
-        .unwrap();
-        assert!(read_keys(&path).is_err());
+    }
+
+    /// Makes the next lookup re-read the file, as if `KEYS_RECHECK` had passed.
+    fn due(watch: &KeysFileWatch) {
+        let mut state = watch.state.write().unwrap();
+        state.checked = Instant::now() - KEYS_RECHECK - Duration::from_millis(1);
+    }
+
+    #[test]
+    fn a_change_is_read_even_when_the_modification_time_did_not_move() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("keys.toml");
+        std::fs::write(&path, keys_text("alice", "alice-key")).unwrap();
+        let stamp = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let watch = KeysFileWatch::open(Some(path.clone())).unwrap();
+        // Caught mid-write: the file is empty. The keys stay; nobody is locked out.
+        std::fs::write(&path, "").unwrap();
+        due(&watch);
+        assert!(watch.owner_of(&key_digest("alice-key")).is_some());
+        // The write completes within the same tick of the file system's clock.
+        std::fs::write(&path, keys_text("bob", "bob-key")).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(stamp).unwrap();
+        due(&watch);
+        assert!(watch.owner_of(&key_digest("alice-key")).is_none());
+        assert!(watch.owner_of(&key_digest("bob-key")).is_some());
+        // Revoking every key is said in so many words.
+        std::fs::write(&path, "keys = []\n").unwrap();
+        due(&watch);
+        assert!(watch.owner_of(&key_digest("bob-key")).is_none());
+    }
+
+    #[test]
+    fn an_empty_keys_file_is_refused_at_start() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let path = dir.path().join("keys.toml");
+        std::fs::write(&path, "\n  \n").unwrap();
+        let error = KeysFileWatch::open(Some(path)).err().unwrap().to_string();
+        assert!(error.contains("keys = []"), "{error}");
     }
 }

@@ -77,6 +77,28 @@ impl StoreError {
     }
 }
 
+/// Runs `op` again (up to three more times, after 25, 50 and 75 ms) while it loses to a
+/// concurrent transaction: on Postgres a concurrent claim or checkpoint write can make a write a
+/// deadlock victim or a serialization failure, which changed nothing and succeeds when retried,
+/// and should not reach the client as a 503. A database that is busy or away is not retried here.
+pub async fn retrying_conflicts<T, F, Fut>(what: &str, mut op: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let mut attempt: u32 = 0;
+    loop {
+        match op().await {
+            Err(error) if error.is_conflict() && attempt < 3 => {
+                attempt += 1;
+                tracing::debug!(%error, attempt, what, "trying again after a conflict");
+                tokio::time::sleep(std::time::Duration::from_millis(25 * u64::from(attempt))).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Postgres: connection, resource, shutdown, timeout and serialization classes. SQLite: busy
 /// and locked (any extended code of them), which outlast the busy timeout under heavy writes.
 fn transient_database_error(db: &dyn sqlx::error::DatabaseError) -> bool {

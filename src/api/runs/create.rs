@@ -621,22 +621,9 @@ fn take_run_keys(config: &mut Value, allowed: bool) -> ApiResult<Option<RunKeys>
     ))))
 }
 
-/// The insert, tried again a few times when it lost to a concurrent transaction: on Postgres a
-/// concurrent claim or checkpoint write can make it a deadlock victim or a serialization
-/// failure, which changed nothing and succeeds when retried, and should not reach the client as
-/// a 503. A database that is busy or away still answers 503 after one wait.
+/// The insert, tried again when it lost to a concurrent transaction (see `retrying_conflicts`).
 async fn insert_retrying(state: &AppState, insert: &RunInsert) -> Result<Vec<Run>, StoreError> {
-    let mut attempt: u32 = 0;
-    loop {
-        match state.store.insert_run(insert).await {
-            Err(error) if error.is_conflict() && attempt < 3 => {
-                attempt += 1;
-                tracing::debug!(%error, attempt, "inserting a run again after a conflict");
-                tokio::time::sleep(std::time::Duration::from_millis(25 * u64::from(attempt))).await;
-            }
-            result => return result,
-        }
-    }
+    crate::store::retrying_conflicts("insert a run", || state.store.insert_run(insert)).await
 }
 
 /// Inserts the run with its stream subscribed first (a worker may start it the moment it is

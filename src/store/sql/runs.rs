@@ -137,26 +137,9 @@ impl crate::store::RunStore for SqlStore {
         let mut ids = run_ids.to_vec();
         ids.sort();
         ids.dedup();
-        let now = Timestamp::now();
-        let mut tx = self.write_tx().await?;
-        let threads = self.threads_of_runs(&mut tx, &ids).await?;
-        self.lock_threads(&mut tx, threads.clone()).await?;
-        let mut affected = Vec::new();
-        for id in ids {
-            let sql = format!(
-                "SELECT {RUN_COLS} FROM runs WHERE run_id = $1 AND {INFLIGHT}{}",
-                self.lock()
-            );
-            if let Some(run) = one(&mut *tx, q(sql).bind(id.to_string()), run_row).await? {
-                self.cancel_one(&mut tx, &run, action, now).await?;
-                affected.push(run);
-            }
-        }
-        for thread in threads {
-            self.settle_thread(&mut tx, thread, now).await?;
-        }
-        tx.commit().await?;
-        Ok(affected)
+        // A cancel racing the run's own checkpoint writes or its worker's claim can lose a
+        // deadlock on Postgres; it changed nothing and is tried again.
+        crate::store::retrying_conflicts("cancel runs", || self.cancel_sorted(&ids, action)).await
     }
 
     async fn claim_run(
@@ -449,6 +432,30 @@ impl crate::store::RunStore for SqlStore {
 }
 
 impl SqlStore {
+    /// One attempt at `cancel_runs`, the ids sorted and unique (locks taken in one order).
+    async fn cancel_sorted(&self, ids: &[RunId], action: CancelAction) -> StoreResult<Vec<Run>> {
+        let now = Timestamp::now();
+        let mut tx = self.write_tx().await?;
+        let threads = self.threads_of_runs(&mut tx, ids).await?;
+        self.lock_threads(&mut tx, threads.clone()).await?;
+        let mut affected = Vec::new();
+        for id in ids {
+            let sql = format!(
+                "SELECT {RUN_COLS} FROM runs WHERE run_id = $1 AND {INFLIGHT}{}",
+                self.lock()
+            );
+            if let Some(run) = one(&mut *tx, q(sql).bind(id.to_string()), run_row).await? {
+                self.cancel_one(&mut tx, &run, action, now).await?;
+                affected.push(run);
+            }
+        }
+        for thread in threads {
+            self.settle_thread(&mut tx, thread, now).await?;
+        }
+        tx.commit().await?;
+        Ok(affected)
+    }
+
     /// Fails with `DuplicateRun` when a run was created with the insert's idempotency key.
     async fn first_with_key(
         &self,
