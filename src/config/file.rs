@@ -461,9 +461,8 @@ impl FileConfig {
                 .ok_or_else(|| anyhow::anyhow!("--corpus takes NAME=DIR, got '{spec}'"))?;
             let name = name.trim();
             anyhow::ensure!(
-                name.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
-                "--corpus: a corpus name is letters, digits, '-' and '_', got '{name}'"
+                crate::tools::corpus::valid_name(name),
+                "--corpus: a corpus name is letters, digits, '-' and '_' (at most 64), got '{name}'"
             );
             self.corpora.insert(
                 name.to_owned(),

@@ -348,14 +348,17 @@ async fn the_public_page_opens_nothing_and_can_be_switched_off() {
             .unwrap()
             .contains(r#"data-auth="required""#)
     );
-    let script = reqwest::get(app.url("/ui/app.js")).await.unwrap();
-    assert_eq!(script.status(), 200);
-    assert!(
-        script.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/javascript")
-    );
+    for path in ["/ui/markdown.js", "/ui/app.js"] {
+        let script = reqwest::get(app.url(path)).await.unwrap();
+        assert_eq!(script.status(), 200, "{path}");
+        assert!(
+            script.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("text/javascript"),
+            "{path}"
+        );
+    }
     // What the page calls is the API, and the API still wants the key.
     let search = app
         .client

@@ -3,7 +3,8 @@
 //! review approved from the page and an interrupt answered with `respond`; the classic
 //! `@langchain/langgraph-sdk/react` useStream (runs API) for an interrupt resumed with a
 //! command. The pages and the driver live in tests/browser (`npm ci && node build.mjs` there,
-//! done by scripts/test.sh, which also installs Debian's chromium).
+//! done by scripts/test.sh, which also installs Debian's chromium). With node alone, the research
+//! page's Markdown renderer against hostile reports (tests/browser/markdown_fuzz.mjs).
 
 use crate::support;
 
@@ -30,6 +31,23 @@ fn ready() -> bool {
     );
     if !present {
         eprintln!("skipping the browser tests: run scripts/test.sh to build the pages");
+    }
+    present
+}
+
+/// Whether node runs; without it the renderer's fuzz test skips, unless `DR_REQUIRE_BROWSER=1`
+/// (the test command sets it after installing node).
+fn node_present() -> bool {
+    let present = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        present || std::env::var("DR_REQUIRE_BROWSER").as_deref() != Ok("1"),
+        "DR_REQUIRE_BROWSER=1 but node is missing: run scripts/test.sh"
+    );
+    if !present {
+        eprintln!("skipping the Markdown fuzz test: run scripts/test.sh to install node");
     }
     present
 }
@@ -162,4 +180,26 @@ async fn classic_use_stream_page_resumes_an_interrupt() {
     if ready() {
         play(&app().await, "classic-hitl").await;
     }
+}
+
+/// The page's Markdown renderer (src/api/web/markdown.js) on what a model might write: the
+/// inputs that once froze or crashed the tab (a table row without its separator line, 3,000
+/// `>`, 20,000 `[`) and many generated ones, each rendered in time, without throwing, to HTML
+/// with only the renderer's own tags and safe links. Node's standard library only.
+#[test]
+fn the_pages_markdown_renderer_survives_hostile_input() {
+    if !node_present() {
+        return;
+    }
+    let output = Command::new("node")
+        .arg("markdown_fuzz.mjs")
+        .current_dir(browser_dir())
+        .output()
+        .expect("run node");
+    let (out, err) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(output.status.success(), "{out}\n{err}");
+    println!("{out}");
 }

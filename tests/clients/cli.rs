@@ -4,14 +4,14 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-#[test]
-fn serve_prints_its_address_and_store_and_answers_ok() {
-    let dir = tempfile::TempDir::new().unwrap();
-    let db = dir.path().join("cli.db");
+/// Starts `serve` with `args` and reads the line that says where it listens: (child, the
+/// line, its port).
+fn serve(args: &[&std::ffi::OsStr]) -> (std::process::Child, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_deep-research"))
-        .args(["serve", "--no-auth", "--port", "0", "--sqlite-path"])
-        .arg(&db)
+        .args(["serve", "--no-auth", "--port", "0"])
+        .args(args)
         .env_remove("DATABASE_URL")
+        .env_remove("DR_CONFIG")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -26,19 +26,91 @@ fn serve_prints_its_address_and_store_and_answers_ok() {
         .and_then(|rest| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("no address in {line:?}"))
         .to_owned();
+    let port = addr.rsplit(':').next().unwrap().to_owned();
+    (child, line, port)
+}
+
+fn healthy(port: &str) -> bool {
+    Command::new(env!("CARGO_BIN_EXE_deep-research"))
+        .args(["healthcheck", "--port", port])
+        .status()
+        .unwrap()
+        .success()
+}
+
+#[test]
+fn serve_prints_its_address_and_store_and_answers_ok() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let db = dir.path().join("cli.db");
+    let (mut child, line, port) = serve(&["--sqlite-path".as_ref(), db.as_os_str()]);
     assert!(
         line.contains(&format!("store: sqlite://{}", db.display())),
         "{line}"
     );
-    let port = addr.rsplit(':').next().unwrap().to_owned();
-    let ok = Command::new(env!("CARGO_BIN_EXE_deep-research"))
-        .args(["healthcheck", "--port", &port])
-        .status()
-        .unwrap();
+    let ok = healthy(&port);
     child.kill().unwrap();
     let _ = child.wait();
-    assert!(ok.success(), "healthcheck against {addr}");
+    assert!(ok, "healthcheck on port {port}");
     assert!(db.exists(), "the SQLite file was created");
+}
+
+/// A corpus holding a page of 50,000 nested elements (which overflowed the main thread's
+/// stack at every start) and one the HTML parser would take minutes over: the server starts,
+/// answers, and the readable page is searchable.
+#[test]
+fn serve_starts_over_a_corpus_with_hostile_pages() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let nested = |open: &str, close: &str, depth: usize| {
+        format!(
+            "<html><body>{}deep text{}</body></html>",
+            open.repeat(depth),
+            close.repeat(depth)
+        )
+    };
+    std::fs::write(docs.join("spans.html"), nested("<span>", "</span>", 50_000)).unwrap();
+    std::fs::write(
+        docs.join("lists.html"),
+        nested("<ul><li>", "</li></ul>", 8_000),
+    )
+    .unwrap();
+    let filler = vec!["word"; 60].join(" ");
+    std::fs::write(
+        docs.join("plain.html"),
+        format!(
+            "<html><body><h1>Vacuum</h1><p>Vacuum reclaims storage. {filler}</p></body></html>"
+        ),
+    )
+    .unwrap();
+    let db = dir.path().join("cli.db");
+    let corpus = format!("docs={}", docs.display());
+    let (mut child, _, port) = serve(&[
+        "--sqlite-path".as_ref(),
+        db.as_os_str(),
+        "--corpus".as_ref(),
+        corpus.as_ref(),
+    ]);
+    let ok = healthy(&port);
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert!(
+        ok,
+        "the server answers with the hostile pages in its corpus"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_deep-research"))
+        .args(["search", "--corpus", &corpus, "--json", "reclaims storage"])
+        .current_dir(dir.path())
+        .env_remove("DR_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits.as_array().map(Vec::len), Some(1), "{hits}");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The research app: one page, its script and its style, embedded in the binary and served at
+//! The research app: one page, its scripts and its style, embedded in the binary and served at
 //! `/` (`server.web_app`). The page is a client of this API like any other: it sends the key
 //! the user gave it, and the API decides what it may see. Serving it needs no key, so its
 //! responses carry a strict Content-Security-Policy: only this origin's script, style and
@@ -13,10 +13,11 @@ use axum::routing::get;
 
 const INDEX: &str = include_str!("index.html");
 const SCRIPT: &str = include_str!("app.js");
+const MARKDOWN: &str = include_str!("markdown.js");
 const STYLE: &str = include_str!("app.css");
 
 /// Where the page's parts are served; all public (no key needed to load the page).
-pub const PATHS: [&str; 3] = ["/", "/ui/app.js", "/ui/app.css"];
+pub const PATHS: [&str; 4] = ["/", "/ui/app.js", "/ui/markdown.js", "/ui/app.css"];
 
 const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
     connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
@@ -28,6 +29,10 @@ pub fn router() -> Router<AppState> {
         .route(
             "/ui/app.js",
             get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/ui/markdown.js",
+            get(|| async { asset(MARKDOWN, "text/javascript; charset=utf-8") }),
         )
         .route(
             "/ui/app.css",

@@ -11,6 +11,10 @@ const MIN_SECTION_CHARS: usize = 200;
 /// A block with at least this many links, most of its text theirs, is navigation.
 const LINK_LIST_MIN_LINKS: usize = 4;
 
+/// Elements nested deeper than this are read as plain text (no real page comes close; a
+/// hostile one nests tens of thousands).
+const MAX_HTML_DEPTH: usize = 128;
+
 /// Plain text is cut into sections of about this many characters, on paragraph boundaries.
 const TEXT_SECTION_CHARS: usize = 4000;
 
@@ -269,6 +273,62 @@ struct HtmlWalk {
     first_h1: Option<String>,
 }
 
+/// How deep a page may nest the elements that must be closed explicitly. The HTML parser's
+/// scope checks walk the stack of open elements at every tag, so its time grows with the
+/// square of the nesting: 8,000 nested `<ul><li>` took 14 s to parse. No real page comes near.
+pub(super) const MAX_HTML_NESTING: usize = 1000;
+
+/// Void elements and those whose end tag may be left out: a page that never closes its `<p>`s
+/// or `<li>`s is not nested by them.
+const UNCOUNTED: [&str; 32] = [
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+    "track", "wbr", "p", "li", "dt", "dd", "tr", "td", "th", "option", "optgroup", "thead",
+    "tbody", "tfoot", "colgroup", "caption", "rp", "rt", "html", "head",
+];
+
+/// The deepest nesting of explicitly closed elements in a page, found by a linear scan of its
+/// tags (comments, and the contents of `<script>` and `<style>`, passed over). An estimate, on
+/// the high side for pages that leave such elements open, which is itself unusual.
+pub(super) fn nesting_depth(content: &str) -> usize {
+    let lower = content.to_ascii_lowercase();
+    let bytes = lower.as_bytes();
+    let (mut at, mut depth, mut deepest) = (0, 0usize, 0usize);
+    while let Some(offset) = lower[at..].find('<') {
+        at += offset + 1;
+        if lower[at..].starts_with("!--") {
+            at = lower[at..]
+                .find("-->")
+                .map_or(bytes.len(), |end| at + end + 3);
+            continue;
+        }
+        let closing = bytes.get(at) == Some(&b'/');
+        let start = at + usize::from(closing);
+        let end = lower[start..]
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .map_or(bytes.len(), |n| start + n);
+        let name = &lower[start..end];
+        if name.is_empty() || UNCOUNTED.contains(&name) || name == "body" {
+            continue;
+        }
+        let tag_end = lower[end..].find('>').map_or(bytes.len(), |n| end + n);
+        if closing {
+            depth = depth.saturating_sub(1);
+        } else if !lower[..tag_end].ends_with('/') {
+            depth += 1;
+            deepest = deepest.max(depth);
+            if name == "script" || name == "style" {
+                let close = format!("</{name}");
+                at = lower[tag_end..]
+                    .find(&close)
+                    .map_or(bytes.len(), |n| tag_end + n);
+                continue;
+            }
+        }
+        at = tag_end;
+    }
+    deepest
+}
+
 pub(super) fn html(content: &str) -> (String, Vec<Raw>) {
     let doc = Html::parse_document(content);
     let root = doc.root_element();
@@ -321,52 +381,86 @@ pub(super) fn html(content: &str) -> (String, Vec<Raw>) {
     (title, parts)
 }
 
+/// One step of the walk over a page: a node to read, or the end of an element whose closing
+/// needs something (a line break after a block, leaving `<pre>`).
+enum Step<'a> {
+    Visit(ego_tree::NodeRef<'a, Node>, usize),
+    Leave { block: bool, pre: bool },
+}
+
 impl HtmlWalk {
+    /// Walks the element's children in document order with a stack of its own, not the
+    /// thread's: a page of 50,000 nested `<span>`s overflowed the stack of the recursive walk
+    /// and took the server down at every start.
     fn element(&mut self, el: ElementRef<'_>) {
-        for child in el.children() {
-            match child.value() {
-                Node::Text(t) => {
-                    if self.pre > 0 {
-                        self.current.text.push_str(t);
-                    } else {
-                        let text = collapse_keep_edges(t);
-                        self.current.text.push_str(&text);
-                    }
-                }
-                Node::Element(e) => {
-                    let Some(child_el) = ElementRef::wrap(child) else {
-                        continue;
-                    };
-                    let name = e.name();
-                    if SKIPPED.contains(&name) || is_chrome(e) || is_link_list(child_el) {
-                        continue;
-                    }
-                    if let Some(level) = heading_level(name) {
-                        if level == 1 && self.first_h1.is_none() {
-                            self.first_h1 = Some(heading_text(child_el));
-                        }
-                        self.start_section(child_el);
-                        continue;
-                    }
-                    let block = BLOCKS.contains(&name);
-                    if block {
-                        self.current.text.push('\n');
-                    } else if matches!(name, "td" | "th") {
-                        self.current.text.push_str(" | ");
-                    }
-                    if name == "pre" {
-                        self.pre += 1;
-                    }
-                    self.element(child_el);
-                    if name == "pre" {
+        let mut steps: Vec<Step<'_>> = el.children().rev().map(|c| Step::Visit(c, 1)).collect();
+        while let Some(step) = steps.pop() {
+            match step {
+                Step::Leave { block, pre } => {
+                    if pre {
                         self.pre -= 1;
                     }
                     if block {
                         self.current.text.push('\n');
                     }
                 }
-                _ => {}
+                Step::Visit(node, depth) => self.visit(node, depth, &mut steps),
             }
+        }
+    }
+
+    fn visit<'a>(
+        &mut self,
+        node: ego_tree::NodeRef<'a, Node>,
+        depth: usize,
+        steps: &mut Vec<Step<'a>>,
+    ) {
+        match node.value() {
+            Node::Text(t) => {
+                if self.pre > 0 {
+                    self.current.text.push_str(t);
+                } else {
+                    self.current.text.push_str(&collapse_keep_edges(t));
+                }
+            }
+            Node::Element(e) => {
+                let Some(el) = ElementRef::wrap(node) else {
+                    return;
+                };
+                let name = e.name();
+                // Past this depth no page is laid out by its tags any more: read the rest as
+                // plain text, so each deeper element costs no check of its descendants.
+                if depth > MAX_HTML_DEPTH {
+                    self.current.text.push(' ');
+                    self.current
+                        .text
+                        .push_str(&collapse(&el.text().collect::<String>()));
+                    return;
+                }
+                if SKIPPED.contains(&name) || is_chrome(e) || is_link_list(el) {
+                    return;
+                }
+                if let Some(level) = heading_level(name) {
+                    if level == 1 && self.first_h1.is_none() {
+                        self.first_h1 = Some(heading_text(el));
+                    }
+                    self.start_section(el);
+                    return;
+                }
+                let block = BLOCKS.contains(&name);
+                if block {
+                    self.current.text.push('\n');
+                } else if matches!(name, "td" | "th") {
+                    self.current.text.push_str(" | ");
+                }
+                let pre = name == "pre";
+                if pre {
+                    self.pre += 1;
+                }
+                steps.push(Step::Leave { block, pre });
+                steps.extend(node.children().rev().map(|c| Step::Visit(c, depth + 1)));
+            }
+            _ => {}
         }
     }
 
@@ -396,8 +490,11 @@ fn anchor_of(heading: ElementRef<'_>) -> Option<String> {
     if let Some(id) = inner {
         return Some(id.to_owned());
     }
+    // A few levels up: the enclosing section is near, and a walk to the root from every
+    // heading of a deeply nested page would be quadratic.
     heading
         .ancestors()
+        .take(8)
         .filter_map(ElementRef::wrap)
         .take_while(|e| e.value().name() != "body")
         .find_map(|e| e.value().id())
@@ -772,5 +869,19 @@ mod tests {
             s.iter()
                 .all(|x| x.text.chars().count() <= TEXT_SECTION_CHARS + 400)
         );
+    }
+
+    #[test]
+    fn nesting_is_counted_on_elements_that_must_be_closed() {
+        assert_eq!(nesting_depth("<div><div><span>x</span></div></div>"), 3);
+        // Paragraphs and items left open, void and self-closed elements nest nothing.
+        let loose = "<ul>".to_owned() + &"<li><p>item<br><img src=x><x-y/>".repeat(500) + "</ul>";
+        assert_eq!(nesting_depth(&loose), 1);
+        // Tags inside comments and scripts are not elements.
+        let hidden = "<!-- <div><div> --><script>let s = '<div><div><div>';</script><b>x</b>";
+        assert_eq!(nesting_depth(hidden), 1);
+        assert_eq!(nesting_depth(&"<div>".repeat(5000)), 5000);
+        assert_eq!(nesting_depth("<"), 0);
+        assert_eq!(nesting_depth("a < b and c <"), 0);
     }
 }

@@ -48,11 +48,7 @@ pub(super) fn list_files(root: &Path) -> Vec<(String, PathBuf, (u64, u64))> {
                 let Ok(meta) = entry.metadata() else {
                     continue;
                 };
-                let limit = if format.is_text() {
-                    MAX_FILE_BYTES
-                } else {
-                    MAX_BINARY_FILE_BYTES
-                };
+                let limit = size_limit(format);
                 if meta.len() > limit {
                     // Debug, not warn: every refresh lists the files again.
                     tracing::debug!(file = %path.display(), bytes = meta.len(), limit,
@@ -103,6 +99,39 @@ fn without_source_copies(
         .collect()
 }
 
+fn size_limit(format: Format) -> u64 {
+    if format.is_text() {
+        MAX_FILE_BYTES
+    } else {
+        MAX_BINARY_FILE_BYTES
+    }
+}
+
+/// A listed file's bytes, read through one open handle that is not a symbolic link
+/// (`O_NOFOLLOW`), its type and size checked on that handle: what was listed can be swapped
+/// for a link to elsewhere, or grow, before it is read.
+pub(super) fn read_listed(path: &Path, format: Format) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let meta = file.metadata()?;
+    let limit = size_limit(format);
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(limit)).unwrap_or(0));
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::other(format!(
+            "larger than the {limit} bytes a file of this kind may have"
+        )));
+    }
+    Ok(bytes)
+}
+
 /// Whether `rel` (a Markdown or text file) is the source of one of the `rendered` pages.
 fn is_source_copy(rel: &str, rendered: &HashSet<String>) -> bool {
     let unsourced = match rel.split_once("_sources/") {
@@ -127,6 +156,37 @@ fn is_source_copy(rel: &str, rendered: &HashSet<String>) -> bool {
     ["html", "htm"]
         .iter()
         .any(|ext| rendered.contains(&format!("{stem}.{ext}")))
+}
+
+/// Makes `dir` ready for the index of `root`; true when the index in it can be reused. A
+/// directory is emptied only when it holds an index of this service (its manifest), so a
+/// misconfigured index directory never deletes someone's files.
+pub(super) fn prepare_index_dir(dir: &Path, root: &Path, version: u32) -> Result<bool, String> {
+    let root = root.display().to_string();
+    match read_manifest(dir) {
+        Some(m) if m.version == version && m.root == root => return Ok(true),
+        // Another version, or another directory under the same name: start over.
+        Some(_) => std::fs::remove_dir_all(dir).map_err(|e| e.to_string())?,
+        None => {
+            let held = std::fs::read_dir(dir).map_or(0, |entries| entries.count());
+            if held > 0 {
+                return Err(format!(
+                    "the directory holds {held} file(s) but no index of this service; \
+                     empty it or choose another [search.local] index_dir"
+                ));
+            }
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    // A manifest from the start, so a crash before the first one is written leaves a
+    // directory this service still knows as its own (version 0: rebuilt at the next start).
+    let fresh = Manifest {
+        version: 0,
+        root,
+        files: BTreeMap::new(),
+    };
+    write_manifest(dir, &fresh).map_err(|e| e.to_string())?;
+    Ok(false)
 }
 
 pub(super) fn read_manifest(dir: &Path) -> Option<Manifest> {

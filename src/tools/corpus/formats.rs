@@ -30,23 +30,48 @@ pub enum FormatError {
     Xml { member: String, message: String },
     #[error("the PDF could not be read: {0}")]
     Pdf(String),
+    #[error("the reader failed on this file")]
+    Panicked,
+    #[error("elements nested {0} deep (at most {max} are read)", max = super::extract::MAX_HTML_NESTING)]
+    TooDeep(usize),
+}
+
+fn shallow_enough(page: &str) -> Result<(), FormatError> {
+    match super::extract::nesting_depth(page) {
+        depth if depth > super::extract::MAX_HTML_NESTING => Err(FormatError::TooDeep(depth)),
+        _ => Ok(()),
+    }
 }
 
 /// The sections of a file's bytes; `fallback` names a document that names itself nowhere.
 pub fn read(format: Format, bytes: &[u8], fallback: &str) -> Result<Vec<Section>, FormatError> {
+    // A reader that panics on a malformed file (the PDF reader does) must not stop the index,
+    // nor poison its writer: the file is skipped like one that cannot be read.
+    std::panic::catch_unwind(|| read_unguarded(format, bytes, fallback))
+        .unwrap_or(Err(FormatError::Panicked))
+}
+
+fn read_unguarded(
+    format: Format,
+    bytes: &[u8],
+    fallback: &str,
+) -> Result<Vec<Section>, FormatError> {
     match format {
         Format::Pdf => pdf(bytes, fallback),
         Format::Docx => docx(bytes, fallback),
         Format::Odt => odt(bytes, fallback),
         Format::Epub => epub(bytes, fallback),
+        Format::Html => {
+            let page = String::from_utf8_lossy(bytes);
+            shallow_enough(&page)?;
+            Ok(sections(Format::Html, &page, fallback))
+        }
         text => Ok(sections(text, &String::from_utf8_lossy(bytes), fallback)),
     }
 }
 
 fn pdf(bytes: &[u8], title: &str) -> Result<Vec<Section>, FormatError> {
-    // The PDF reader panics on some malformed files: one bad file must not stop the index.
-    let pages = std::panic::catch_unwind(|| pdf_extract::extract_text_from_mem_by_pages(bytes))
-        .map_err(|_| FormatError::Pdf("the reader failed on this file".into()))?
+    let pages = pdf_extract::extract_text_from_mem_by_pages(bytes)
         .map_err(|e| FormatError::Pdf(e.to_string()))?;
     let raw = pages
         .iter()
@@ -151,7 +176,10 @@ fn epub(bytes: &[u8], fallback: &str) -> Result<Vec<Section>, FormatError> {
         if budget == 0 {
             break;
         }
-        raw.extend(html(&xhtml).1);
+        // A chapter nested too deep to parse in reasonable time is passed over like a missing one.
+        if shallow_enough(&xhtml).is_ok() {
+            raw.extend(html(&xhtml).1);
+        }
     }
     Ok(finish(&title, raw))
 }

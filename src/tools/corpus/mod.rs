@@ -72,9 +72,21 @@ pub enum CorpusError {
     },
     #[error("corpus '{name}': {message}")]
     Search { name: String, message: String },
+    /// The name becomes a directory under the index root: no separators, no `..`.
+    #[error("a corpus name is letters, digits, '-' and '_' (at most 64), got '{0}'")]
+    Name(String),
     /// The blocking search task ended without an answer (a panic, or shutdown).
     #[error("the corpus search stopped: {0}")]
     Stopped(String),
+}
+
+/// Whether `name` may name a corpus: it becomes a directory under the index root, so
+/// `../x` or `/abs/path` would point the index (and its deletion) elsewhere.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 /// How the operator describes a corpus.
@@ -176,21 +188,16 @@ impl Corpus {
                 source: std::io::Error::other("not a directory"),
             });
         }
+        if !valid_name(name) {
+            return Err(CorpusError::Name(name.to_owned()));
+        }
         let index_dir = index_root.join(name);
         let err = |message: String| CorpusError::Index {
             name: name.to_owned(),
             path: index_dir.display().to_string(),
             message,
         };
-        let manifest = read_manifest(&index_dir);
-        let reusable = manifest
-            .as_ref()
-            .is_some_and(|m| m.version == INDEX_VERSION && m.root == root.display().to_string());
-        if !reusable && index_dir.exists() {
-            // Another version, or another directory under the same name: start over.
-            std::fs::remove_dir_all(&index_dir).map_err(|e| err(e.to_string()))?;
-        }
-        std::fs::create_dir_all(&index_dir).map_err(|e| err(e.to_string()))?;
+        let reusable = files::prepare_index_dir(&index_dir, &root, INDEX_VERSION).map_err(err)?;
         let (schema, fields) = schema();
         let index = if reusable {
             Index::open_in_dir(&index_dir)
@@ -292,7 +299,7 @@ impl Corpus {
                 .unwrap_or_else(|| rel.clone());
             // A file that cannot be read is skipped with a warning, and tried again when it
             // changes; it never stops the index.
-            let read = std::fs::read(abs)
+            let read = files::read_listed(abs, format)
                 .map_err(|e| e.to_string())
                 .and_then(|bytes| {
                     formats::read(format, &bytes, &fallback).map_err(|e| e.to_string())

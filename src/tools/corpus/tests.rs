@@ -400,3 +400,144 @@ fn model_queries_become_plain_words() {
     assert_eq!(plain_query("work_mem \"default"), "work_mem default");
     assert_eq!(percent_path("/a b/c#d.html"), "/a%20b/c%23d.html");
 }
+
+/// A page of `depth` nested `open`…`close` elements around `word`.
+fn nested_page(open: &str, close: &str, depth: usize, word: &str) -> String {
+    format!(
+        "<html><head><title>Deep</title></head><body>{}{word} {} {}</body></html>",
+        open.repeat(depth),
+        filler("delta"),
+        close.repeat(depth)
+    )
+}
+
+/// Deeply nested pages neither overflow a thread's stack nor take the parser's quadratic
+/// time, at the first index (the server's start) or at a refresh (on a small blocking-pool
+/// stack): up to `MAX_HTML_NESTING` levels are read (900 `<span>`s, deeper than the old
+/// recursive walk could go on a 256 KB stack); deeper nesting (8,000 `<ul><li>`, which took
+/// the parser 14 s, or the 50,000 `<span>`s that overflowed the main thread's stack) is
+/// skipped with a warning, and the rest of the corpus is indexed.
+#[test]
+fn deeply_nested_pages_are_read_or_skipped_without_overflowing_the_stack() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    write(
+        docs.path(),
+        "spans.html",
+        &nested_page("<span>", "</span>", 900, "spanneedle"),
+    );
+    write(
+        docs.path(),
+        "lists.html",
+        &nested_page("<ul><li>", "</li></ul>", 8_000, "listneedle"),
+    );
+    write(
+        docs.path(),
+        "fine.html",
+        &nested_page("<div><ul><li>", "</li></ul></div>", 300, "fineneedle"),
+    );
+    let (docs_path, index_path) = (docs.path().to_owned(), index.path().to_owned());
+    let started = Instant::now();
+    let corpus = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            Corpus::open("docs", &config(&docs_path), &index_path, Duration::ZERO).unwrap()
+        })
+        .unwrap()
+        .join()
+        .expect("opening the corpus on a 256 KB stack");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        corpus.search_blocking("spanneedle", "", 5).unwrap().len(),
+        1
+    );
+    assert_eq!(
+        corpus.search_blocking("fineneedle", "", 5).unwrap().len(),
+        1
+    );
+    assert!(
+        corpus
+            .search_blocking("listneedle", "", 5)
+            .unwrap()
+            .is_empty()
+    );
+    write(
+        docs.path(),
+        "more.html",
+        &nested_page("<b><span>", "</span></b>", 450, "moreneedle"),
+    );
+    write(
+        docs.path(),
+        "spans-deep.html",
+        &nested_page("<span>", "</span>", 50_000, "deepneedle"),
+    );
+    let again = Arc::clone(&corpus);
+    let done = std::thread::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(move || again.refresh().unwrap())
+        .unwrap()
+        .join()
+        .expect("refreshing on a 256 KB stack");
+    assert_eq!((done.indexed, done.unreadable), (1, 1), "{done:?}");
+    assert_eq!(
+        corpus.search_blocking("moreneedle", "", 5).unwrap().len(),
+        1
+    );
+}
+
+/// A corpus name becomes a directory under the index root: one that leaves it is refused, and
+/// an index directory that holds anything but an index of this service is never emptied.
+#[test]
+fn corpus_names_and_index_directories_cannot_point_at_other_files() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    let victim = tempfile::tempdir().unwrap();
+    write(docs.path(), "a.md", &format!("# A\n\n{}", filler("alpha")));
+    write(victim.path(), "keep.txt", "precious");
+    let absolute = victim.path().display().to_string();
+    let relative = format!(
+        "../{}",
+        victim.path().file_name().unwrap().to_string_lossy()
+    );
+    for name in [absolute.as_str(), relative.as_str(), "a/b", "..", ""] {
+        let refused = Corpus::open(name, &config(docs.path()), index.path(), Duration::ZERO);
+        assert!(
+            matches!(refused, Err(CorpusError::Name(_))),
+            "{name}: {refused:?}"
+        );
+    }
+    assert!(victim.path().join("keep.txt").exists());
+    // The index root's directory for this name holds someone's files: refused, kept.
+    write(index.path(), "docs/keep.txt", "precious");
+    let refused = Corpus::open("docs", &config(docs.path()), index.path(), Duration::ZERO);
+    let message = refused.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("no index of this service"), "{message}");
+    assert!(index.path().join("docs/keep.txt").exists());
+    // An index of this service for another directory is rebuilt in place.
+    std::fs::remove_file(index.path().join("docs/keep.txt")).unwrap();
+    Corpus::open("docs", &config(docs.path()), index.path(), Duration::ZERO).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    write(other.path(), "b.md", &format!("# B\n\n{}", filler("beta")));
+    let rebuilt =
+        Corpus::open("docs", &config(other.path()), index.path(), Duration::ZERO).unwrap();
+    assert_eq!(rebuilt.search_blocking("beta", "", 5).unwrap().len(), 1);
+    assert!(rebuilt.search_blocking("alpha", "", 5).unwrap().is_empty());
+}
+
+/// A listed file swapped for a symbolic link before it is read is not followed.
+#[test]
+fn a_file_swapped_for_a_link_after_listing_is_not_read() {
+    let docs = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "secret.md", "# Secret\n\nhunter2");
+    write(docs.path(), "page.md", "# Page\n\nplain");
+    let page = docs.path().join("page.md");
+    std::fs::remove_file(&page).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.md"), &page).unwrap();
+    let read = files::read_listed(&page, Format::Markdown);
+    assert!(read.is_err(), "{read:?}");
+}
