@@ -19,6 +19,7 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 || v6.is_multicast()
                 || (first & 0xfe00) == 0xfc00 // unique local
                 || (first & 0xffc0) == 0xfe80 // link-local
+                || (first & 0xffc0) == 0xfec0 // site-local (deprecated, still routed inside)
                 || (first == 0x2001 && v6.segments()[1] == 0x0db8) // documentation
                 || (v6.segments()[0..3] == [0x64, 0xff9b, 1]) // NAT64 for local use
         }
@@ -42,6 +43,10 @@ fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     if s[0..6] == [0; 6] && !v6.is_loopback() && !v6.is_unspecified() {
         return Some(last);
     }
+    // IPv4-translated `::ffff:0:a.b.c.d` (SIIT).
+    if s[0..6] == [0, 0, 0, 0, 0xffff, 0] {
+        return Some(last);
+    }
     None
 }
 
@@ -58,6 +63,7 @@ fn is_internal_v4(ip: Ipv4Addr) -> bool {
         || (a == 100 && (64..128).contains(&b)) // shared address space (carrier NAT)
         || (a == 192 && b == 0 && ip.octets()[2] == 0) // IETF protocol assignments
         || (a == 198 && (18..20).contains(&b)) // benchmarking
+        || (a == 192 && b == 88 && ip.octets()[2] == 99) // 6to4 relay anycast (deprecated)
         || a >= 240 // reserved
 }
 
@@ -168,6 +174,11 @@ mod tests {
             "2002:c0a8:101::1",   // 6to4 of 192.168.1.1
             "::10.0.0.1",         // IPv4-compatible
             "::ffff:127.0.0.1",   // IPv4-mapped
+            "::ffff:0:7f00:1",    // IPv4-translated 127.0.0.1
+            "::ffff:0:a00:1",     // IPv4-translated 10.0.0.1
+            "fec0::1",            // site-local
+            "192.88.99.1",        // 6to4 relay anycast
+            "2002:c058:6301::",   // 6to4 of the relay anycast
         ] {
             assert!(is_internal(internal.parse().unwrap()), "{internal}");
         }

@@ -50,7 +50,7 @@ pub(super) async fn run_agent(
     let input: Value = serde_json::from_slice(&body)
         .map_err(|e| AppError::BadRequest(format!("The body is not JSON: {e}")))?;
     let mut input = RunInput::parse(&input)?;
-    let turn = input.turn(&state, assistant.assistant_id).await?;
+    let turn = input.turn(&state, &who, assistant.assistant_id).await?;
     let run = turns::start(&state, &who, turn).await?;
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(32);
     let out = Out {
@@ -170,8 +170,13 @@ impl RunInput {
     /// The turn this input asks for. A resume must meet a thread that waits on that interrupt.
     /// A client state that differs from the thread's is not applied (the thread's state is the
     /// server's): it is reported as unused.
-    async fn turn(&mut self, state: &AppState, assistant_id: AssistantId) -> ApiResult<Turn> {
-        let thread = state.store.get_thread(self.thread_id).await?;
+    async fn turn(
+        &mut self,
+        state: &AppState,
+        who: &Principal,
+        assistant_id: AssistantId,
+    ) -> ApiResult<Turn> {
+        let thread = super::lookups::own_or_none(state, self.thread_id, &who.owner).await?;
         let current = thread
             .as_ref()
             .and_then(|t| t.values.as_ref())

@@ -74,6 +74,17 @@ impl AppError {
         }
     }
 
+    /// What a client of any protocol is told: the detail, except that a server error is only
+    /// "internal error" (its text names stored values, keys or paths; the log has it in full).
+    pub(super) fn public_detail(&self) -> String {
+        let status = self.status();
+        if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
+            "internal error".to_owned()
+        } else {
+            self.detail()
+        }
+    }
+
     pub(super) fn detail(&self) -> String {
         match self {
             Self::Store(StoreError::Busy(_)) => BUSY.to_owned(),
@@ -97,13 +108,10 @@ impl IntoResponse for AppError {
             let retry = [(axum::http::header::RETRY_AFTER, "5")];
             return (status, retry, Json(json!({ "detail": self.detail() }))).into_response();
         }
-        let detail = if status.is_server_error() {
+        if status.is_server_error() {
             tracing::error!(error = ?self, "request failed");
-            "internal error".to_owned()
-        } else {
-            self.detail()
-        };
-        (status, Json(json!({ "detail": detail }))).into_response()
+        }
+        (status, Json(json!({ "detail": self.public_detail() }))).into_response()
     }
 }
 

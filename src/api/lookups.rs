@@ -22,11 +22,21 @@ pub(super) async fn thread(state: &AppState, id: ThreadId, who: &Principal) -> A
 /// Refuses a thread id that is another owner's (as a 404, like a missing one). A thread that
 /// does not exist yet is fine: runs and the protocol create threads on first use.
 pub(super) async fn not_anothers(state: &AppState, id: ThreadId, owner: &Owner) -> ApiResult<()> {
+    own_or_none(state, id, owner).await.map(drop)
+}
+
+/// The caller's thread, `None` when there is none with this id, and a 404 for another owner's,
+/// before anything about it is read: what it holds or waits on is not theirs to learn.
+pub(super) async fn own_or_none(
+    state: &AppState,
+    id: ThreadId,
+    owner: &Owner,
+) -> ApiResult<Option<Thread>> {
     match state.store.get_thread(id).await? {
         Some(thread) if thread.owner != *owner => {
             Err(AppError::NotFound(format!("Thread with ID {id} not found")))
         }
-        _ => Ok(()),
+        thread => Ok(thread),
     }
 }
 

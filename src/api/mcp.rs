@@ -458,13 +458,15 @@ fn failure(text: String, structured: Option<Value>) -> CallToolResult {
 /// it cannot (the store is down) a protocol error.
 fn tool_error(error: AppError) -> Result<CallToolResult, ErrorData> {
     match error.status().as_u16() {
-        400..=499 => Ok(failure(error.to_string(), None)),
+        400..=499 => Ok(failure(error.detail(), None)),
         _ => Err(internal(&error)),
     }
 }
 
+/// A failure the caller cannot fix, said as REST says it: the full text goes to the log only.
 fn internal(error: &AppError) -> ErrorData {
-    ErrorData::internal_error(error.to_string(), None)
+    tracing::error!(error = ?error, "MCP call failed");
+    ErrorData::internal_error(error.public_detail(), None)
 }
 
 /// The caller, as the API's authentication layer put it on the HTTP request.
@@ -481,6 +483,22 @@ fn principal(context: &RequestContext<RoleServer>) -> Result<Principal, ErrorDat
 mod tests {
     use super::*;
     use uuid::Uuid;
+
+    /// A stored value that cannot be opened is an internal error to the caller, worded as REST
+    /// words it: which key sealed it, or what the row held, is for the log.
+    #[test]
+    fn internal_errors_do_not_show_their_text() {
+        let corrupt = AppError::Store(crate::store::StoreError::Corrupt {
+            what: "state_values",
+            detail: "a stored value was sealed with key deadbeef".into(),
+        });
+        let Err(error) = tool_error(corrupt) else {
+            panic!("a corrupt row is not the caller's to fix");
+        };
+        assert_eq!(error.message, "internal error");
+        let refused = tool_error(AppError::Invalid("question is empty".into())).unwrap();
+        assert_eq!(refused.is_error, Some(true));
+    }
 
     #[test]
     fn tool_names_are_safe_and_bounded() {

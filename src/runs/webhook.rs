@@ -34,15 +34,17 @@ pub enum WebhookError {
     BadUrl(String),
     #[error("credentials in the URL are not accepted; receivers verify the signature instead")]
     Credentials,
+    /// Only when internal targets are allowed: then telling this apart probes nothing.
     #[error("host '{0}' could not be resolved")]
     Unresolvable(String),
-    /// The address stays out of the message (it is logged): a caller may not map the
-    /// server's internal network by naming hosts.
+    /// A host that resolves to an internal address, or (internal targets not allowed) to no
+    /// address: one message for both, and no address in it (it is logged), so a caller cannot
+    /// map the server's internal network or its DNS by naming hosts.
     #[error(
-        "host '{host}' resolves to an internal address; webhooks go to public addresses only \
-         (the operator can allow internal ones: webhooks.allow_private_targets)"
+        "host '{host}' does not resolve to a public address; webhooks go to public addresses \
+         only (the operator can allow internal ones: webhooks.allow_private_targets)"
     )]
-    Internal { host: String, addr: IpAddr },
+    Internal { host: String, addr: Option<IpAddr> },
 }
 
 /// What a webhook receives: the run as the API shows it, its final values (or
@@ -92,13 +94,20 @@ pub async fn vet(raw: &str, settings: &WebhookSettings) -> Result<Target, Webhoo
         _ => Vec::new(),
     };
     if addrs.is_empty() {
-        return Err(WebhookError::Unresolvable(host));
+        if settings.allow_private_targets {
+            return Err(WebhookError::Unresolvable(host));
+        }
+        tracing::info!(%host, "webhook refused: its host does not resolve");
+        return Err(WebhookError::Internal { host, addr: None });
     }
     if !settings.allow_private_targets
         && let Some(addr) = addrs.iter().map(SocketAddr::ip).find(|ip| is_internal(*ip))
     {
         tracing::info!(%host, %addr, "webhook refused: its host resolves to an internal address");
-        return Err(WebhookError::Internal { host, addr });
+        return Err(WebhookError::Internal {
+            host,
+            addr: Some(addr),
+        });
     }
     Ok(Target { url, host, addrs })
 }
@@ -242,6 +251,18 @@ mod tests {
         assert!(matches!(refused, Err(WebhookError::Internal { .. })));
         let refused = vet("http://localhost:9/hook", &settings(false)).await;
         assert!(matches!(refused, Err(WebhookError::Internal { .. })));
+        // A name that does not resolve is refused in the same words: no DNS probe.
+        let unknown = vet("http://no-such-host.invalid/hook", &settings(false)).await;
+        let internal = vet("http://127.0.0.1:9/hook", &settings(false)).await;
+        let words = |r: Result<Target, WebhookError>, host: &str| {
+            r.err()
+                .map(|e| e.to_string().replace(host, "HOST"))
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            words(unknown, "no-such-host.invalid"),
+            words(internal, "127.0.0.1")
+        );
         assert!(
             vet("http://127.0.0.1:9/hook", &settings(true))
                 .await

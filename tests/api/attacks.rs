@@ -1443,3 +1443,79 @@ async fn metrics_can_live_on_an_address_of_their_own() {
     stop.cancel();
     served.await.unwrap().unwrap();
 }
+
+/// AG-UI: bob resuming alice's interrupted thread learns nothing of it (not that it waits, nor
+/// on which interrupt): the owner is checked before the thread is read, as on every route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ag_ui_tells_no_one_about_another_owners_thread() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let app = spawn_app_on(Backend::Sqlite, alice_and_bob(&dir))
+        .await
+        .unwrap();
+    let (alice, bob) = ("alice-key-0123456789", "bob-key-0123456789");
+    let thread: Value = app
+        .client
+        .post(app.url("/threads"))
+        .header("x-api-key", alice)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let waited = app
+        .client
+        .post(app.url(&format!("/threads/{tid}/runs/wait")))
+        .header("x-api-key", alice)
+        .json(&json!({"assistant_id": "hitl", "input": support::hello()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(waited.status(), 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let thread: Value = app
+            .client
+            .get(app.url(&format!("/threads/{tid}")))
+            .header("x-api-key", alice)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if thread["status"] == "interrupted" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never interrupted: {thread}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resume = |thread: &str| {
+        json!({"threadId": thread, "runId": "r1", "messages": [],
+               "resume": [{"interruptId": "guess", "status": "resolved", "payload": "yes"}]})
+    };
+    let answer = app
+        .client
+        .post(app.url("/ag-ui/hitl"))
+        .header("x-api-key", bob)
+        .json(&resume(&tid))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 404);
+    let body = answer.text().await.unwrap();
+    assert!(!body.contains("waits"), "{body}");
+    // Alice, the owner, is told which interrupt her thread waits on.
+    let answer = app
+        .client
+        .post(app.url("/ag-ui/hitl"))
+        .header("x-api-key", alice)
+        .json(&resume(&tid))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 422);
+    assert!(answer.text().await.unwrap().contains("waits on"));
+}

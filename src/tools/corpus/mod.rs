@@ -381,7 +381,7 @@ impl Corpus {
         if anchor.is_empty() {
             base
         } else {
-            format!("{base}#{anchor}")
+            format!("{base}#{}", percent_fragment(anchor))
         }
     }
 
@@ -742,6 +742,20 @@ fn percent_path(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     for b in path.bytes() {
         if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// An anchor as a URL fragment: an `id` may hold quotes, spaces, brackets or `#`, which
+/// would end a Markdown link or an HTML attribute in a report or an MCP resource link.
+fn percent_fragment(anchor: &str) -> String {
+    let mut out = String::with_capacity(anchor.len());
+    for b in anchor.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~:=".contains(&b) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));

@@ -541,3 +541,29 @@ fn a_file_swapped_for_a_link_after_listing_is_not_read() {
     let read = files::read_listed(&page, Format::Markdown);
     assert!(read.is_err(), "{read:?}");
 }
+
+/// An anchor is a fragment a link can hold: quotes, spaces and brackets in an `id` are encoded.
+#[test]
+fn anchors_are_percent_encoded_in_locations() {
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    write(
+        docs.path(),
+        "a.html",
+        &format!(
+            "<html><body><h2 id=\"x&quot;)><script>'y z\">Odd</h2><p>oddword {}</p>\
+             <h2 id=\"page=2:ok\">Plain</h2><p>plainword {}</p></body></html>",
+            filler("alpha"),
+            filler("beta")
+        ),
+    );
+    let corpus = Corpus::open("docs", &config(docs.path()), index.path(), Duration::ZERO).unwrap();
+    let odd = corpus.search_blocking("oddword", "", 1).unwrap();
+    assert!(
+        odd[0].url.ends_with("#x%22%29%3E%3Cscript%3E%27y%20z"),
+        "{}",
+        odd[0].url
+    );
+    let plain = corpus.search_blocking("plainword", "", 1).unwrap();
+    assert!(plain[0].url.ends_with("#page=2:ok"), "{}", plain[0].url);
+}
