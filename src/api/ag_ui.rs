@@ -47,9 +47,13 @@ pub(super) async fn run_agent(
     body: Bytes,
 ) -> ApiResult<Response> {
     let assistant = resolve(&state, &raw, &who.owner).await?;
+    super::body_shape::check_values(&body)?;
     let input: Value = serde_json::from_slice(&body)
         .map_err(|e| AppError::BadRequest(format!("The body is not JSON: {e}")))?;
+    drop(body);
     let mut input = RunInput::parse(&input)?;
+    // The event stream stays open until the run ends: one of the owner's streams.
+    let slot = state.admission.hold_open(&who.owner)?;
     let turn = input.turn(&state, &who, assistant.assistant_id).await?;
     let run = turns::start(&state, &who, turn).await?;
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(32);
@@ -73,7 +77,10 @@ pub(super) async fn run_agent(
             }
         }
     });
-    Ok(turns::event_stream(rx))
+    Ok(crate::api::runs::admission::with_slot(
+        turns::event_stream(rx),
+        slot,
+    ))
 }
 
 /// The parts of a `RunAgentInput` this server reads.
@@ -118,6 +125,7 @@ impl RunInput {
         let messages = input["messages"]
             .as_array()
             .ok_or_else(|| invalid("messages is required (a list)"))?;
+        super::body_shape::check_messages(messages, "messages")?;
         let text = messages
             .iter()
             .rfind(|m| m["role"] != "activity")

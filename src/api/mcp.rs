@@ -170,6 +170,11 @@ impl ServerHandler for ResearchTools {
             Ok(turn) => turn,
             Err(why) => return Ok(failure(why, None).into()),
         };
+        // The call stays open until the research ends: one of the owner's streams or waits.
+        let _slot = match self.state.admission.hold_open(&who.owner) {
+            Ok(slot) => slot,
+            Err(e) => return tool_error(e).map(Into::into),
+        };
         let run = match turns::start(&self.state, &who, turn).await {
             Ok(run) => run,
             Err(e) => return tool_error(e).map(Into::into),

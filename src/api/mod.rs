@@ -5,6 +5,7 @@ mod a2a;
 mod ag_ui;
 mod assistants;
 pub mod auth;
+pub mod body_shape;
 pub(crate) mod crons;
 pub mod error;
 mod guard;

@@ -1083,7 +1083,7 @@ async fn the_published_langgraph_advisories_do_not_apply_here() {
         .await;
         assert_eq!(status, 422, "{hook}: {v}");
         let detail = v["detail"].as_str().unwrap();
-        assert!(detail.contains("internal address"), "{detail}");
+        assert!(detail.contains("does not resolve to a public address"), "{detail}");
         if hook.contains("localhost") {
             // What the name resolves to stays on the server.
             assert!(
@@ -1518,4 +1518,179 @@ async fn ag_ui_tells_no_one_about_another_owners_thread() {
         .unwrap();
     assert_eq!(answer.status(), 422);
     assert!(answer.text().await.unwrap().contains("waits on"));
+}
+
+/// The per-owner cap on responses held open counts every protocol: A2A subscriptions and
+/// streaming messages, AG-UI runs and thread streams share one count (eight SubscribeToTask
+/// calls all streamed before, while a thread stream was refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_protocols_streams_count_against_the_owners_cap() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut settings = alice_and_bob(&dir);
+    settings.run_limits.owner_max_streams = 3;
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let alice = "alice-key-0123456789";
+    let post = |path: &str, body: Value| {
+        app.client
+            .post(app.url(path))
+            .header("x-api-key", alice)
+            .json(&body)
+            .send()
+    };
+    let thread: Value = post("/threads", json!({}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let run: Value = post(
+        &format!("/threads/{tid}/runs"),
+        json!({"assistant_id": "slow", "input": support::hello(),
+               "config": {"configurable": {"sleep_secs": 30}}}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let task = run["run_id"].as_str().unwrap().to_owned();
+    let subscribe = || {
+        post(
+            "/a2a/slow",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": task}}),
+        )
+    };
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let resp = subscribe().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        held.push(resp);
+    }
+    let refused = subscribe().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("streams or waits open")
+    );
+    // The same count holds for a thread stream and for AG-UI, which would start a run.
+    let stream = app
+        .client
+        .get(app.url(&format!("/threads/{tid}/stream")))
+        .header("x-api-key", alice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 429);
+    let other = uuid::Uuid::now_v7().to_string();
+    let ag_ui = post(
+        "/ag-ui/agent",
+        json!({"threadId": other, "runId": "r", "messages": [{"id": "m", "role": "user", "content": "hi"}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ag_ui.status(), 429);
+    assert!(
+        app.store
+            .get_thread(other.parse().unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A call that answers at once (GetTask) is not held back; closing a stream frees a slot.
+    let got: Value = post(
+        "/a2a/slow",
+        json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task}}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert!(got["result"].is_object(), "{got}");
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let resp = subscribe().await.unwrap();
+        if resp.status() == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the closed stream's slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A body within the size limit but of many tiny values is refused before it is parsed (a
+/// 9.6 MB run of 300,000 content parts took the process to 1.7 GB), and a run, an A2A message
+/// or an AG-UI call brings at most 1,000 messages and 1,000 content parts. Nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_of_many_tiny_parts_are_refused_before_they_cost_memory() {
+    let app = spawn_app_on(Backend::Sqlite, test_settings())
+        .await
+        .unwrap();
+    let post = |path: &str, body: String| {
+        app.client
+            .post(app.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let parts = |n: usize| vec![json!({"type": "text", "text": "x"}); n];
+    let run = |n: usize| {
+        json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": parts(n)}]}})
+            .to_string()
+    };
+    let refused = post("/runs", run(300_000)).await.unwrap();
+    assert_eq!(refused.status(), 413);
+    assert!(refused.text().await.unwrap().contains("JSON values"));
+    let refused = post("/runs", run(1_001)).await.unwrap();
+    assert_eq!(refused.status(), 422);
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("input.messages: 1001 content parts")
+    );
+    let many = vec![json!({"role": "user", "content": "x"}); 1_001];
+    let refused = post(
+        "/runs",
+        json!({"assistant_id": "agent", "input": {"messages": many}}).to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.status(), 422);
+    let a2a = |n: usize| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {
+            "role": "user", "messageId": "m", "parts": vec![json!({"kind": "text", "text": "x"}); n]}}})
+        .to_string()
+    };
+    assert_eq!(
+        post("/a2a/agent", a2a(290_000)).await.unwrap().status(),
+        413
+    );
+    let answer: Value = post("/a2a/agent", a2a(1_001))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    let ag_ui = json!({"threadId": uuid::Uuid::now_v7().to_string(), "runId": "r",
+        "messages": vec![json!({"id": "m", "role": "user", "content": "x"}); 1_001]});
+    let refused = post("/ag-ui/agent", ag_ui.to_string()).await.unwrap();
+    assert_eq!(refused.status(), 422);
+    let query = deep_research::store::ThreadQuery {
+        owner: deep_research::store::Owner::local(),
+        limit: 10,
+        ..Default::default()
+    };
+    let threads = app.store.search_threads(&query).await.unwrap();
+    assert!(threads.items.is_empty(), "nothing was created");
 }

@@ -122,13 +122,17 @@ pub(super) async fn rpc(
         Ok(a) => a,
         Err(error) => return error.into_response(),
     };
+    if let Err(refused) = super::body_shape::check_values(&body) {
+        return refused.into_response();
+    }
     let Ok(envelope) = serde_json::from_slice::<Value>(&body) else {
         return reply(
             &Value::Null,
             Err(RpcError::new(-32700, "Invalid JSON payload")),
         );
     };
-    let Some(request) = envelope.as_object() else {
+    drop(body);
+    let Value::Object(mut request) = envelope else {
         return reply(
             &Value::Null,
             Err(RpcError::invalid_request(
@@ -143,15 +147,20 @@ pub(super) async fn rpc(
             Err(RpcError::invalid_request("jsonrpc must be \"2.0\"")),
         );
     }
-    let Some(method) = request.get("method").and_then(Value::as_str) else {
+    let Some(method) = request
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
         return reply(
             &id,
             Err(RpcError::invalid_request("method must be a string")),
         );
     };
-    let params = match request.get("params") {
+    // Taken, not copied: a message of many small parts weighs several times its bytes.
+    let params = match request.remove("params") {
         None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(p)) => p.clone(),
+        Some(Value::Object(p)) => p,
         Some(_) => {
             return reply(
                 &id,
@@ -159,30 +168,60 @@ pub(super) async fn rpc(
             );
         }
     };
+    // A call that holds its response open until a run ends counts against the owner's
+    // streams, as a LangGraph stream or wait does.
+    let method = method.as_str();
+    let slot = if holds_open(method, &params) {
+        match state.admission.hold_open(&who.owner) {
+            Ok(slot) => slot,
+            Err(refused) => return refused.into_response(),
+        }
+    } else {
+        None
+    };
     let call = Call {
         state: &state,
         who: &who,
         assistant_id: assistant.assistant_id,
         id: id.clone(),
     };
+    let response = dispatch(&call, method, &params).await;
+    crate::api::runs::admission::with_slot(response, slot)
+}
+
+/// Whether this call's response stays open until its task ends: the streaming methods, and
+/// a message sent without `returnImmediately` (or with `blocking`).
+fn holds_open(method: &str, params: &Map<String, Value>) -> bool {
+    match method {
+        "SendStreamingMessage" | "message/stream" | "SubscribeToTask" | "tasks/resubscribe" => true,
+        "SendMessage" | "message/send" => {
+            let configuration = params.get("configuration").unwrap_or(&Value::Null);
+            !(configuration["returnImmediately"] == true || configuration["blocking"] == false)
+        }
+        _ => false,
+    }
+}
+
+async fn dispatch(call: &Call<'_>, method: &str, params: &Map<String, Value>) -> Response {
+    let (id, params) = (&call.id, params);
     use Dialect::{V1, V03};
     match method {
-        "SendMessage" => reply(&id, call.send(V1, &params).await),
-        "message/send" => reply(&id, call.send(V03, &params).await),
-        "SendStreamingMessage" => call.send_streaming(V1, &params).await,
-        "message/stream" => call.send_streaming(V03, &params).await,
-        "GetTask" => reply(&id, call.get(V1, &params).await),
-        "tasks/get" => reply(&id, call.get(V03, &params).await),
-        "CancelTask" => reply(&id, call.cancel(V1, &params).await),
-        "tasks/cancel" => reply(&id, call.cancel(V03, &params).await),
-        "ListTasks" => reply(&id, call.list(V1, &params).await),
-        "SubscribeToTask" => call.subscribe(V1, &params).await,
-        "tasks/resubscribe" => call.subscribe(V03, &params).await,
+        "SendMessage" => reply(id, call.send(V1, params).await),
+        "message/send" => reply(id, call.send(V03, params).await),
+        "SendStreamingMessage" => call.send_streaming(V1, params).await,
+        "message/stream" => call.send_streaming(V03, params).await,
+        "GetTask" => reply(id, call.get(V1, params).await),
+        "tasks/get" => reply(id, call.get(V03, params).await),
+        "CancelTask" => reply(id, call.cancel(V1, params).await),
+        "tasks/cancel" => reply(id, call.cancel(V03, params).await),
+        "ListTasks" => reply(id, call.list(V1, params).await),
+        "SubscribeToTask" => call.subscribe(V1, params).await,
+        "tasks/resubscribe" => call.subscribe(V03, params).await,
         m if m.contains("PushNotificationConfig")
             || m.starts_with("tasks/pushNotificationConfig") =>
         {
             reply(
-                &id,
+                id,
                 Err(RpcError::new(
                     -32003,
                     "Push notifications are not supported: stream the task or poll it with GetTask",
@@ -190,14 +229,14 @@ pub(super) async fn rpc(
             )
         }
         "GetExtendedAgentCard" | "agent/getAuthenticatedExtendedCard" => reply(
-            &id,
+            id,
             Err(RpcError::new(
                 -32007,
                 "This agent has no extended card: the public one is all there is",
             )),
         ),
         other => reply(
-            &id,
+            id,
             Err(RpcError::new(
                 -32601,
                 format!(
@@ -266,6 +305,13 @@ impl Incoming {
                 "message.parts must list at least one part",
             ));
         };
+        if parts.len() > super::body_shape::MAX_INPUT_PARTS {
+            return Err(RpcError::invalid_params(format!(
+                "message.parts: {} parts, the most one message may bring is {}",
+                parts.len(),
+                super::body_shape::MAX_INPUT_PARTS
+            )));
+        }
         let mut texts = Vec::new();
         let mut data = None;
         for part in parts {

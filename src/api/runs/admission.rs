@@ -82,6 +82,28 @@ impl Admission {
         Ok(())
     }
 
+    /// Takes one of the owner's open-response slots for a handler that holds its response (or
+    /// its call) open until a run ends, whatever the protocol: a 429 at the limit. The slot is
+    /// given back when the returned guard is dropped; `with_slot` ties it to a response body.
+    pub(in crate::api) fn hold_open(&self, owner: &Owner) -> ApiResult<Option<HeldOpen>> {
+        if !self.per_owner {
+            return Ok(None);
+        }
+        self.hold(owner)
+            .map(Some)
+            .ok_or_else(|| self.too_many_open())
+    }
+
+    fn too_many_open(&self) -> AppError {
+        AppError::TooMany {
+            detail: format!(
+                "You have {} streams or waits open, the most allowed at once; close one first",
+                self.limits.owner_max_streams
+            ),
+            retry_after: 5,
+        }
+    }
+
     /// Takes one of the owner's open-response slots; `None` at the limit.
     fn hold(&self, owner: &Owner) -> Option<HeldOpen> {
         let most = self.limits.owner_max_streams;
@@ -128,7 +150,7 @@ impl Admission {
 
 /// One response an owner holds open; the slot is given back when it is dropped (with the
 /// response body, when the client goes or the stream ends).
-struct HeldOpen {
+pub(in crate::api) struct HeldOpen {
     open: Arc<Mutex<HashMap<Owner, u64>>>,
     owner: Owner,
 }
@@ -148,8 +170,10 @@ impl Drop for HeldOpen {
     }
 }
 
-/// Whether a route answers with a response held open until a run ends or the client goes:
-/// SSE streams, `/wait` and `/join`.
+/// Whether a LangGraph route answers with a response held open until a run ends or the client
+/// goes: SSE streams, `/wait` and `/join`. (Routes that hold open only for some calls, A2A's
+/// streaming and blocking methods, MCP's tool calls and AG-UI, take a slot in their handler:
+/// `hold_open`.)
 fn holds_open(route: &str) -> bool {
     route.ends_with("/stream")
         || route.ends_with("/stream/events")
@@ -213,17 +237,18 @@ pub(in crate::api) async fn limit_open_responses(
         return next.run(req).await;
     }
     let Some(held) = admission.hold(&owner) else {
-        return AppError::TooMany {
-            detail: format!(
-                "You have {} streams or waits open, the most allowed at once; close one first",
-                admission.limits.owner_max_streams
-            ),
-            retry_after: 5,
-        }
-        .into_response();
+        return admission.too_many_open().into_response();
     };
-    let response = next.run(req).await;
-    response.map(|body| axum::body::Body::new(HeldBody { body, _held: held }))
+    with_slot(next.run(req).await, Some(held))
+}
+
+/// The response with the owner's slot held until its body is done (the client went or the
+/// stream ended).
+pub(in crate::api) fn with_slot(response: Response, held: Option<HeldOpen>) -> Response {
+    match held {
+        Some(held) => response.map(|body| axum::body::Body::new(HeldBody { body, _held: held })),
+        None => response,
+    }
 }
 
 /// A response body that holds its owner's slot until it is done.

@@ -98,6 +98,9 @@ fn check_input(graph: &crate::graph::Graph, input: Option<&Value>) -> ApiResult<
     let Some(Value::Object(input)) = input else {
         return Ok(());
     };
+    if let Some(messages) = input.get("messages").and_then(Value::as_array) {
+        crate::api::body_shape::check_messages(messages, "input.messages")?;
+    }
     let known: JsonMap = input
         .iter()
         .filter(|(key, _)| graph.channels.get(key).is_some())
