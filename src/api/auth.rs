@@ -54,6 +54,12 @@ pub enum AuthSetupError {
          (DR__AUTH__OPEN_BEYOND_LOOPBACK=true) if that is what you mean"
     )]
     OpenBeyondLoopback { host: String },
+    #[error(
+        "both a keys file and JWTs are configured: set [auth] jwt_owners to \"separate\" (a \
+         token's owner is its own, jwt:<claim>) or \"shared\" (a token names the keys file's \
+         owner of that name)"
+    )]
+    MixedOwners,
     #[error("could not read the keys file {path}: {detail}")]
     KeysFile { path: String, detail: String },
 }
@@ -109,6 +115,12 @@ fn parse_keys(path: &Path, text: &str) -> Result<HashMap<String, Owner>, AuthSet
         }
         let owner = Owner::named(&entry.owner)
             .ok_or_else(|| fail("every key needs a non-empty owner".into()))?;
+        if owner.as_str().starts_with(JWT_OWNER_PREFIX) {
+            return Err(fail(format!(
+                "owner '{}': names starting with '{JWT_OWNER_PREFIX}' are those of JWT subjects",
+                entry.owner
+            )));
+        }
         keys.insert(digest, owner);
     }
     Ok(keys)
@@ -132,6 +144,12 @@ struct KeysState {
 }
 
 const KEYS_RECHECK: Duration = Duration::from_secs(2);
+
+/// What the owners of tokens are named with `jwt_owners = "separate"`.
+const JWT_OWNER_PREFIX: &str = "jwt:";
+
+/// The longest owner name a token may give.
+const MAX_OWNER_CHARS: usize = 256;
 
 impl KeysFileWatch {
     fn open(path: Option<std::path::PathBuf>) -> Result<Self, AuthSetupError> {
@@ -220,6 +238,8 @@ struct JwtVerifier {
     issuer: Option<String>,
     audience: Option<String>,
     owner_claim: String,
+    /// `jwt:` with `jwt_owners = "separate"`, else nothing.
+    prefix: &'static str,
 }
 
 /// The JWKS document, fetched on first use and again when a token names a key id it does not
@@ -337,6 +357,11 @@ impl JwtVerifier {
             issuer: a.jwt_issuer.clone(),
             audience: a.jwt_audience.clone(),
             owner_claim: a.owner_claim.clone(),
+            prefix: if a.jwt_owners == crate::config::JwtOwners::Separate {
+                JWT_OWNER_PREFIX
+            } else {
+                ""
+            },
         })
     }
 
@@ -371,12 +396,25 @@ impl JwtVerifier {
             jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(token, &key, &rules)
                 .map_err(|e| format!("invalid token: {e}"))?
                 .claims;
-        let owner = match claims.get(&self.owner_claim) {
-            Some(serde_json::Value::String(s)) => Owner::named(s),
-            Some(serde_json::Value::Number(n)) => Owner::named(&n.to_string()),
-            _ => None,
+        let name = match claims.get(&self.owner_claim) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Number(n)) => n.to_string(),
+            _ => return Err(format!("the token has no '{}' claim", self.owner_claim)),
         };
-        owner.ok_or_else(|| format!("the token has no '{}' claim", self.owner_claim))
+        // Taken as written: " alice " is not alice, and no owner hides a control character.
+        let usable = !name.is_empty()
+            && name.trim() == name
+            && name.chars().count() <= MAX_OWNER_CHARS
+            && !name.chars().any(char::is_control);
+        if !usable {
+            return Err(format!(
+                "the token's '{}' claim is not an owner name (empty, padded, over \
+                 {MAX_OWNER_CHARS} characters or with control characters)",
+                self.owner_claim
+            ));
+        }
+        Owner::named(&format!("{}{name}", self.prefix))
+            .ok_or_else(|| format!("the token has no '{}' claim", self.owner_claim))
     }
 }
 
@@ -404,6 +442,10 @@ impl Authenticator {
         let a = &settings.auth;
         if !a.disabled && settings.api_key.is_none() && !a.has_identities() {
             return Err(AuthSetupError::Unconfigured);
+        }
+        let tokens = a.jwt_secret.is_some() || a.jwks_url.is_some();
+        if a.keys_file.is_some() && tokens && a.jwt_owners == crate::config::JwtOwners::Unset {
+            return Err(AuthSetupError::MixedOwners);
         }
         let keys = KeysFileWatch::open(a.keys_file.clone())?;
         let separate = a.has_identities();

@@ -123,6 +123,7 @@ pub struct Auth {
     pub jwt_issuer: String,
     pub jwt_audience: String,
     pub owner_claim: String,
+    pub jwt_owners: String,
     pub requests_per_minute: u32,
     pub failed_auth_per_minute: u32,
     pub requests_per_minute_per_address: u32,

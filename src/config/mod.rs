@@ -99,12 +99,37 @@ pub struct AuthSettings {
     pub jwt_issuer: Option<String>,
     pub jwt_audience: Option<String>,
     pub owner_claim: String,
+    /// With both a keys file and JWTs: whether token owners are their own or the keys file's.
+    pub jwt_owners: JwtOwners,
     /// Per owner (0: unlimited).
     pub requests_per_minute: u32,
     /// Per client address, for requests that fail authentication.
     pub failed_auth_per_minute: u32,
     /// Per client address, every request (0: unlimited).
     pub requests_per_minute_per_address: u32,
+}
+
+/// How the owners JWTs name relate to the keys file's (`[auth] jwt_owners`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum JwtOwners {
+    /// Not said: with both a keys file and JWTs configured, the server does not start.
+    #[default]
+    Unset,
+    /// A token's owner is `jwt:<claim>`: never a keys-file owner.
+    Separate,
+    /// A token's claim names the keys-file owner of that name.
+    Shared,
+}
+
+impl JwtOwners {
+    fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "" => Some(Self::Unset),
+            "separate" => Some(Self::Separate),
+            "shared" => Some(Self::Shared),
+            _ => None,
+        }
+    }
 }
 
 impl AuthSettings {
@@ -155,6 +180,12 @@ impl Default for Settings {
 impl Settings {
     /// The `[server]` and `[telemetry]` sections, checked.
     pub fn from_file(cfg: &FileConfig) -> Result<Self, ConfigError> {
+        if JwtOwners::parse(&cfg.auth.jwt_owners).is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "auth.jwt_owners is \"separate\" or \"shared\", got '{}'",
+                cfg.auth.jwt_owners
+            )));
+        }
         let s = &cfg.server;
         let t = &cfg.telemetry;
         let ms = Duration::from_millis;
@@ -322,6 +353,8 @@ fn auth_settings(a: &file::Auth) -> AuthSettings {
         jwt_issuer: text(&a.jwt_issuer),
         jwt_audience: text(&a.jwt_audience),
         owner_claim: a.owner_claim.trim().to_owned(),
+        // Validated with the rest of the file (`validate_auth_names`).
+        jwt_owners: JwtOwners::parse(&a.jwt_owners).unwrap_or_default(),
         requests_per_minute: a.requests_per_minute,
         failed_auth_per_minute: a.failed_auth_per_minute,
         requests_per_minute_per_address: a.requests_per_minute_per_address,

@@ -1083,7 +1083,10 @@ async fn the_published_langgraph_advisories_do_not_apply_here() {
         .await;
         assert_eq!(status, 422, "{hook}: {v}");
         let detail = v["detail"].as_str().unwrap();
-        assert!(detail.contains("does not resolve to a public address"), "{detail}");
+        assert!(
+            detail.contains("does not resolve to a public address"),
+            "{detail}"
+        );
         if hook.contains("localhost") {
             // What the name resolves to stays on the server.
             assert!(
@@ -1693,4 +1696,82 @@ async fn bodies_of_many_tiny_parts_are_refused_before_they_cost_memory() {
     };
     let threads = app.store.search_threads(&query).await.unwrap();
     assert!(threads.items.is_empty(), "nothing was created");
+}
+
+/// API-key owners and JWT subjects are told apart: a server with both refuses to start until
+/// the operator says how they relate; with "separate", a token with `sub: "alice"` (or
+/// `" alice "`) does not read what alice's key made; a padded or control-character subject is
+/// refused, and the keys file cannot name an owner as a token would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_owners_and_token_subjects_are_not_one_name_space() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut settings = alice_and_bob(&dir);
+    settings.auth.jwt_secret = Some(JWT_SECRET.into());
+    let error =
+        deep_research::app::Application::build(settings.clone(), support::graphs::registry())
+            .await
+            .err()
+            .expect("keys and tokens without jwt_owners must not start");
+    assert!(error.to_string().contains("jwt_owners"), "{error}");
+    settings.auth.jwt_owners = deep_research::config::JwtOwners::Separate;
+    let app = spawn_app_on(Backend::Sqlite, settings).await.unwrap();
+    let thread: Value = app
+        .client
+        .post(app.url("/threads"))
+        .header("x-api-key", "alice-key-0123456789")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let read = |sub: &str| {
+        let token = hs256(json!({"sub": sub, "exp": unix_now() + 600}));
+        app.client
+            .get(app.url(&format!("/threads/{tid}")))
+            .bearer_auth(token)
+            .send()
+    };
+    assert_eq!(read("alice").await.unwrap().status(), 404);
+    for padded in [" alice ", "alice\n", "\u{0}alice"] {
+        assert_eq!(read(padded).await.unwrap().status(), 401, "{padded:?}");
+    }
+    // A token's thread is its own, and the key cannot see it either.
+    let token = hs256(json!({"sub": "alice", "exp": unix_now() + 600}));
+    let mine: Value = app
+        .client
+        .post(app.url("/threads"))
+        .bearer_auth(&token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let status = app
+        .client
+        .get(app.url(&format!("/threads/{}", mine["thread_id"].as_str().unwrap())))
+        .header("x-api-key", "alice-key-0123456789")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 404);
+    // The keys file cannot claim a token's name.
+    let keys = dir.path().join("jwt-keys.toml");
+    std::fs::write(
+        &keys,
+        keys_file_text(&[("jwt:alice", "taken-key-0123456789")]),
+    )
+    .unwrap();
+    let mut settings = alice_and_bob(&dir);
+    settings.auth.keys_file = Some(keys);
+    let error = deep_research::app::Application::build(settings, support::graphs::registry())
+        .await
+        .err()
+        .expect("a key owner named as a token's");
+    assert!(error.to_string().contains("JWT subjects"), "{error}");
 }

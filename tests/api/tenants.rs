@@ -34,6 +34,7 @@ fn keyed_settings(dir: &TempDir) -> Settings {
             jwt_secret: Some(JWT_SECRET.into()),
             jwt_audience: Some("deep-research".into()),
             owner_claim: "sub".into(),
+            jwt_owners: deep_research::config::JwtOwners::Separate,
             requests_per_minute: 0,
             failed_auth_per_minute: 0,
             ..Default::default()
