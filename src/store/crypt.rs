@@ -1,8 +1,10 @@
 //! Encryption at rest of what users put in: checkpoint writes and tasks (and the chunks large
 //! strings are stored in), thread values and interrupts, run inputs and options (`kwargs`),
 //! stored stream events, and store item values. AES-256-GCM with a fresh random nonce per value
-//! and the column's name as associated data (a sealed value moved to another column does not
-//! open).
+//! and, as associated data, the column's name and the row's identity (its thread, run,
+//! checkpoint or item key): a sealed value copied to another column, row or owner does not
+//! open. Values of the first format (`enc1`, bound to the column only) are still read, and
+//! sealed anew in the current format when their row is next written.
 //!
 //! Keys come from the environment: `DR_ENCRYPTION_KEY` (the one new writes use) and
 //! `DR_ENCRYPTION_PREVIOUS_KEYS` (comma-separated, still read), each 32 bytes in base64. A
@@ -10,7 +12,7 @@
 //! rotate without downtime: first give every replica the new key as a previous one, then make
 //! it the current one (old rows stay readable as long as their key is listed).
 //!
-//! A sealed value is stored as a JSON string, `"enc1:<key id>:<base64url of nonce ‖ ciphertext>"`,
+//! A sealed value is stored as a JSON string, `"enc2:<key id>:<base64url of nonce ‖ ciphertext>"`,
 //! so the columns keep holding JSON. Rows written before encryption was turned on stay readable
 //! as they are. Metadata (of threads, runs, assistants, checkpoints) is not sealed: searches
 //! filter on it. Searching thread values or store item values is refused while sealing is on.
@@ -29,7 +31,16 @@ pub const KEY_ENV: &str = "DR_ENCRYPTION_KEY";
 /// Keys still read, comma-separated.
 pub const PREVIOUS_KEYS_ENV: &str = "DR_ENCRYPTION_PREVIOUS_KEYS";
 
-const PREFIX: &str = "\"enc1:";
+/// The format new values are sealed in: bound to the column and the row.
+const PREFIX: &str = "\"enc2:";
+/// The first format, bound to the column only: still opened.
+const PREFIX_V1: &str = "\"enc1:";
+
+/// The row a sealed value belongs to, as its associated data holds it: the parts of its key,
+/// joined by a separator no id or namespace holds.
+pub fn row_of(parts: &[&str]) -> String {
+    parts.join("\u{1f}")
+}
 
 /// Where a sealed value lives: its associated data.
 #[derive(Clone, Copy, Debug)]
@@ -143,7 +154,7 @@ impl Keys {
             .find(|k| k.id == id)
     }
 
-    fn seal(&self, column: Column, plain: &str) -> Result<String, CryptError> {
+    fn seal(&self, column: Column, row: &str, plain: &str) -> Result<String, CryptError> {
         let mut nonce = [0u8; NONCE_LEN];
         self.random
             .fill(&mut nonce)
@@ -153,7 +164,7 @@ impl Keys {
             .key
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(column.name()),
+                Aad::from(bound(column, row)),
                 &mut data,
             )
             .map_err(|_| CryptError::Seal("AES-GCM refused the value"))?;
@@ -166,7 +177,7 @@ impl Keys {
         ))
     }
 
-    fn open(&self, column: Column, id: &str, body: &str) -> Result<String, CryptError> {
+    fn open(&self, column: Column, aad: &str, id: &str, body: &str) -> Result<String, CryptError> {
         let key = self
             .find(id)
             .ok_or_else(|| CryptError::UnknownKey(id.to_owned()))?;
@@ -180,10 +191,15 @@ impl Keys {
         let mut data = data;
         let plain = key
             .key
-            .open_in_place(nonce, Aad::from(column.name()), &mut data)
+            .open_in_place(nonce, Aad::from(aad), &mut data)
             .map_err(|_| damaged())?;
         String::from_utf8(plain.to_vec()).map_err(|_| damaged())
     }
+}
+
+/// The associated data of the current format: column and row.
+fn bound(column: Column, row: &str) -> String {
+    format!("{}\u{1e}{row}", column.name())
 }
 
 fn key(env: &'static str, text: &str) -> Result<Key, CryptError> {
@@ -228,34 +244,51 @@ pub fn enabled() -> bool {
     keys().is_some()
 }
 
-/// `text` (a value's stored JSON) sealed for `column`, or as it is when sealing is off.
-pub fn seal(column: Column, text: String) -> Result<String, CryptError> {
+/// `text` (a value's stored JSON) sealed for `column` of `row` (`row_of`), or as it is when
+/// sealing is off.
+pub fn seal(column: Column, row: &str, text: String) -> Result<String, CryptError> {
     match keys() {
-        Some(keys) => keys.seal(column, &text),
+        Some(keys) => keys.seal(column, row, &text),
         None => Ok(text),
     }
 }
 
-/// A stored value opened: sealed ones with their key, others as they are.
-pub fn open(column: Column, stored: &str) -> Result<Cow<'_, str>, CryptError> {
-    let Some((id, body)) = sealed_parts(stored) else {
+/// A stored value of `column` of `row` opened: sealed ones with their key, others as they are.
+pub fn open<'a>(column: Column, row: &str, stored: &'a str) -> Result<Cow<'a, str>, CryptError> {
+    let Some((version, id, body)) = sealed_parts(stored) else {
         return Ok(Cow::Borrowed(stored));
     };
     let keys = keys().ok_or_else(|| CryptError::UnknownKey(id.to_owned()))?;
-    keys.open(column, id, body).map(Cow::Owned)
+    let aad = match version {
+        Version::RowBound => bound(column, row),
+        Version::ColumnOnly => column.name().to_owned(),
+    };
+    keys.open(column, &aad, id, body).map(Cow::Owned)
 }
 
-/// The key id and body of a sealed value; `None` for anything else (plain JSON, or text that
-/// only starts like a sealed value).
-fn sealed_parts(stored: &str) -> Option<(&str, &str)> {
-    let inner = stored.strip_prefix(PREFIX)?.strip_suffix('"')?;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Version {
+    /// `enc1`: bound to the column.
+    ColumnOnly,
+    /// `enc2`: bound to the column and the row.
+    RowBound,
+}
+
+/// The format, key id and body of a sealed value; `None` for anything else (plain JSON, or
+/// text that only starts like a sealed value).
+fn sealed_parts(stored: &str) -> Option<(Version, &str, &str)> {
+    let (version, rest) = match stored.strip_prefix(PREFIX) {
+        Some(rest) => (Version::RowBound, rest),
+        None => (Version::ColumnOnly, stored.strip_prefix(PREFIX_V1)?),
+    };
+    let inner = rest.strip_suffix('"')?;
     let (id, body) = inner.split_once(':')?;
     let well_formed = id.len() == 8
         && id.bytes().all(|b| b.is_ascii_hexdigit())
         && body
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    well_formed.then_some((id, body))
+    well_formed.then_some((version, id, body))
 }
 
 /// Base64 without padding, URL-safe alphabet for sealed values; keys are read in either
@@ -342,39 +375,79 @@ mod tests {
     #[test]
     fn sealed_values_open_only_with_their_key_and_column() {
         let keys = Keys::parse(A, "").unwrap();
+        let run = row_of(&["run-1"]);
+        let aad = bound(Column::RunKwargs, &run);
         let sealed = keys
-            .seal(Column::RunKwargs, r#"{"input": "secret"}"#)
+            .seal(Column::RunKwargs, &run, r#"{"input": "secret"}"#)
             .unwrap();
         assert!(!sealed.contains("secret"));
         assert!(
             serde_json::from_str::<String>(&sealed).is_ok(),
             "stored as a JSON string"
         );
-        let (id, body) = sealed_parts(&sealed).unwrap();
+        let (version, id, body) = sealed_parts(&sealed).unwrap();
+        assert_eq!(version, Version::RowBound);
         assert_eq!(id, keys.current_id());
         assert_eq!(
-            keys.open(Column::RunKwargs, id, body).unwrap(),
+            keys.open(Column::RunKwargs, &aad, id, body).unwrap(),
             r#"{"input": "secret"}"#
         );
-        assert!(matches!(
-            keys.open(Column::ItemValue, id, body),
-            Err(CryptError::Damaged(_))
-        ));
+        // Another column, or another row of the same column: damaged.
+        for other in [
+            bound(Column::ItemValue, &run),
+            bound(Column::RunKwargs, "run-2"),
+        ] {
+            assert!(matches!(
+                keys.open(Column::RunKwargs, &other, id, body),
+                Err(CryptError::Damaged(_))
+            ));
+        }
         // Rotated: B is current, A still read.
         let rotated = Keys::parse(B, A).unwrap();
-        assert!(rotated.open(Column::RunKwargs, id, body).is_ok());
+        assert!(rotated.open(Column::RunKwargs, &aad, id, body).is_ok());
         assert_ne!(rotated.current_id(), keys.current_id());
         // A dropped: the value names a key nobody has.
         let only_b = Keys::parse(B, "").unwrap();
         assert!(matches!(
-            only_b.open(Column::RunKwargs, id, body),
+            only_b.open(Column::RunKwargs, &aad, id, body),
             Err(CryptError::UnknownKey(_))
         ));
         // Tampered.
         let mut bytes = body.as_bytes().to_vec();
         bytes[20] = if bytes[20] == b'A' { b'B' } else { b'A' };
         let tampered = String::from_utf8(bytes).unwrap();
-        assert!(keys.open(Column::RunKwargs, id, &tampered).is_err());
+        assert!(keys.open(Column::RunKwargs, &aad, id, &tampered).is_err());
+    }
+
+    /// Values of the first format (bound to the column only) still open, wherever they are.
+    #[test]
+    fn values_of_the_first_format_still_open() {
+        let keys = Keys::parse(A, "").unwrap();
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce[0] = 7;
+        let mut data = br#"{"old": true}"#.to_vec();
+        keys.current
+            .key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(Column::ItemValue.name()),
+                &mut data,
+            )
+            .unwrap();
+        let mut sealed = nonce.to_vec();
+        sealed.extend_from_slice(&data);
+        let stored = format!(
+            "{PREFIX_V1}{}:{}\"",
+            keys.current_id(),
+            base64url::encode(&sealed)
+        );
+        let (version, id, body) = sealed_parts(&stored).unwrap();
+        assert_eq!(version, Version::ColumnOnly);
+        let aad = Column::ItemValue.name();
+        assert_eq!(
+            keys.open(Column::ItemValue, aad, id, body).unwrap(),
+            r#"{"old": true}"#
+        );
     }
 
     #[test]

@@ -143,7 +143,7 @@ async fn values_are_sealed_at_rest_and_keys_rotate() {
         !contains(&bytes, MARKER),
         "the marker is stored in the clear"
     );
-    assert!(contains(&bytes, &format!("enc1:{id_a}:")));
+    assert!(contains(&bytes, &format!("enc2:{id_a}:")));
 
     // Searching by what is sealed is refused, not silently empty.
     let (status, v) = call(
@@ -241,7 +241,64 @@ async fn values_are_sealed_at_rest_and_keys_rotate() {
     .await;
     assert_eq!(status, 200);
     assert!(state.to_string().contains(MARKER));
-    assert!(contains(&file_bytes(&app), &format!("enc1:{id_b}:")));
+    assert!(contains(&file_bytes(&app), &format!("enc2:{id_b}:")));
+
+    // A sealed value is bound to its row: copied onto another row with the database file
+    // (no key needed), it does not open there; the API answers an error, not the other
+    // row's plaintext.
+    for (key, note) in [("k3", "three"), ("k4", "four")] {
+        let (status, _) = call(
+            &app,
+            reqwest::Method::PUT,
+            "/store/items",
+            json!({"namespace": ["notes"], "key": key, "value": {"note": note}}),
+        )
+        .await;
+        assert_eq!(status, 204);
+    }
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", app.sqlite_files()[0].display()))
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE store_items SET value = (SELECT value FROM store_items WHERE item_key = 'k3') \
+         WHERE item_key = 'k4'",
+    )
+    .execute(&db)
+    .await
+    .unwrap();
+    db.close().await;
+    let (status, v) = call(
+        &app,
+        get.clone(),
+        "/store/items?namespace=notes&key=k4",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 500, "the swapped value opened: {v}");
+    assert!(!v.to_string().contains("three"), "{v}");
+
+    // A copied thread's checkpoints and chunks are sealed again for the copy's rows.
+    let (status, copy) = call(
+        &app,
+        post.clone(),
+        &format!("/threads/{tid}/copy"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{copy}");
+    let copy_id = copy["thread_id"].as_str().unwrap();
+    let (status, state) = call(
+        &app,
+        get.clone(),
+        &format!("/threads/{copy_id}/state"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200, "{state}");
+    assert!(
+        state.to_string().contains(MARKER),
+        "the copy's state: {state:.300}"
+    );
 
     // A retired key's rows no longer open: an error, never wrong data.
     crypt::install(Some(Keys::parse(KEY_B, "").unwrap()));

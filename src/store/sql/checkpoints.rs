@@ -67,7 +67,7 @@ impl crate::store::CheckpointStore for SqlStore {
         if let Some(stored) = stored {
             chunks = stored.unsent(cp.thread_id, chunks);
         }
-        let chunks = seal_chunks(chunks)?;
+        let chunks = seal_chunks(cp.thread_id, chunks)?;
         let sent: Vec<String> = match stored {
             Some(_) => chunks.iter().map(|c| c.hash.clone()).collect(),
             None => Vec::new(),
@@ -119,7 +119,7 @@ impl crate::store::CheckpointStore for SqlStore {
         let _timer = StoreTimer::start("keep_only_checkpoint");
         let (writes, chunks) =
             blobs::externalize(&cp.writes).map_err(|e| corrupt("checkpoint writes", e))?;
-        let chunks = seal_chunks(chunks)?;
+        let chunks = seal_chunks(cp.thread_id, chunks)?;
         let mut tx = self.write_tx().await?;
         for table in ["checkpoints", "checkpoint_blobs"] {
             q(format!("DELETE FROM {table} WHERE thread_id = $1"))
@@ -235,7 +235,8 @@ impl crate::store::CheckpointStore for SqlStore {
         let rows = calls
             .iter()
             .map(|c| {
-                let sealed = sealed(Column::TaskCallResult, c.result.clone())?;
+                let at = task_call_at(thread_id, &c.task_id.to_string(), &c.key);
+                let sealed = sealed(Column::TaskCallResult, &at, c.result.clone())?;
                 Ok([c.task_id.to_string(), c.key.clone(), sealed])
             })
             .collect::<StoreResult<Vec<[String; 3]>>>()?;
@@ -269,13 +270,19 @@ impl crate::store::CheckpointStore for SqlStore {
         let query = q(sql.to_owned())
             .bind(thread_id.to_string())
             .bind(task_id.to_string());
-        all(&self.pool, query, |row| {
-            Ok((
-                text(row, "call_key")?,
-                opened_json(row, "result", Column::TaskCallResult)?,
-            ))
+        let rows = all(&self.pool, query, |row| {
+            Ok((text(row, "call_key")?, text(row, "result")?))
         })
-        .await
+        .await?;
+        rows.into_iter()
+            .map(|(key, stored)| {
+                let at = task_call_at(thread_id, &task_id.to_string(), &key);
+                let plain = crate::store::crypt::open(Column::TaskCallResult, &at, &stored)
+                    .map_err(|e| corrupt("result", e))?;
+                let value = serde_json::from_str(&plain).map_err(|e| corrupt("result", e))?;
+                Ok((key, value))
+            })
+            .collect()
     }
 
     async fn forget_task_calls(
@@ -394,8 +401,14 @@ impl SqlStore {
             let params: Vec<String> = batch.iter().map(|h| sql.arg(h.as_str())).collect();
             sql.push(&format!(" AND hash IN ({})", params.join(", ")));
             for row in sql.query().fetch_all(&self.pool).await? {
-                let data = opened(&row, "data", Column::CheckpointChunk)?;
-                chunks.insert(text(&row, "hash")?, data);
+                let hash = text(&row, "hash")?;
+                let data = opened(
+                    &row,
+                    "data",
+                    Column::CheckpointChunk,
+                    &chunk_at(thread_id, &hash),
+                )?;
+                chunks.insert(hash, data);
             }
         }
         for cp in &mut cps {
@@ -407,7 +420,7 @@ impl SqlStore {
 
 /// Chunks with their text sealed (encryption at rest); their hashes, of the plain text, stay
 /// as they are so equal chunks are still stored once per thread.
-fn seal_chunks(chunks: Vec<blobs::Blob>) -> StoreResult<Vec<blobs::Blob>> {
+fn seal_chunks(thread: ThreadId, chunks: Vec<blobs::Blob>) -> StoreResult<Vec<blobs::Blob>> {
     if !crate::store::crypt::enabled() {
         return Ok(chunks);
     }
@@ -415,9 +428,14 @@ fn seal_chunks(chunks: Vec<blobs::Blob>) -> StoreResult<Vec<blobs::Blob>> {
         .into_iter()
         .map(|b| {
             Ok(blobs::Blob {
+                data: sealed(Column::CheckpointChunk, &chunk_at(thread, &b.hash), b.data)?,
                 hash: b.hash,
-                data: sealed(Column::CheckpointChunk, b.data)?,
             })
         })
         .collect()
+}
+
+/// The row identity a remembered task call's result is bound to.
+fn task_call_at(thread: ThreadId, task: &str, key: &str) -> String {
+    crate::store::crypt::row_of(&[&thread.to_string(), task, key])
 }

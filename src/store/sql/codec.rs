@@ -2,7 +2,7 @@
 
 use super::query::*;
 use super::*;
-use crate::ids::ThreadId;
+use crate::ids::{CheckpointId, RunId, ThreadId};
 use crate::store::crypt::{self, Column};
 use crate::store::pages;
 use crate::store::{
@@ -38,26 +38,28 @@ pub(super) fn opt_json(value: &Option<Value>) -> StoreResult<Option<String>> {
     }
 }
 
-/// `opt_json`, sealed for `column` (SQL NULL stays NULL).
+/// `opt_json`, sealed for `column` of the row `at` (SQL NULL stays NULL).
 pub(super) fn opt_sealed_json(
     column: Column,
+    at: &str,
     value: &Option<Value>,
 ) -> StoreResult<Option<String>> {
     opt_json(value)?
-        .map(|text| sealed(column, text))
+        .map(|text| sealed(column, at, text))
         .transpose()
 }
 
-/// `opt_json_col`, of a column that may be sealed.
+/// `opt_json_col`, of a column that may be sealed, of the row `at`.
 pub(super) fn opt_sealed_json_col(
     row: &AnyRow,
     col: &'static str,
     column: Column,
+    at: &str,
 ) -> StoreResult<Option<Value>> {
     let Some(stored) = opt_text(row, col)? else {
         return Ok(None);
     };
-    let plain = crypt::open(column, &stored).map_err(|e| corrupt(col, e))?;
+    let plain = crypt::open(column, at, &stored).map_err(|e| corrupt(col, e))?;
     let v: Value = serde_json::from_str(&plain).map_err(|e| corrupt(col, e))?;
     Ok((!v.is_null()).then_some(v))
 }
@@ -101,20 +103,30 @@ pub(super) fn json<T: serde::de::DeserializeOwned>(
     serde_json::from_str(&text(row, col)?).map_err(|e| corrupt(col, e))
 }
 
-/// A JSON value sealed for `column` when encryption at rest is on (`store::crypt`).
-pub(super) fn sealed(column: Column, text: String) -> StoreResult<String> {
-    crypt::seal(column, text).map_err(|e| corrupt("sealed value", e))
+/// A JSON value sealed for `column` of the row `at` (`crypt::row_of` of its key) when
+/// encryption at rest is on (`store::crypt`).
+pub(super) fn sealed(column: Column, at: &str, text: String) -> StoreResult<String> {
+    crypt::seal(column, at, text).map_err(|e| corrupt("sealed value", e))
 }
 
-/// `to_json`, sealed for `column`.
-pub(super) fn sealed_json<T: Serialize + ?Sized>(column: Column, value: &T) -> StoreResult<String> {
-    sealed(column, to_json(value)?)
+/// `to_json`, sealed for `column` of the row `at`.
+pub(super) fn sealed_json<T: Serialize + ?Sized>(
+    column: Column,
+    at: &str,
+    value: &T,
+) -> StoreResult<String> {
+    sealed(column, at, to_json(value)?)
 }
 
-/// A column's text, opened if it was sealed.
-pub(super) fn opened(row: &AnyRow, col: &'static str, column: Column) -> StoreResult<String> {
+/// A column's text of the row `at`, opened if it was sealed.
+pub(super) fn opened(
+    row: &AnyRow,
+    col: &'static str,
+    column: Column,
+    at: &str,
+) -> StoreResult<String> {
     let stored = text(row, col)?;
-    match crypt::open(column, &stored).map_err(|e| corrupt(col, e))? {
+    match crypt::open(column, at, &stored).map_err(|e| corrupt(col, e))? {
         std::borrow::Cow::Borrowed(_) => Ok(stored),
         std::borrow::Cow::Owned(plain) => Ok(plain),
     }
@@ -125,8 +137,9 @@ pub(super) fn opened_json<T: serde::de::DeserializeOwned>(
     row: &AnyRow,
     col: &'static str,
     column: Column,
+    at: &str,
 ) -> StoreResult<T> {
-    serde_json::from_str(&opened(row, col, column)?).map_err(|e| corrupt(col, e))
+    serde_json::from_str(&opened(row, col, column, at)?).map_err(|e| corrupt(col, e))
 }
 
 pub(super) fn opt_json_col(row: &AnyRow, col: &'static str) -> StoreResult<Option<Value>> {
@@ -165,27 +178,30 @@ pub(super) fn assistant_row(row: &AnyRow) -> StoreResult<Assistant> {
 }
 
 pub(super) fn thread_row(row: &AnyRow) -> StoreResult<Thread> {
+    let thread_id: ThreadId = uuid(row, "thread_id")?;
+    let at = thread_id.to_string();
     Ok(Thread {
-        thread_id: uuid(row, "thread_id")?,
+        thread_id,
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
         state_updated_at: ts(row, "state_updated_at")?,
         metadata: json(row, "metadata")?,
         status: enum_col(row, "status")?,
         config: json(row, "config")?,
-        values: opt_sealed_json_col(row, "state_values", Column::ThreadValues)?,
+        values: opt_sealed_json_col(row, "state_values", Column::ThreadValues, &at)?,
         error: opt_json_col(row, "error")?
             .map(|v| serde_json::from_value(v).map_err(|e| corrupt("error", e)))
             .transpose()?,
-        interrupts: opened_json(row, "interrupts", Column::ThreadInterrupts)?,
+        interrupts: opened_json(row, "interrupts", Column::ThreadInterrupts, &at)?,
         ttl_minutes: row.try_get::<Option<f64>, _>("ttl_minutes")?,
         owner: Owner::from_stored(text(row, "owner")?),
     })
 }
 
 pub(super) fn run_row(row: &AnyRow) -> StoreResult<Run> {
+    let run_id: RunId = uuid(row, "run_id")?;
     Ok(Run {
-        run_id: uuid(row, "run_id")?,
+        run_id,
         thread_id: uuid(row, "thread_id")?,
         assistant_id: uuid(row, "assistant_id")?,
         created_at: ts(row, "created_at")?,
@@ -193,33 +209,63 @@ pub(super) fn run_row(row: &AnyRow) -> StoreResult<Run> {
         status: enum_col(row, "status")?,
         metadata: json(row, "metadata")?,
         multitask_strategy: enum_col(row, "multitask_strategy")?,
-        kwargs: opened_json(row, "kwargs", Column::RunKwargs)?,
+        kwargs: opened_json(row, "kwargs", Column::RunKwargs, &run_id.to_string())?,
     })
 }
 
 pub(super) fn checkpoint_row(row: &AnyRow) -> StoreResult<Checkpoint> {
+    let thread_id: ThreadId = uuid(row, "thread_id")?;
+    let checkpoint_ns = text(row, "checkpoint_ns")?;
+    let checkpoint_id: CheckpointId = uuid(row, "checkpoint_id")?;
+    let at = checkpoint_at(thread_id, &checkpoint_ns, checkpoint_id);
     Ok(Checkpoint {
-        thread_id: uuid(row, "thread_id")?,
-        checkpoint_ns: text(row, "checkpoint_ns")?,
-        checkpoint_id: uuid(row, "checkpoint_id")?,
+        thread_id,
+        checkpoint_ns,
+        checkpoint_id,
         parent_checkpoint_id: opt_uuid(row, "parent_checkpoint_id")?,
         run_id: opt_uuid(row, "run_id")?,
         step: int(row, "step")?,
         source: text(row, "source")?,
         metadata: json(row, "metadata")?,
-        writes: opened_json(row, "writes", Column::CheckpointWrites)?,
+        writes: opened_json(row, "writes", Column::CheckpointWrites, &at)?,
         next: json(row, "next_nodes")?,
-        tasks: opened_json(row, "tasks", Column::CheckpointTasks)?,
+        tasks: opened_json(row, "tasks", Column::CheckpointTasks, &at)?,
         created_at: ts(row, "created_at")?,
     })
 }
 
 pub(super) fn event_page_row(row: &AnyRow) -> StoreResult<Vec<StoredEvent>> {
+    let run_id: RunId = uuid(row, "run_id")?;
+    let at = event_page_at(run_id, int(row, "last_ms")?, int(row, "last_seq")?);
     pages::unpack(
-        uuid(row, "run_id")?,
+        run_id,
         uuid(row, "thread_id")?,
-        &opened(row, "frames", Column::RunEvents)?,
+        &opened(row, "frames", Column::RunEvents, &at)?,
     )
+}
+
+/// The row identity a checkpoint's sealed columns are bound to.
+pub(super) fn checkpoint_at(thread: ThreadId, ns: &str, id: CheckpointId) -> String {
+    crypt::row_of(&[&thread.to_string(), ns, &id.to_string()])
+}
+
+/// The row identity an event page's frames are bound to.
+pub(super) fn event_page_at(run: RunId, last_ms: i64, last_seq: i64) -> String {
+    crypt::row_of(&[
+        &run.to_string(),
+        &last_ms.to_string(),
+        &last_seq.to_string(),
+    ])
+}
+
+/// The row identity a store item's value is bound to: its owner, namespace and key.
+pub(super) fn item_at(owner: &Owner, dotted: &str, key: &str) -> String {
+    crypt::row_of(&[owner.as_str(), dotted, key])
+}
+
+/// The row identity a chunk of a thread's checkpoints is bound to.
+pub(super) fn chunk_at(thread: ThreadId, hash: &str) -> String {
+    crypt::row_of(&[&thread.to_string(), hash])
 }
 
 pub(super) fn thread_id_row(row: &AnyRow) -> StoreResult<ThreadId> {
@@ -281,9 +327,17 @@ pub(super) fn insert_thread_query(t: &Thread) -> StoreResult<AnyQuery> {
         .bind(to_json(&t.metadata)?)
         .bind(t.status.as_str())
         .bind(to_json(&t.config)?)
-        .bind(opt_sealed_json(Column::ThreadValues, &t.values)?)
+        .bind(opt_sealed_json(
+            Column::ThreadValues,
+            &t.thread_id.to_string(),
+            &t.values,
+        )?)
         .bind(t.error.as_ref().map(to_json).transpose()?)
-        .bind(sealed_json(Column::ThreadInterrupts, &t.interrupts)?)
+        .bind(sealed_json(
+            Column::ThreadInterrupts,
+            &t.thread_id.to_string(),
+            &t.interrupts,
+        )?)
         .bind(opt_float(t.ttl_minutes))
         .bind(t.owner.as_str().to_owned()))
 }
@@ -312,7 +366,11 @@ pub(super) fn bind_run(query: AnyQuery, r: &Run) -> StoreResult<AnyQuery> {
         .bind(r.status.as_str())
         .bind(to_json(&r.metadata)?)
         .bind(r.multitask_strategy.as_str())
-        .bind(sealed_json(Column::RunKwargs, &r.kwargs)?))
+        .bind(sealed_json(
+            Column::RunKwargs,
+            &r.run_id.to_string(),
+            &r.kwargs,
+        )?))
 }
 
 /// Writes a checkpoint row, replacing one with the same key ($1–$12, see `bind_checkpoint`).
@@ -332,6 +390,7 @@ pub(super) fn bind_checkpoint(
     c: &Checkpoint,
     writes: String,
 ) -> StoreResult<AnyQuery> {
+    let at = checkpoint_at(c.thread_id, &c.checkpoint_ns, c.checkpoint_id);
     Ok(query
         .bind(c.thread_id.to_string())
         .bind(c.checkpoint_ns.clone())
@@ -341,8 +400,8 @@ pub(super) fn bind_checkpoint(
         .bind(c.step)
         .bind(c.source.clone())
         .bind(to_json(&c.metadata)?)
-        .bind(sealed(Column::CheckpointWrites, writes)?)
+        .bind(sealed(Column::CheckpointWrites, &at, writes)?)
         .bind(to_json(&c.next)?)
-        .bind(sealed_json(Column::CheckpointTasks, &c.tasks)?)
+        .bind(sealed_json(Column::CheckpointTasks, &at, &c.tasks)?)
         .bind(c.created_at.to_string()))
 }

@@ -37,7 +37,11 @@ impl crate::store::EventLog for SqlStore {
             .bind(page.thread_id.to_string())
             .bind(page.last.ms)
             .bind(page.last.seq)
-            .bind(sealed(crate::store::crypt::Column::RunEvents, page.frames)?)
+            .bind(sealed(
+                crate::store::crypt::Column::RunEvents,
+                &event_page_at(page.run_id, page.last.ms, page.last.seq),
+                page.frames,
+            )?)
             .execute(&self.pool)
             .await?;
         }
@@ -68,8 +72,9 @@ impl crate::store::EventLog for SqlStore {
         after: Option<EventId>,
     ) -> StoreResult<Vec<StoredEvent>> {
         let _timer = StoreTimer::start("run_events_after");
-        let mut sql =
-            Sql::new("SELECT run_id, thread_id, frames FROM run_event_pages WHERE run_id = $1");
+        let mut sql = Sql::new(
+            "SELECT run_id, thread_id, last_ms, last_seq, frames FROM run_event_pages WHERE run_id = $1",
+        );
         sql.arg(run_id);
         if let Some(after) = after {
             let ms = sql.arg(after.ms);

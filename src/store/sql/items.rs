@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::any::AnyRow;
 
-const ITEM_COLS: &str = "namespace, item_key, value, created_at, updated_at, ttl_minutes";
+const ITEM_COLS: &str = "namespace, item_key, value, created_at, updated_at, ttl_minutes, owner";
 
 /// The document column, qualified: inside `json_each(...)` a bare `value` would name the
 /// function's own column.
@@ -26,10 +26,13 @@ fn item_row(row: &AnyRow) -> StoreResult<Stored> {
     let dotted = text(row, "namespace")?;
     let namespace =
         Namespace::from_dotted(&dotted).map_err(|e| corrupt("store item namespace", e))?;
+    let key = text(row, "item_key")?;
+    let owner = Owner::from_stored(text(row, "owner")?);
+    let at = item_at(&owner, &dotted, &key);
     let item = Item {
         namespace,
-        key: text(row, "item_key")?,
-        value: opened_json(row, "value", crate::store::crypt::Column::ItemValue)?,
+        value: opened_json(row, "value", crate::store::crypt::Column::ItemValue, &at)?,
+        key,
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
     };
@@ -161,7 +164,11 @@ impl crate::store::ItemStore for SqlStore {
         )
         .bind(ns.dotted())
         .bind(key.to_owned())
-        .bind(sealed_json(crate::store::crypt::Column::ItemValue, value)?)
+        .bind(sealed_json(
+            crate::store::crypt::Column::ItemValue,
+            &item_at(owner, &ns.dotted(), key),
+            value,
+        )?)
         .bind(now.to_string())
         .bind(opt_float(ttl_minutes))
         .bind(expiry(now, ttl_minutes))

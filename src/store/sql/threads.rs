@@ -187,24 +187,11 @@ impl crate::store::ThreadStore for SqlStore {
         {
             return Err(StoreError::Conflict("thread"));
         }
-        let sql = format!(
-            "INSERT INTO checkpoints ({CHECKPOINT_COLS}) SELECT $1, checkpoint_ns, checkpoint_id, \
-             parent_checkpoint_id, run_id, step, source, metadata, writes, next_nodes, tasks, \
-             created_at FROM checkpoints WHERE thread_id = $2"
-        );
-        q(sql)
-            .bind(to.to_string())
-            .bind(from.to_string())
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
-            "INSERT INTO checkpoint_blobs (thread_id, hash, data) \
-             SELECT $1, hash, data FROM checkpoint_blobs WHERE thread_id = $2",
-        )
-        .bind(to.to_string())
-        .bind(from.to_string())
-        .execute(&mut *tx)
-        .await?;
+        if crate::store::crypt::enabled() {
+            self.copy_sealed_checkpoints(&mut tx, from, to).await?;
+        } else {
+            copy_plain_checkpoints(&mut tx, from, to).await?;
+        }
         tx.commit().await?;
         Ok(Some(copy))
     }
@@ -247,4 +234,81 @@ async fn delete_thread_rows(conn: &mut sqlx::AnyConnection, id: ThreadId) -> Sto
         .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() > 0)
+}
+
+/// A thread's checkpoints and chunks copied row for row, in the database (nothing sealed:
+/// nothing is bound to the thread they belong to).
+async fn copy_plain_checkpoints(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    from: ThreadId,
+    to: ThreadId,
+) -> StoreResult<()> {
+    let sql = format!(
+        "INSERT INTO checkpoints ({CHECKPOINT_COLS}) SELECT $1, checkpoint_ns, checkpoint_id, \
+         parent_checkpoint_id, run_id, step, source, metadata, writes, next_nodes, tasks, \
+         created_at FROM checkpoints WHERE thread_id = $2"
+    );
+    q(sql)
+        .bind(to.to_string())
+        .bind(from.to_string())
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO checkpoint_blobs (thread_id, hash, data) \
+         SELECT $1, hash, data FROM checkpoint_blobs WHERE thread_id = $2",
+    )
+    .bind(to.to_string())
+    .bind(from.to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+impl SqlStore {
+    /// A thread's checkpoints and chunks opened and sealed again for the copy: a sealed value
+    /// is bound to its row, and the copy's rows are other rows.
+    async fn copy_sealed_checkpoints(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        from: ThreadId,
+        to: ThreadId,
+    ) -> StoreResult<()> {
+        let sql = format!("SELECT {CHECKPOINT_COLS} FROM checkpoints WHERE thread_id = $1");
+        let checkpoints = all(&mut **tx, q(sql).bind(from.to_string()), checkpoint_row).await?;
+        for cp in checkpoints {
+            let copy = crate::store::Checkpoint {
+                thread_id: to,
+                ..cp
+            };
+            let writes = to_json(&copy.writes)?;
+            bind_checkpoint(q(UPSERT_CHECKPOINT.to_owned()), &copy, writes)?
+                .execute(&mut **tx)
+                .await?;
+        }
+        let sql = "SELECT hash, data FROM checkpoint_blobs WHERE thread_id = $1";
+        let chunks = all(&mut **tx, q(sql.to_owned()).bind(from.to_string()), |row| {
+            Ok((text(row, "hash")?, text(row, "data")?))
+        })
+        .await?;
+        for (hash, stored) in chunks {
+            let plain = crate::store::crypt::open(
+                crate::store::crypt::Column::CheckpointChunk,
+                &chunk_at(from, &hash),
+                &stored,
+            )
+            .map_err(|e| corrupt("checkpoint chunk", e))?;
+            let sealed = sealed(
+                crate::store::crypt::Column::CheckpointChunk,
+                &chunk_at(to, &hash),
+                plain.into_owned(),
+            )?;
+            sqlx::query("INSERT INTO checkpoint_blobs (thread_id, hash, data) VALUES ($1, $2, $3)")
+                .bind(to.to_string())
+                .bind(hash)
+                .bind(sealed)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
+    }
 }

@@ -349,11 +349,13 @@ impl SqlStore {
         .bind(status.as_str())
         .bind(opt_sealed_json(
             crate::store::crypt::Column::ThreadValues,
+            &thread.to_string(),
             &s.values,
         )?)
         .bind(s.error.as_ref().map(to_json).transpose()?)
         .bind(sealed_json(
             crate::store::crypt::Column::ThreadInterrupts,
+            &thread.to_string(),
             &s.interrupts,
         )?)
         .bind(now.to_string())
