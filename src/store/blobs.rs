@@ -15,7 +15,6 @@
 use crate::ids::ThreadId;
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -222,7 +221,7 @@ fn split_hashes(hashes: &str) -> impl Iterator<Item = &str> {
 
 fn hash(piece: &str) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let digest = Sha256::digest(piece.as_bytes());
+    let digest = super::crypt::chunk_digest(piece.as_bytes());
     let mut out = String::with_capacity(HASH_LEN);
     for group in digest[..12].chunks(3) {
         let n = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);

@@ -90,6 +90,8 @@ pub enum CryptError {
 struct Key {
     id: String,
     key: LessSafeKey,
+    /// For chunk hashes: a key of its own, derived from this one.
+    hashing: ring::hmac::Key,
 }
 
 /// The current key and the previous ones.
@@ -141,6 +143,13 @@ impl Keys {
             previous,
             random: SystemRandom::new(),
         })
+    }
+
+    fn chunk_digest(&self, text: &[u8]) -> [u8; 32] {
+        let tag = ring::hmac::sign(&self.current.hashing, text);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(tag.as_ref());
+        out
     }
 
     /// The id new writes are sealed under.
@@ -218,9 +227,12 @@ fn key(env: &'static str, text: &str) -> Result<Key, CryptError> {
     let unbound = UnboundKey::new(&AES_256_GCM, &bytes).map_err(|_| bad("unusable key"))?;
     let digest = Sha256::digest(&bytes);
     let id = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    let master = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes);
+    let derived = ring::hmac::sign(&master, b"deep-research chunk hashes v1");
     Ok(Key {
         id,
         key: LessSafeKey::new(unbound),
+        hashing: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref()),
     })
 }
 
@@ -242,6 +254,16 @@ fn keys() -> Option<Arc<Keys>> {
 /// Whether values are sealed.
 pub fn enabled() -> bool {
     keys().is_some()
+}
+
+/// The digest that names a chunk of `text`: keyed (HMAC-SHA256 under a key derived from the
+/// current one) when sealing is on, so a stolen database cannot confirm a guessed text by its
+/// hash, nor show two owners' equal texts as equal; plain SHA-256 otherwise.
+pub fn chunk_digest(text: &[u8]) -> [u8; 32] {
+    match keys() {
+        Some(keys) => keys.chunk_digest(text),
+        None => Sha256::digest(text).into(),
+    }
 }
 
 /// `text` (a value's stored JSON) sealed for `column` of `row` (`row_of`), or as it is when
@@ -447,6 +469,21 @@ mod tests {
         assert_eq!(
             keys.open(Column::ItemValue, aad, id, body).unwrap(),
             r#"{"old": true}"#
+        );
+    }
+
+    /// Chunk hashes under a key say nothing of the text to whoever lacks the key: not its
+    /// SHA-256, and not the same under another key.
+    #[test]
+    fn chunk_hashes_are_keyed() {
+        let text = b"a paragraph someone might guess";
+        let (a, b) = (Keys::parse(A, "").unwrap(), Keys::parse(B, "").unwrap());
+        let plain: [u8; 32] = Sha256::digest(text).into();
+        assert_ne!(a.chunk_digest(text), plain);
+        assert_ne!(a.chunk_digest(text), b.chunk_digest(text));
+        assert_eq!(
+            a.chunk_digest(text),
+            Keys::parse(A, B).unwrap().chunk_digest(text)
         );
     }
 
