@@ -1,6 +1,7 @@
 //! Encryption at rest of what users put in: checkpoint writes and tasks (and the chunks large
 //! strings are stored in), thread values and interrupts, run inputs and options (`kwargs`),
-//! stored stream events, and store item values. AES-256-GCM with a fresh random nonce per value
+//! stored stream events, store item values, cron payloads, and assistants' config and context
+//! (and their versions'). AES-256-GCM with a fresh random nonce per value
 //! and, as associated data, the column's name and the row's identity (its thread, run,
 //! checkpoint or item key): a sealed value copied to another column, row or owner does not
 //! open. Values of the first format (`enc1`, bound to the column only) are still read, and
@@ -54,6 +55,11 @@ pub enum Column {
     RunEvents,
     ItemValue,
     TaskCallResult,
+    CronPayload,
+    AssistantConfig,
+    AssistantContext,
+    VersionConfig,
+    VersionContext,
 }
 
 impl Column {
@@ -68,6 +74,11 @@ impl Column {
             Column::RunEvents => "run_event_pages.frames",
             Column::ItemValue => "store_items.value",
             Column::TaskCallResult => "task_calls.result",
+            Column::CronPayload => "crons.payload",
+            Column::AssistantConfig => "assistants.config",
+            Column::AssistantContext => "assistants.context",
+            Column::VersionConfig => "assistant_versions.config",
+            Column::VersionContext => "assistant_versions.context",
         }
     }
 }

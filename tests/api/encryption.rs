@@ -136,6 +136,45 @@ async fn values_are_sealed_at_rest_and_keys_rotate() {
     .await;
     assert_eq!(item["value"]["note"], MARKER);
 
+    // An assistant's config and context, and a cron's payload, are sealed too.
+    let (status, assistant) = call(
+        &app,
+        post.clone(),
+        "/assistants",
+        json!({"graph_id": "agent", "config": {"configurable": {"note": MARKER}},
+               "context": {"note": MARKER}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{assistant}");
+    let aid = assistant["assistant_id"].as_str().unwrap().to_owned();
+    let (status, cron) = call(
+        &app,
+        post.clone(),
+        &format!("/threads/{tid}/runs/crons"),
+        json!({"assistant_id": "agent", "schedule": "0 0 1 1 *",
+               "input": {"messages": [{"type": "human", "content": MARKER}]}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{cron}");
+    let (_, read) = call(
+        &app,
+        get.clone(),
+        &format!("/assistants/{aid}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(read["config"]["configurable"]["note"], MARKER, "{read}");
+    let (_, versions) = call(
+        &app,
+        post.clone(),
+        &format!("/assistants/{aid}/versions"),
+        json!({}),
+    )
+    .await;
+    assert!(versions.to_string().contains(MARKER), "{versions}");
+    let (_, crons) = call(&app, post.clone(), "/runs/crons/search", json!({})).await;
+    assert!(crons.to_string().contains(MARKER), "{crons}");
+
     // Nothing of it is in the database files in the clear.
     let bytes = file_bytes(&app);
     assert!(!bytes.is_empty());

@@ -6,6 +6,7 @@ use super::query::*;
 use super::tx::*;
 use super::*;
 use crate::ids::AssistantId;
+use crate::store::crypt::Column;
 use crate::store::{
     Assistant, AssistantPatch, AssistantQuery, AssistantVersion, IfExists, JsonMap, Page,
     StoreError, StoreResult,
@@ -205,12 +206,15 @@ const VERSION_COLS: &str =
     "assistant_id, version, graph_id, config, context, metadata, name, description, created_at";
 
 fn version_row(row: &sqlx::any::AnyRow) -> StoreResult<AssistantVersion> {
+    let assistant_id: AssistantId = uuid(row, "assistant_id")?;
+    let version = int(row, "version")?;
+    let at = version_at(assistant_id, version);
     Ok(AssistantVersion {
-        assistant_id: uuid(row, "assistant_id")?,
-        version: int(row, "version")?,
+        assistant_id,
+        version,
         graph_id: text(row, "graph_id")?,
-        config: json(row, "config")?,
-        context: json(row, "context")?,
+        config: opened_json(row, "config", Column::VersionConfig, &at)?,
+        context: opened_json(row, "context", Column::VersionContext, &at)?,
         metadata: json(row, "metadata")?,
         name: text(row, "name")?,
         description: opt_text(row, "description")?,
@@ -223,12 +227,13 @@ async fn insert_version(tx: &mut Tx, a: &Assistant) -> StoreResult<()> {
     let sql = format!(
         "INSERT INTO assistant_versions ({VERSION_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
     );
+    let at = version_at(a.assistant_id, a.version);
     q(sql)
         .bind(a.assistant_id.to_string())
         .bind(a.version)
         .bind(a.graph_id.clone())
-        .bind(to_json(&a.config)?)
-        .bind(to_json(&a.context)?)
+        .bind(sealed_json(Column::VersionConfig, &at, &a.config)?)
+        .bind(sealed_json(Column::VersionContext, &at, &a.context)?)
         .bind(to_json(&a.metadata)?)
         .bind(a.name.clone())
         .bind(a.description.clone())
@@ -246,8 +251,16 @@ async fn write_current(tx: &mut Tx, a: &Assistant) -> StoreResult<()> {
     )
     .bind(a.assistant_id.to_string())
     .bind(a.graph_id.clone())
-    .bind(to_json(&a.config)?)
-    .bind(to_json(&a.context)?)
+    .bind(sealed_json(
+        Column::AssistantConfig,
+        &a.assistant_id.to_string(),
+        &a.config,
+    )?)
+    .bind(sealed_json(
+        Column::AssistantContext,
+        &a.assistant_id.to_string(),
+        &a.context,
+    )?)
     .bind(to_json(&a.metadata)?)
     .bind(a.name.clone())
     .bind(a.description.clone())
@@ -256,4 +269,9 @@ async fn write_current(tx: &mut Tx, a: &Assistant) -> StoreResult<()> {
     .execute(&mut **tx)
     .await?;
     Ok(())
+}
+
+/// The row identity a version's sealed columns are bound to.
+fn version_at(assistant: AssistantId, version: i64) -> String {
+    crate::store::crypt::row_of(&[&assistant.to_string(), &version.to_string()])
 }

@@ -2,7 +2,7 @@
 
 use super::query::*;
 use super::*;
-use crate::ids::{CheckpointId, RunId, ThreadId};
+use crate::ids::{AssistantId, CheckpointId, RunId, ThreadId};
 use crate::store::crypt::{self, Column};
 use crate::store::pages;
 use crate::store::{
@@ -162,11 +162,13 @@ pub(super) fn enum_col<T: FromStr<Err = String>>(
 }
 
 pub(super) fn assistant_row(row: &AnyRow) -> StoreResult<Assistant> {
+    let assistant_id: AssistantId = uuid(row, "assistant_id")?;
+    let at = assistant_id.to_string();
     Ok(Assistant {
-        assistant_id: uuid(row, "assistant_id")?,
+        assistant_id,
         graph_id: text(row, "graph_id")?,
-        config: json(row, "config")?,
-        context: json(row, "context")?,
+        config: opened_json(row, "config", Column::AssistantConfig, &at)?,
+        context: opened_json(row, "context", Column::AssistantContext, &at)?,
         metadata: json(row, "metadata")?,
         name: text(row, "name")?,
         description: opt_text(row, "description")?,
@@ -293,11 +295,12 @@ pub(super) fn insert_assistant_query(a: &Assistant) -> StoreResult<AnyQuery> {
         "INSERT INTO assistants ({ASSISTANT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
          $11) ON CONFLICT (assistant_id) DO NOTHING"
     );
+    let at = a.assistant_id.to_string();
     Ok(q(sql)
         .bind(a.assistant_id.to_string())
         .bind(a.graph_id.clone())
-        .bind(to_json(&a.config)?)
-        .bind(to_json(&a.context)?)
+        .bind(sealed_json(Column::AssistantConfig, &at, &a.config)?)
+        .bind(sealed_json(Column::AssistantContext, &at, &a.context)?)
         .bind(to_json(&a.metadata)?)
         .bind(a.name.clone())
         .bind(a.description.clone())

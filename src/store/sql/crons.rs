@@ -5,6 +5,7 @@ use super::filters::*;
 use super::query::*;
 use super::*;
 use crate::ids::CronId;
+use crate::store::crypt::Column;
 use crate::store::{Cron, CronQuery, CronTick, Owner, Page, StoreError, StoreResult};
 use crate::telemetry::metrics::StoreTimer;
 use crate::time::Timestamp;
@@ -22,14 +23,15 @@ fn opt_ts(row: &AnyRow, col: &'static str) -> StoreResult<Option<Timestamp>> {
 }
 
 fn cron_row(row: &AnyRow) -> StoreResult<Cron> {
+    let cron_id: CronId = uuid(row, "cron_id")?;
     Ok(Cron {
-        cron_id: uuid(row, "cron_id")?,
+        cron_id,
         assistant_id: uuid(row, "assistant_id")?,
         thread_id: opt_uuid(row, "thread_id")?,
         user_id: opt_text(row, "user_id")?,
         schedule: text(row, "schedule")?,
         timezone: opt_text(row, "timezone")?,
-        payload: json(row, "payload")?,
+        payload: opened_json(row, "payload", Column::CronPayload, &cron_id.to_string())?,
         metadata: json(row, "metadata")?,
         on_run_completed: opt_text(row, "on_run_completed")?,
         enabled: int(row, "enabled")? != 0,
@@ -49,7 +51,11 @@ fn bind_cron(query: AnyQuery, c: &Cron) -> StoreResult<AnyQuery> {
         .bind(c.user_id.clone())
         .bind(c.schedule.clone())
         .bind(c.timezone.clone())
-        .bind(to_json(&c.payload)?)
+        .bind(sealed_json(
+            Column::CronPayload,
+            &c.cron_id.to_string(),
+            &c.payload,
+        )?)
         .bind(to_json(&c.metadata)?)
         .bind(c.on_run_completed.clone())
         .bind(i64::from(c.enabled))
