@@ -48,6 +48,17 @@ enum Command {
         #[arg(long)]
         owner: String,
     },
+    /// Seal every stored value again under DR_ENCRYPTION_KEY, in the current format (bound to
+    /// its row), including values stored before encryption was on; then retired keys can
+    /// leave DR_ENCRYPTION_PREVIOUS_KEYS. Safe while the server runs.
+    Reseal {
+        /// A TOML file layered over config/default.toml (for the store).
+        #[arg(long, env = "DR_CONFIG")]
+        config: Option<std::path::PathBuf>,
+        /// The SQLite file, unless DATABASE_URL names Postgres.
+        #[arg(long, env = "DR_SQLITE_PATH")]
+        sqlite_path: Option<String>,
+    },
     /// Exit 0 when the server on PORT answers /ok (for container health checks).
     Healthcheck {
         #[arg(long, env = "PORT", default_value_t = 2024)]
@@ -292,6 +303,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::NewKey { owner } => new_key(&owner),
         Command::Healthcheck { port } => healthcheck(port).await,
+        Command::Reseal {
+            config,
+            sqlite_path,
+        } => reseal(config.as_deref(), sqlite_path).await,
     }
 }
 
@@ -630,5 +645,33 @@ async fn healthcheck(port: u16) -> anyhow::Result<()> {
     let mut head = [0u8; 12];
     stream.read_exact(&mut head).await?;
     anyhow::ensure!(head.starts_with(b"HTTP/1.1 200"), "server is not healthy");
+    Ok(())
+}
+
+/// `reseal`: every sealed column rewritten under the current key (`SqlStore::reseal`).
+async fn reseal(
+    config: Option<&std::path::Path>,
+    sqlite_path: Option<String>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        deep_research::store::crypt::enabled(),
+        "reseal needs the key to seal with: set DR_ENCRYPTION_KEY (and the keys rows were \
+         sealed with in DR_ENCRYPTION_PREVIOUS_KEYS)"
+    );
+    let cfg = FileConfig::load_from(config)?;
+    let mut settings = Settings::from_file(&cfg)?;
+    if let Some(path) = sqlite_path {
+        settings.sqlite_path = path;
+    }
+    let store = deep_research::store::SqlStore::open(
+        secrecy::ExposeSecret::expose_secret(&settings.store_url()),
+        &deep_research::store::StoreOptions::default(),
+    )
+    .await
+    .with_context(|| format!("could not open the store {}", settings.store_description()))?;
+    let done = store.reseal().await.context("resealing stopped")?;
+    for (column, rewritten, left) in &done.columns {
+        println!("{column}: {rewritten} sealed again, {left} already current or empty");
+    }
     Ok(())
 }

@@ -262,6 +262,15 @@ fn keys() -> Option<Arc<Keys>> {
         .clone()
 }
 
+/// Whether `stored` is sealed in the current format under the current key (nothing for
+/// `reseal` to do).
+pub fn is_current(stored: &str) -> bool {
+    let Some(keys) = keys() else {
+        return false;
+    };
+    matches!(sealed_parts(stored), Some((Version::RowBound, id, _)) if id == keys.current_id())
+}
+
 /// Whether values are sealed.
 pub fn enabled() -> bool {
     keys().is_some()

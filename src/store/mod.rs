@@ -11,7 +11,7 @@ mod sql;
 pub mod retry;
 pub use blobs::StoredChunks;
 pub use model::*;
-pub use sql::{SqlStore, SqliteSync, StoreOptions};
+pub use sql::{Resealed, SqlStore, SqliteSync, StoreOptions};
 
 use crate::time::Timestamp;
 use async_trait::async_trait;

@@ -358,6 +358,59 @@ async fn values_are_sealed_at_rest_and_keys_rotate() {
     .await;
     assert_eq!(status, 500, "{v}");
     assert_eq!(v["detail"], "internal error");
+
+    // `reseal` (beside the running server) seals every row under B in the current format:
+    // then A can go, and A's rows read again.
+    let db = app.sqlite_files()[0].clone();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_deep-research"))
+        .arg("reseal")
+        .arg("--sqlite-path")
+        .arg(&db)
+        .env("DR_ENCRYPTION_KEY", KEY_B)
+        .env("DR_ENCRYPTION_PREVIOUS_KEYS", KEY_A)
+        .env_remove("DATABASE_URL")
+        .env_remove("DR_CONFIG")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(printed.contains("store_items.value: "), "{printed}");
+    let (status, v) = call(
+        &app,
+        get.clone(),
+        "/store/items?namespace=notes&key=k1",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200, "resealed under B: {v}");
+    assert_eq!(v["value"]["note"], MARKER);
+    let (status, state) = call(
+        &app,
+        get.clone(),
+        &format!("/threads/{tid}/state"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200, "{state:.300}");
+    assert!(state.to_string().contains(MARKER));
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let old: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM store_items WHERE value NOT LIKE '\"enc2:' || $1 || ':%') \
+         + (SELECT count(*) FROM checkpoints WHERE writes NOT LIKE '\"enc2:' || $1 || ':%') \
+         + (SELECT count(*) FROM runs WHERE kwargs NOT LIKE '\"enc2:' || $1 || ':%')",
+    )
+    .bind(&id_b)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    assert_eq!(old, 0, "rows not sealed under B in the current format");
     crypt::install(None);
 }
 

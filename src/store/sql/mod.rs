@@ -17,6 +17,8 @@ mod events;
 mod filters;
 mod items;
 mod query;
+mod reseal;
+pub use reseal::Resealed;
 mod runs;
 mod threads;
 mod tx;
