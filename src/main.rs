@@ -55,7 +55,10 @@ enum Command {
         /// A TOML file layered over config/default.toml (for the store).
         #[arg(long, env = "DR_CONFIG")]
         config: Option<std::path::PathBuf>,
-        /// The SQLite file, unless DATABASE_URL names Postgres.
+        /// The Postgres store, as `serve` takes it.
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: Option<String>,
+        /// The SQLite file, when no database URL is given.
         #[arg(long, env = "DR_SQLITE_PATH")]
         sqlite_path: Option<String>,
     },
@@ -305,8 +308,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Healthcheck { port } => healthcheck(port).await,
         Command::Reseal {
             config,
+            database_url,
             sqlite_path,
-        } => reseal(config.as_deref(), sqlite_path).await,
+        } => reseal(config.as_deref(), database_url, sqlite_path).await,
     }
 }
 
@@ -651,6 +655,7 @@ async fn healthcheck(port: u16) -> anyhow::Result<()> {
 /// `reseal`: every sealed column rewritten under the current key (`SqlStore::reseal`).
 async fn reseal(
     config: Option<&std::path::Path>,
+    database_url: Option<String>,
     sqlite_path: Option<String>,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(
@@ -660,6 +665,9 @@ async fn reseal(
     );
     let cfg = FileConfig::load_from(config)?;
     let mut settings = Settings::from_file(&cfg)?;
+    if let Some(url) = database_url.filter(|u| !u.trim().is_empty()) {
+        settings.database_url = Some(SecretString::from(url));
+    }
     if let Some(path) = sqlite_path {
         settings.sqlite_path = path;
     }

@@ -331,3 +331,85 @@ fn search_prints_ranked_sections_and_eval_retrieval_measures_them() {
     assert_eq!(report["results"][0]["page_rank"], 1);
     assert!(results.with_extension("md").exists());
 }
+
+/// `reseal` on Postgres, between real server processes: rows sealed under key A are sealed
+/// again under B, and a server that holds B alone reads them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reseal_moves_postgres_rows_to_the_new_key() {
+    const KEY_A: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    const KEY_B: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
+    let Some(admin) = crate::support::pg::admin_url() else {
+        return;
+    };
+    let (name, url) = crate::support::pg::create_database(&admin, "dr_reseal").await;
+    let serve_with = |current: &str| {
+        Command::new(env!("CARGO_BIN_EXE_deep-research"))
+            .args(["serve", "--no-auth", "--port", "0"])
+            .env("DATABASE_URL", &url)
+            .env("DR_ENCRYPTION_KEY", current)
+            .env_remove("DR_ENCRYPTION_PREVIOUS_KEYS")
+            .env_remove("DR_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let port_of = |child: &mut std::process::Child| {
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|addr| addr.rsplit(':').next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned()
+    };
+    let client = deep_research::net::client_builder().build().unwrap();
+    let mut a = serve_with(KEY_A);
+    let port = port_of(&mut a);
+    let put = client
+        .put(format!("http://127.0.0.1:{port}/store/items"))
+        .json(&serde_json::json!({"namespace": ["n"], "key": "k", "value": {"note": "sealed under A"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 204);
+    a.kill().unwrap();
+    let _ = a.wait();
+    let out = Command::new(env!("CARGO_BIN_EXE_deep-research"))
+        .arg("reseal")
+        .env("DATABASE_URL", &url)
+        .env("DR_ENCRYPTION_KEY", KEY_B)
+        .env("DR_ENCRYPTION_PREVIOUS_KEYS", KEY_A)
+        .env_remove("DR_CONFIG")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut b = serve_with(KEY_B);
+    let port = port_of(&mut b);
+    let got = client
+        .get(format!(
+            "http://127.0.0.1:{port}/store/items?namespace=n&key=k"
+        ))
+        .send()
+        .await
+        .unwrap();
+    let status = got.status();
+    let body = got.text().await.unwrap();
+    b.kill().unwrap();
+    let _ = b.wait();
+    crate::support::pg::drop_database(&admin, &name).await;
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.contains("store_items.value: 1 sealed again"),
+        "{printed}"
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("sealed under A"), "{body}");
+}
