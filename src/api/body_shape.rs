@@ -1,8 +1,9 @@
 //! What a request body may hold besides bytes: the body limit bounds its size, not what it
 //! costs once read. A 9.6 MB run of 300,000 tiny content parts took the process from 36 MB to
 //! 1.7 GB (each part is a map in memory, then copied into the state, its checkpoint and its
-//! events). So JSON bodies are counted before they are parsed, and the messages a run brings
-//! are bounded by number and parts.
+//! events). So every JSON body is counted before it is parsed (in `guard::read_body_in_time`,
+//! on every route and protocol, MCP's included), and the messages a run brings are bounded by
+//! number and parts.
 
 use super::error::AppError;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};

@@ -146,6 +146,10 @@ pub(super) async fn read_body_in_time(
         ))
         .into_response();
     }
+    // What a body costs once parsed, on every route and protocol (`body_shape`).
+    if let Err(refused) = super::body_shape::check_values(&bytes) {
+        return refused.into_response();
+    }
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
 }

@@ -1685,6 +1685,19 @@ async fn bodies_of_many_tiny_parts_are_refused_before_they_cost_memory() {
         .await
         .unwrap();
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    // MCP too, before rmcp parses the call.
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "agent", "arguments": {"question": "q", "extra": vec![json!({"x": 1}); 200_000]}}});
+    let refused = app
+        .client
+        .post(app.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(call.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 413);
     let ag_ui = json!({"threadId": uuid::Uuid::now_v7().to_string(), "runId": "r",
         "messages": vec![json!({"id": "m", "role": "user", "content": "x"}); 1_001]});
     let refused = post("/ag-ui/agent", ag_ui.to_string()).await.unwrap();
