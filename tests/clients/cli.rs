@@ -413,3 +413,46 @@ async fn reseal_moves_postgres_rows_to_the_new_key() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("sealed under A"), "{body}");
 }
+
+/// A corpus name from the config file names a directory under the index root, so one that
+/// leaves it (`../victim`, an absolute path) stops the server at start with the reason, and
+/// the directory it points at is untouched (it was emptied before).
+#[test]
+fn config_corpus_names_cannot_point_the_index_elsewhere() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let docs = dir.path().join("docs");
+    let victim = dir.path().join("victim");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(docs.join("a.md"), "# A\n\nsome text").unwrap();
+    std::fs::write(victim.join("keep.txt"), "precious").unwrap();
+    let index = dir.path().join("index");
+    for name in ["../victim".to_owned(), victim.display().to_string()] {
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[search.local]\nindex_dir = \"{}\"\n\n[corpora.\"{name}\"]\npath = \"{}\"\n",
+                index.display(),
+                docs.display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_deep-research"))
+            .args(["serve", "--no-auth", "--port", "0", "--sqlite-path"])
+            .arg(dir.path().join("cli.db"))
+            .arg("--config")
+            .arg(&config)
+            .env_remove("DATABASE_URL")
+            .env_remove("DR_CONFIG")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: the server started");
+        assert!(err.contains("a corpus name is letters"), "{name}: {err}");
+        assert!(
+            victim.join("keep.txt").exists(),
+            "{name}: the victim's file is gone"
+        );
+    }
+}
