@@ -1,5 +1,6 @@
 //! The HTTP API as clients see it: bodies, errors, attacks, owners, the wire protocol and its
-//! SSE bytes, crons, encryption at rest, the OpenAPI document and telemetry.
+//! SSE bytes, crons, the OpenAPI document and telemetry. (Encryption at rest has a binary of
+//! its own, `tests/encryption`: its keys are the process's.)
 //!
 //! One test binary per area (each links the whole crate): `cargo test --test api`, or one
 //! module with `cargo test --test api <module>::`.
@@ -11,7 +12,6 @@ mod api_smoke;
 mod attacks;
 mod bad_input;
 mod crons;
-mod encryption;
 mod openapi;
 mod protocol;
 mod sse_bytes;
