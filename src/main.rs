@@ -486,7 +486,15 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
     })?;
     if cmd.retrieval {
         let kept = cmd.queries_from.as_deref().map(read).transpose()?;
-        return eval_retrieval(&set, &questions, &corpus, kept.as_ref(), &cmd.output);
+        let embedder = cfg.embedder()?;
+        return eval_retrieval(
+            &set,
+            &questions,
+            &corpus,
+            kept.as_ref(),
+            embedder,
+            &cmd.output,
+        );
     }
     let corpus_prefix = if corpus.base_url.trim().is_empty() {
         let root = std::fs::canonicalize(&corpus.path).with_context(|| corpus.path.clone())?;
@@ -569,18 +577,19 @@ fn eval_retrieval(
     questions: &[deep_research::eval::Question],
     corpus: &deep_research::tools::corpus::CorpusConfig,
     kept: Option<&deep_research::eval::EvalReport>,
+    embedder: Option<std::sync::Arc<deep_research::tools::corpus::Embedder>>,
     output: &std::path::Path,
 ) -> anyhow::Result<()> {
     use deep_research::eval::retrieval;
     let scratch =
         std::env::temp_dir().join(format!("dr-retrieval-{}", uuid::Uuid::new_v4().simple()));
     if let Some(kept) = kept {
-        let report = retrieval::measure_queries(set, kept, corpus, &scratch, 5);
+        let report = retrieval::measure_queries(set, kept, corpus, &scratch, 5, embedder);
         let _ = std::fs::remove_dir_all(&scratch);
         println!("{}", serde_json::to_string_pretty(&report?)?);
         return Ok(());
     }
-    let report = retrieval::measure(set, questions, corpus, &scratch);
+    let report = retrieval::measure(set, questions, corpus, &scratch, embedder);
     let _ = std::fs::remove_dir_all(&scratch);
     let report = report?;
     std::fs::write(output, serde_json::to_string_pretty(&report)?)?;
@@ -597,6 +606,9 @@ fn search(cmd: SearchCmd) -> anyhow::Result<()> {
     let corpus = corpora
         .pick(name.as_deref().unwrap_or(""))
         .map_err(|why| anyhow::anyhow!("{}", why.replace("config.configurable.", "--")))?;
+    // The vectors a first start is making in the background, waited for: the command shows
+    // what a search of the whole corpus finds.
+    corpus.embed_pending()?;
     let hits = corpus.search_blocking(&cmd.query, "", cmd.max.clamp(1, 100))?;
     deep_research::cli::search::print(&hits, cmd.json, &mut std::io::stdout().lock())?;
     Ok(())

@@ -248,6 +248,8 @@ pub struct Search {
 pub struct LocalSearch {
     pub index_dir: String,
     pub refresh_secs: u64,
+    /// A sentence-embedding model's directory: hybrid search when set, words alone when empty.
+    pub embedding_model: String,
 }
 
 /// Everything `config/default.toml` describes.
@@ -497,8 +499,20 @@ impl FileConfig {
             &self.corpora,
             &self.index_root(),
             Duration::from_secs(self.search.local.refresh_secs.max(1)),
+            self.embedder()?,
         )
         .map_err(|e| anyhow::anyhow!("[corpora] {e}"))
+    }
+
+    /// The model `[search.local] embedding_model` names, loaded; none when it names none.
+    pub fn embedder(&self) -> anyhow::Result<Option<Arc<crate::tools::corpus::Embedder>>> {
+        let path = self.search.local.embedding_model.trim();
+        if path.is_empty() {
+            return Ok(None);
+        }
+        let model = crate::tools::corpus::Embedder::load(std::path::Path::new(path))
+            .map_err(|e| anyhow::anyhow!("[search.local] embedding_model: {e}"))?;
+        Ok(Some(Arc::new(model)))
     }
 }
 

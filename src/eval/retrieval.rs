@@ -5,9 +5,10 @@
 //! are reported, not scored: no ranking can find them.
 
 use super::{Question, QuestionSet, normalize_text};
-use crate::tools::corpus::{Corpus, CorpusConfig};
+use crate::tools::corpus::{Corpus, CorpusConfig, Embedder};
 use crate::tools::engines::SearchHit;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The ranks recall is reported at.
@@ -34,6 +35,17 @@ pub struct QuestionRetrieval {
     pub top: Vec<(String, String)>,
 }
 
+/// One ranking's figures over the set.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct Ranking {
+    /// Share of held facts in the first k sections, for each k of `RANKS`.
+    pub recall_at: Vec<(usize, f64)>,
+    /// Share of questions with one of their pages in the first k sections.
+    pub pages_at: Vec<(usize, f64)>,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+}
+
 /// The whole set's retrieval, and what the index cost.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct RetrievalReport {
@@ -41,42 +53,86 @@ pub struct RetrievalReport {
     pub corpus: String,
     /// Sections in the index.
     pub sections: u64,
-    /// Building the index from nothing, seconds.
+    /// Building the index from nothing, seconds (words; the vectors after).
     pub index_secs: f64,
-    /// The index on disk, bytes.
+    /// Making every section's vector, seconds (0 without a model).
+    pub vectors_secs: f64,
+    /// The index on disk, bytes (vectors included).
     pub index_bytes: u64,
+    /// Whether the search was hybrid (an embedding model was named).
+    pub hybrid: bool,
     /// Key facts held by the corpus, over the set.
     pub held: usize,
     pub facts: usize,
-    /// Share of held facts in the first k sections, for each k of `RANKS`.
-    pub recall_at: Vec<(usize, f64)>,
-    /// Share of questions with one of their pages in the first k sections.
-    pub pages_at: Vec<(usize, f64)>,
-    pub latency_p50_ms: f64,
-    pub latency_p99_ms: f64,
+    /// The search as researchers get it.
+    #[serde(flatten)]
+    pub ranking: Ranking,
+    /// With a model: the same questions by words alone, to compare.
+    pub words_alone: Option<Ranking>,
     pub results: Vec<QuestionRetrieval>,
 }
 
-/// Builds a fresh index of `config` under `scratch` and measures `set` against it.
+/// Builds a fresh index of `config` under `scratch` (with vectors when `embedder` is given)
+/// and measures `set` against it.
 pub fn measure(
     set: &QuestionSet,
     questions: &[Question],
     config: &CorpusConfig,
     scratch: &std::path::Path,
+    embedder: Option<Arc<Embedder>>,
 ) -> anyhow::Result<RetrievalReport> {
     let started = Instant::now();
-    let corpus = Corpus::open(&set.corpus, config, scratch, Duration::from_secs(3600))?;
+    let hybrid = embedder.is_some();
+    let corpus = Corpus::open_with(
+        &set.corpus,
+        config,
+        scratch,
+        Duration::from_secs(3600),
+        embedder,
+    )?;
     let index_secs = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    corpus.embed_pending()?;
+    let vectors_secs = started.elapsed().as_secs_f64();
+    let (ranking, results) = rank(&corpus, questions, true)?;
+    let words_alone = if hybrid {
+        Some(rank(&corpus, questions, false)?.0)
+    } else {
+        None
+    };
+    Ok(RetrievalReport {
+        set: set.name.clone(),
+        corpus: set.corpus.clone(),
+        sections: corpus.sections(),
+        index_secs: round(index_secs, 2),
+        vectors_secs: round(vectors_secs, 2),
+        index_bytes: dir_bytes(corpus.index_dir()),
+        hybrid,
+        held: results.iter().map(|r| r.held).sum(),
+        facts: results.iter().map(|r| r.facts).sum(),
+        ranking,
+        words_alone,
+        results,
+    })
+}
+
+/// Every question searched as asked, `dense` or by words alone.
+fn rank(
+    corpus: &Corpus,
+    questions: &[Question],
+    dense: bool,
+) -> anyhow::Result<(Ranking, Vec<QuestionRetrieval>)> {
     let mut latencies = Vec::new();
     let mut results = Vec::new();
+    let depth = *RANKS.iter().max().unwrap_or(&10);
     for q in questions {
         let mut hits = Vec::new();
         for _ in 0..TIMED_REPEATS {
             let t = Instant::now();
-            hits = corpus.search_blocking(&q.question, "", *RANKS.iter().max().unwrap_or(&10))?;
+            hits = corpus.search_ranked(&q.question, "", depth, dense)?;
             latencies.push(t.elapsed().as_secs_f64() * 1000.0);
         }
-        results.push(question(&corpus, q, &hits)?);
+        results.push(question(corpus, q, &hits)?);
     }
     let held: usize = results.iter().map(|r| r.held).sum();
     let recall_at = RANKS
@@ -105,20 +161,13 @@ pub fn measure(
         })
         .collect();
     latencies.sort_by(f64::total_cmp);
-    Ok(RetrievalReport {
-        set: set.name.clone(),
-        corpus: set.corpus.clone(),
-        sections: corpus.sections(),
-        index_secs: round(index_secs, 2),
-        index_bytes: dir_bytes(corpus.index_dir()),
-        held,
-        facts: results.iter().map(|r| r.facts).sum(),
+    let ranking = Ranking {
         recall_at,
         pages_at,
         latency_p50_ms: round(percentile(&latencies, 0.50), 2),
         latency_p99_ms: round(percentile(&latencies, 0.99), 2),
-        results,
-    })
+    };
+    Ok((ranking, results))
 }
 
 fn question(
@@ -181,8 +230,16 @@ pub fn measure_queries(
     config: &CorpusConfig,
     scratch: &std::path::Path,
     per_query: usize,
+    embedder: Option<Arc<Embedder>>,
 ) -> anyhow::Result<QueriesReport> {
-    let corpus = Corpus::open(&set.corpus, config, scratch, Duration::from_secs(3600))?;
+    let corpus = Corpus::open_with(
+        &set.corpus,
+        config,
+        scratch,
+        Duration::from_secs(3600),
+        embedder,
+    )?;
+    corpus.embed_pending()?;
     let mut report = QueriesReport::default();
     for result in &kept.results {
         let Some(q) = set.questions.iter().find(|q| q.id == result.id) else {
@@ -308,27 +365,50 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 
 /// The figures as a Markdown table, and the questions whose facts were missed.
 pub fn markdown(report: &RetrievalReport) -> String {
+    let r = &report.ranking;
+    let mode = if report.hybrid {
+        format!(
+            "hybrid (words and meaning; vectors made in {:.1} s)",
+            report.vectors_secs
+        )
+    } else {
+        "words alone (no embedding model)".to_owned()
+    };
     let mut out = format!(
         "# Retrieval: {} on corpus '{}'\n\n{} sections, index built in {:.1} s, {:.1} MB; \
-         search p50 {:.2} ms, p99 {:.2} ms.\n\n{} of {} key facts are held by the corpus.\n\n\
-         | k | facts in the first k sections | questions with an answering page in the first k |\n\
-         |---|---|---|\n",
+         search {mode}: p50 {:.2} ms, p99 {:.2} ms.\n\n{} of {} key facts are held by the \
+         corpus.\n\n",
         report.set,
         report.corpus,
         report.sections,
         report.index_secs,
         report.index_bytes as f64 / 1e6,
-        report.latency_p50_ms,
-        report.latency_p99_ms,
+        r.latency_p50_ms,
+        r.latency_p99_ms,
         report.held,
         report.facts
     );
-    for ((k, facts), (_, pages)) in report.recall_at.iter().zip(&report.pages_at) {
+    let mut rows = vec![("as searched", r)];
+    if let Some(words) = &report.words_alone {
+        rows[0].0 = "hybrid";
+        rows.push(("words alone", words));
         out.push_str(&format!(
-            "| {k} | {:.0}% | {:.0}% |\n",
-            facts * 100.0,
-            pages * 100.0
+            "Words alone: p50 {:.2} ms, p99 {:.2} ms.\n\n",
+            words.latency_p50_ms, words.latency_p99_ms
         ));
+    }
+    out.push_str(
+        "| search | k | facts in the first k sections | questions with an answering page in the first k |\n\
+         |---|---|---|---|\n",
+    );
+    for (name, ranking) in rows {
+        for ((k, facts), (_, pages)) in ranking.recall_at.iter().zip(&ranking.pages_at) {
+            out.push_str(&format!(
+                "| {name} | {k} | {:.0}% | {:.0}% |\n",
+                facts * 100.0,
+                pages * 100.0
+            ));
+        }
     }
     out.push_str("\n| question | facts in top 5 | page rank | first hit |\n|---|---|---|---|\n");
     for r in &report.results {
@@ -403,14 +483,17 @@ mod tests {
             base_url: String::new(),
             description: String::new(),
         };
-        let report = measure(&set, &set.questions, &config, scratch.path()).unwrap();
+        let report = measure(&set, &set.questions, &config, scratch.path(), None).unwrap();
         let r = &report.results[0];
         assert_eq!((report.facts, report.held), (3, 2));
         assert_eq!(r.not_held, ["invented"]);
         assert_eq!(r.ranks[0], ("storage".to_owned(), Some(1)));
         assert_eq!(r.ranks[1], ("wraparound".to_owned(), Some(2)));
         assert_eq!(r.page_rank, Some(1));
-        assert_eq!(report.recall_at, vec![(1, 0.5), (5, 1.0), (10, 1.0)]);
+        assert_eq!(
+            report.ranking.recall_at,
+            vec![(1, 0.5), (5, 1.0), (10, 1.0)]
+        );
         assert_eq!(report.sections, 2);
         assert!(markdown(&report).contains("| q1 | 2/2 | 1 | Vacuum |"));
     }

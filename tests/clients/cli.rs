@@ -456,3 +456,113 @@ fn config_corpus_names_cannot_point_the_index_elsewhere() {
         );
     }
 }
+
+/// Hybrid search from the configuration: the model named by
+/// `DR__SEARCH__LOCAL__EMBEDDING_MODEL` finds the section that answers in other words, the
+/// retrieval measure compares it with words alone, and a model directory that is not one stops
+/// the command with what is wrong. Skips without the suite's model (DR_EMBEDDING_MODEL), unless
+/// DR_REQUIRE_EMBEDDINGS=1.
+#[test]
+fn an_embedding_model_in_the_config_makes_the_search_hybrid() {
+    let Some(model) = std::env::var_os("DR_EMBEDDING_MODEL").filter(|m| !m.is_empty()) else {
+        assert!(
+            std::env::var("DR_REQUIRE_EMBEDDINGS").as_deref() != Ok("1"),
+            "DR_REQUIRE_EMBEDDINGS=1 but DR_EMBEDDING_MODEL is not set"
+        );
+        eprintln!("skipped: DR_EMBEDDING_MODEL is not set");
+        return;
+    };
+    let dir = tempfile::TempDir::new().unwrap();
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let pages = [
+        (
+            "cars.md",
+            "# Automobiles\n\nA sedan seats five people and carries luggage in its trunk. Most models burn petrol in an engine under the bonnet, and newer ones run on batteries charged overnight from a socket in the garage.",
+        ),
+        (
+            "bread.md",
+            "# Baking bread\n\nKnead the dough until it is smooth, leave it somewhere warm until it has doubled, shape the loaf and bake it in a hot oven until the crust is brown and it sounds hollow when tapped underneath.",
+        ),
+        (
+            "tides.md",
+            "# Tides\n\nThe sea rises and falls twice a day because the moon pulls on the oceans; when sun and moon line up the difference between high and low water is largest, and harbours publish tables for sailors.",
+        ),
+    ];
+    for (name, text) in pages {
+        std::fs::write(docs.join(name), text).unwrap();
+    }
+    let spec = format!("garage={}", docs.display());
+    let run = |args: &[&str], model: &std::ffi::OsStr| {
+        Command::new(env!("CARGO_BIN_EXE_deep-research"))
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("DR_CONFIG")
+            .env("DR__SEARCH__LOCAL__EMBEDDING_MODEL", model)
+            .output()
+            .unwrap()
+    };
+    let out = run(
+        &["search", "--corpus", &spec, "--json", "motor vehicles"],
+        &model,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(hits[0]["title"], "Automobiles", "{hits}");
+
+    let set = dir.path().join("set.json");
+    std::fs::write(
+        &set,
+        serde_json::json!({"name": "garage", "corpus": "garage", "questions": [
+            {"id": "g1", "question": "Which motor vehicles suit families?",
+             "facts": [{"fact": "five", "any": ["seats five people"]}],
+             "pages": ["cars.md"]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let results = dir.path().join("retrieval.json");
+    let args = [
+        "eval",
+        "--retrieval",
+        "--questions",
+        set.to_str().unwrap(),
+        "--corpus",
+        &spec,
+        "-o",
+        results.to_str().unwrap(),
+    ];
+    let out = run(&args, &model);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
+    assert_eq!(report["hybrid"], true);
+    assert_eq!(
+        report["recall_at"][0],
+        serde_json::json!([1, 1.0]),
+        "{report}"
+    );
+    assert_eq!(
+        report["words_alone"]["recall_at"][0],
+        serde_json::json!([1, 0.0]),
+        "{report}"
+    );
+
+    let out = run(
+        &["search", "--corpus", &spec, "motor"],
+        dir.path().as_os_str(),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[search.local] embedding_model") && err.contains("config.json"),
+        "{err}"
+    );
+}

@@ -8,30 +8,35 @@
 //! corpus's `base_url`, with `#anchor` when the section has one; it carries the section's text,
 //! so it reaches researchers, summaries and the citation check like a web page.
 
+mod dense;
+pub mod embed;
 pub mod extract;
 mod files;
 pub mod formats;
 
 use crate::tools::engines::SearchHit;
+use dense::{Vectors, fused};
+pub use embed::Embedder;
 use extract::{Format, Section};
 use files::{list_files, read_manifest, write_manifest};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, QueryParser};
 use tantivy::schema::{
-    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
+    Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions,
+    Value,
 };
 use tantivy::snippet::SnippetGenerator;
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, doc};
 
 /// Bumped whenever the schema or the extraction changes: an index of another version is built
 /// again from the files.
-const INDEX_VERSION: u32 = 3;
+const INDEX_VERSION: u32 = 4;
 
 /// Memory the index writer may buffer before it flushes a segment.
 const WRITER_HEAP: usize = 50_000_000;
@@ -106,6 +111,8 @@ pub struct CorpusConfig {
 
 struct Fields {
     path: Field,
+    /// The section's place among its file's sections: with `path`, what its vector is keyed by.
+    ordinal: Field,
     anchor: Field,
     title: Field,
     body: Field,
@@ -125,6 +132,11 @@ pub struct Corpus {
     refresh_every: Duration,
     last_scan: Mutex<Instant>,
     refreshing: AtomicBool,
+    /// The model of the dense side of the search, when the operator names one.
+    embedder: Option<Arc<Embedder>>,
+    vectors: RwLock<Vectors>,
+    /// One embedding pass at a time (the start's, a refresh's, a command waiting for them).
+    embedding: Mutex<()>,
 }
 
 impl std::fmt::Debug for Corpus {
@@ -159,6 +171,7 @@ fn schema() -> (Schema, Fields) {
         .set_stored();
     let fields = Fields {
         path: b.add_text_field("path", STRING | STORED),
+        ordinal: b.add_u64_field("ordinal", INDEXED | STORED),
         anchor: b.add_text_field("anchor", STORED),
         title: b.add_text_field("title", text.clone()),
         body: b.add_text_field("body", text),
@@ -168,12 +181,24 @@ fn schema() -> (Schema, Fields) {
 
 impl Corpus {
     /// Opens (or builds) the index of `config.path` under `index_root/name`, and brings it up to
-    /// date with the files.
+    /// date with the files; searched by words alone.
     pub fn open(
         name: &str,
         config: &CorpusConfig,
         index_root: &Path,
         refresh_every: Duration,
+    ) -> Result<Arc<Self>, CorpusError> {
+        Self::open_with(name, config, index_root, refresh_every, None)
+    }
+
+    /// `open`, with the dense side of the search when `embedder` is given: the vectors kept
+    /// beside the index are read, and `embed_pending` makes the missing ones.
+    pub fn open_with(
+        name: &str,
+        config: &CorpusConfig,
+        index_root: &Path,
+        refresh_every: Duration,
+        embedder: Option<Arc<Embedder>>,
     ) -> Result<Arc<Self>, CorpusError> {
         let root =
             std::fs::canonicalize(config.path.trim()).map_err(|source| CorpusError::Root {
@@ -213,6 +238,10 @@ impl Corpus {
             .reload_policy(ReloadPolicy::Manual)
             .try_into()
             .map_err(|e: tantivy::TantivyError| err(e.to_string()))?;
+        let vectors = match &embedder {
+            Some(e) => Vectors::load(&index_dir, e.identity()),
+            None => Vectors::default(),
+        };
         let corpus = Arc::new(Self {
             name: name.to_owned(),
             root,
@@ -226,6 +255,9 @@ impl Corpus {
             refresh_every,
             last_scan: Mutex::new(Instant::now()),
             refreshing: AtomicBool::new(false),
+            embedder,
+            vectors: RwLock::new(vectors),
+            embedding: Mutex::new(()),
         });
         let started = Instant::now();
         let done = corpus.refresh()?;
@@ -314,9 +346,9 @@ impl Corpus {
                     continue;
                 }
             };
-            for section in sections {
+            for (ordinal, section) in sections.iter().enumerate() {
                 writer
-                    .add_document(self.document(rel, &section))
+                    .add_document(self.document(rel, ordinal as u64, section))
                     .map_err(|e| err(e.to_string()))?;
                 done.sections += 1;
             }
@@ -340,9 +372,10 @@ impl Corpus {
         Ok(done)
     }
 
-    fn document(&self, rel: &str, section: &Section) -> TantivyDocument {
+    fn document(&self, rel: &str, ordinal: u64, section: &Section) -> TantivyDocument {
         doc!(
             self.fields.path => rel,
+            self.fields.ordinal => ordinal,
             self.fields.anchor => section.anchor.clone().unwrap_or_default(),
             self.fields.title => section.title.as_str(),
             self.fields.body => section.text.as_str(),
@@ -362,8 +395,9 @@ impl Corpus {
         }
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = me.refresh() {
-                tracing::warn!(corpus = %me.name, error = %e, "corpus refresh failed");
+            match me.refresh() {
+                Ok(_) => me.embed_pending_logged(),
+                Err(e) => tracing::warn!(corpus = %me.name, error = %e, "corpus refresh failed"),
             }
             me.refreshing.store(false, Ordering::Release);
         });
@@ -390,11 +424,26 @@ impl Corpus {
     /// finds, it ranks first the ones about the topic (by its telling words, a few), so a
     /// short, general query a model writes ("exception handling") reaches the sections its
     /// topic needs.
+    ///
+    /// With vectors, the sections nearest the query in meaning are a third ranking fused with
+    /// the two by words, so a section that answers in other words than the query's is found.
     pub fn search_blocking(
         &self,
         query: &str,
         context: &str,
         max: usize,
+    ) -> Result<Vec<SearchHit>, CorpusError> {
+        self.search_ranked(query, context, max, true)
+    }
+
+    /// `search_blocking`, by words alone when `dense` is false (to measure one against the
+    /// other).
+    pub fn search_ranked(
+        &self,
+        query: &str,
+        context: &str,
+        max: usize,
+        dense: bool,
     ) -> Result<Vec<SearchHit>, CorpusError> {
         let err = |message: String| CorpusError::Search {
             name: self.name.clone(),
@@ -452,6 +501,12 @@ impl Corpus {
             lists.push(top);
             if !all_words {
                 snippet_query = Some(parsed);
+            }
+        }
+        if dense {
+            // The query as written, not its telling words: the model reads a sentence.
+            if let Some(nearest) = self.nearest(&searcher, query, max * 3)? {
+                lists.push(nearest);
             }
         }
         let ranked = fused(lists);
@@ -639,16 +694,28 @@ impl Corpora {
         }
     }
 
-    /// Opens every configured corpus.
+    /// Opens every configured corpus. With `embedder`, each corpus's missing vectors are made
+    /// in the background: searches start at once, by words, and gain the dense side as the
+    /// vectors are made (`Corpus::embed_pending` waits for them).
     pub fn open(
         configs: &BTreeMap<String, CorpusConfig>,
         index_root: &Path,
         refresh_every: Duration,
+        embedder: Option<Arc<Embedder>>,
     ) -> Result<Self, CorpusError> {
         let opened = configs
             .iter()
-            .map(|(name, cfg)| Corpus::open(name, cfg, index_root, refresh_every))
+            .map(|(name, cfg)| {
+                Corpus::open_with(name, cfg, index_root, refresh_every, embedder.clone())
+            })
             .collect::<Result<Vec<_>, _>>()?;
+        for corpus in opened.iter().filter(|c| c.is_hybrid()) {
+            let corpus = corpus.clone();
+            std::thread::Builder::new()
+                .name(format!("embed-{}", corpus.name))
+                .spawn(move || corpus.embed_pending_logged())
+                .map_err(|e| CorpusError::Stopped(e.to_string()))?;
+        }
         Ok(Self::new(opened))
     }
 
@@ -687,26 +754,6 @@ impl Corpora {
         })
     }
 }
-
-/// Reciprocal-rank fusion of ranked lists (k = 60): a section high in either list ranks high,
-/// one in both higher. The score a hit carries is its fused score.
-fn fused(lists: Vec<Vec<(f32, tantivy::DocAddress)>>) -> Vec<(f32, tantivy::DocAddress)> {
-    let mut scores: Vec<(f32, tantivy::DocAddress)> = Vec::new();
-    for list in lists {
-        for (rank, (_, address)) in list.into_iter().enumerate() {
-            let add = 1.0 / (RRF_K + rank as f32 + 1.0);
-            match scores.iter_mut().find(|(_, a)| *a == address) {
-                Some((score, _)) => *score += add,
-                None => scores.push((add, address)),
-            }
-        }
-    }
-    scores.sort_by(|a, b| b.0.total_cmp(&a.0));
-    scores
-}
-
-/// The constant of reciprocal-rank fusion: how little the first ranks outweigh the next.
-const RRF_K: f32 = 60.0;
 
 /// A query the parser reads as words and phrases: field prefixes, boosts, ranges and stray
 /// quotes a model may write are taken as plain text.

@@ -567,3 +567,99 @@ fn anchors_are_percent_encoded_in_locations() {
     let plain = corpus.search_blocking("plainword", "", 1).unwrap();
     assert!(plain[0].url.ends_with("#page=2:ok"), "{}", plain[0].url);
 }
+
+/// The embedding model the suite installs (`scripts/embedding-model.sh`, exported by
+/// `scripts/test.sh` as DR_EMBEDDING_MODEL); without it the hybrid tests skip, unless
+/// DR_REQUIRE_EMBEDDINGS=1 says they must run.
+fn embedding_model() -> Option<Arc<Embedder>> {
+    let Some(dir) = std::env::var_os("DR_EMBEDDING_MODEL").filter(|d| !d.is_empty()) else {
+        assert!(
+            std::env::var("DR_REQUIRE_EMBEDDINGS").as_deref() != Ok("1"),
+            "DR_REQUIRE_EMBEDDINGS=1 but DR_EMBEDDING_MODEL is not set"
+        );
+        eprintln!(
+            "skipped: DR_EMBEDDING_MODEL is not set (bash scripts/embedding-model.sh install)"
+        );
+        return None;
+    };
+    Some(Arc::new(Embedder::load(Path::new(&dir)).unwrap()))
+}
+
+const CARS: &str = "# Automobiles\n\nA sedan seats five people and carries luggage in its trunk. \
+    Most models burn petrol in an engine under the bonnet, and newer ones run on batteries that \
+    are charged overnight from a socket in the garage. Tyres are changed with the seasons.";
+const BREAD: &str = "# Baking bread\n\nKnead the dough until it is smooth, leave it somewhere \
+    warm until it has doubled, shape the loaf and bake it in a hot oven until the crust is brown \
+    and it sounds hollow when tapped underneath. Flour, water, salt and yeast are all it takes.";
+const TIDES: &str = "# Tides\n\nThe sea rises and falls twice a day because the moon pulls on \
+    the oceans; when sun and moon line up the difference between high and low water is largest, \
+    and harbours publish tables so that sailors know when they can leave port safely.";
+
+/// A question worded unlike the section that answers it: no word of "motor vehicles" is in any
+/// document, so words alone find nothing, and the sections nearest in meaning find the page.
+#[test]
+fn hybrid_search_finds_the_section_that_answers_in_other_words() {
+    let Some(model) = embedding_model() else {
+        return;
+    };
+    let docs = tempfile::tempdir().unwrap();
+    let index = tempfile::tempdir().unwrap();
+    write(docs.path(), "cars.md", CARS);
+    write(docs.path(), "bread.md", BREAD);
+    write(docs.path(), "tides.md", TIDES);
+    let hour = Duration::from_secs(3600);
+    let open = || {
+        Corpus::open_with(
+            "docs",
+            &config(docs.path()),
+            index.path(),
+            hour,
+            Some(model.clone()),
+        )
+    };
+    let corpus = open().unwrap();
+    assert_eq!(corpus.embed_pending().unwrap(), 3);
+    assert_eq!(corpus.vectors(), 3);
+    let words = corpus
+        .search_ranked("motor vehicles", "", 3, false)
+        .unwrap();
+    assert!(words.is_empty(), "{words:#?}");
+    let hybrid = corpus.search_blocking("motor vehicles", "", 3).unwrap();
+    assert!(hybrid[0].url.contains("/cars.md#"), "{hybrid:#?}");
+    let bread = corpus
+        .search_blocking("how do I make a loaf", "", 3)
+        .unwrap();
+    assert!(bread[0].url.contains("/bread.md#"), "{bread:#?}");
+
+    // Only what changed is embedded again; a file gone takes its vector with it.
+    write(
+        docs.path(),
+        "bread.md",
+        &format!("{BREAD} Rye flour makes a denser loaf."),
+    );
+    std::fs::remove_file(docs.path().join("tides.md")).unwrap();
+    corpus.refresh().unwrap();
+    assert_eq!(corpus.embed_pending().unwrap(), 1);
+    assert_eq!(corpus.vectors(), 2);
+    drop(corpus);
+
+    // The vectors outlive the process: a reopened corpus embeds nothing and still finds it.
+    let again = open().unwrap();
+    assert_eq!(again.vectors(), 2);
+    assert_eq!(again.embed_pending().unwrap(), 0);
+    let hybrid = again.search_blocking("motor vehicles", "", 3).unwrap();
+    assert!(hybrid[0].url.contains("/cars.md#"), "{hybrid:#?}");
+}
+
+/// A model directory that is not one says what is missing and opens nothing.
+#[test]
+fn an_embedding_model_that_is_not_one_is_refused_with_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Embedder::load(dir.path()).unwrap_err().to_string();
+    assert!(err.contains("config.json"), "{err}");
+    std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+    std::fs::write(dir.path().join("tokenizer.json"), "{}").unwrap();
+    std::fs::write(dir.path().join("model.safetensors"), "not weights").unwrap();
+    let err = Embedder::load(dir.path()).unwrap_err().to_string();
+    assert!(err.starts_with("embedding model "), "{err}");
+}

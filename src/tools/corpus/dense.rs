@@ -1,0 +1,436 @@
+//! The dense side of hybrid search: one vector a section, kept in `vectors.bin` beside the
+//! corpus's index, and the fusion of ranked lists.
+//!
+//! A vector is keyed by its section (file and position in it) and carries a digest of the text
+//! it was made from, so a section whose text changed, or a file that is gone, is embedded again
+//! or dropped by comparing with the index; nothing else has to stay in step. Vectors made by
+//! another model are discarded when the file is read.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::path::Path;
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::schema::{IndexRecordOption, Value};
+use tantivy::{DocAddress, TantivyDocument, Term};
+
+const FILE: &str = "vectors.bin";
+const MAGIC: &[u8; 8] = b"DRVEC01\n";
+
+/// A section: its file (relative to the corpus root) and its place among the file's sections.
+pub type Key = (String, u64);
+
+/// The first bytes of a section text's SHA-256.
+pub type Digest = [u8; 8];
+
+pub fn digest(text: &str) -> Digest {
+    use sha2::Digest as _;
+    let full = sha2::Sha256::digest(text.as_bytes());
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&full[..8]);
+    out
+}
+
+/// The vectors of one corpus, made by one model.
+#[derive(Debug, Default)]
+pub struct Vectors {
+    model: String,
+    by_key: HashMap<Key, (Digest, Vec<f32>)>,
+}
+
+impl Vectors {
+    pub fn empty(model: &str) -> Self {
+        Self {
+            model: model.to_owned(),
+            by_key: HashMap::new(),
+        }
+    }
+
+    /// The vectors kept in `dir` for `model`; none when there is no file, it cannot be read,
+    /// or another model made it.
+    pub fn load(dir: &Path, model: &str) -> Self {
+        match read(&dir.join(FILE)) {
+            Ok(kept) if kept.model == model => kept,
+            Ok(_) => {
+                tracing::info!(dir = %dir.display(), "corpus vectors from another model: embedding again");
+                Self::empty(model)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::empty(model),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "corpus vectors unreadable: embedding again");
+                Self::empty(model)
+            }
+        }
+    }
+
+    /// Written beside the index, whole, through a temporary file (a crash leaves the old one).
+    pub fn save(&self, dir: &Path) -> std::io::Result<()> {
+        let tmp = dir.join(format!("{FILE}.tmp"));
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
+        out.write_all(MAGIC)?;
+        write_bytes(&mut out, self.model.as_bytes())?;
+        out.write_all(&(self.by_key.len() as u64).to_le_bytes())?;
+        for ((rel, ordinal), (digest, vector)) in &self.by_key {
+            write_bytes(&mut out, rel.as_bytes())?;
+            out.write_all(&ordinal.to_le_bytes())?;
+            out.write_all(digest)?;
+            out.write_all(&(vector.len() as u32).to_le_bytes())?;
+            for x in vector {
+                out.write_all(&x.to_le_bytes())?;
+            }
+        }
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(tmp, dir.join(FILE))
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Whether `key` has a vector made from the text with `digest`.
+    pub fn holds(&self, key: &Key, digest: &Digest) -> bool {
+        self.by_key.get(key).is_some_and(|(d, _)| d == digest)
+    }
+
+    pub fn insert(&mut self, key: Key, digest: Digest, vector: Vec<f32>) {
+        self.by_key.insert(key, (digest, vector));
+    }
+
+    /// Drops every vector whose key `keep` refuses; says how many went.
+    pub fn retain(&mut self, keep: impl Fn(&Key) -> bool) -> usize {
+        let before = self.by_key.len();
+        self.by_key.retain(|k, _| keep(k));
+        before - self.by_key.len()
+    }
+
+    /// The `n` sections nearest `query` (a unit vector), nearest first, with their cosine.
+    pub fn nearest(&self, query: &[f32], n: usize) -> Vec<(f32, &Key)> {
+        let mut scored: Vec<(f32, &Key)> = self
+            .by_key
+            .iter()
+            .filter(|(_, (_, v))| v.len() == query.len())
+            .map(|(k, (_, v))| (v.iter().zip(query).map(|(a, b)| a * b).sum(), k))
+            .collect();
+        let n = n.min(scored.len());
+        if n == 0 {
+            return vec![];
+        }
+        scored.select_nth_unstable_by(n - 1, |a, b| b.0.total_cmp(&a.0));
+        scored.truncate(n);
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+        scored
+    }
+}
+
+fn write_bytes(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    out.write_all(&(bytes.len() as u32).to_le_bytes())?;
+    out.write_all(bytes)
+}
+
+/// The longest path or model name a file may hold: a damaged length must not allocate gigabytes.
+const MAX_NAME: usize = 64 * 1024;
+
+/// The widest vector a file may hold.
+const MAX_DIM: usize = 8192;
+
+fn read(path: &Path) -> std::io::Result<Vectors> {
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
+    let mut input = std::io::BufReader::new(std::fs::File::open(path)?);
+    let mut magic = [0u8; 8];
+    input.read_exact(&mut magic)?;
+    if &magic != MAGIC {
+        return Err(bad("not a vectors file of this version"));
+    }
+    let model = read_string(&mut input)?;
+    let count = read_u64(&mut input)?;
+    let mut by_key = HashMap::new();
+    for _ in 0..count {
+        let rel = read_string(&mut input)?;
+        let ordinal = read_u64(&mut input)?;
+        let mut digest = [0u8; 8];
+        input.read_exact(&mut digest)?;
+        let mut dim = [0u8; 4];
+        input.read_exact(&mut dim)?;
+        let dim = u32::from_le_bytes(dim) as usize;
+        if dim > MAX_DIM {
+            return Err(bad("a vector wider than any model's"));
+        }
+        let mut raw = vec![0u8; dim * 4];
+        input.read_exact(&mut raw)?;
+        let vector = raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        by_key.insert((rel, ordinal), (digest, vector));
+    }
+    Ok(Vectors { model, by_key })
+}
+
+fn read_u64(input: &mut impl Read) -> std::io::Result<u64> {
+    let mut b = [0u8; 8];
+    input.read_exact(&mut b)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn read_string(input: &mut impl Read) -> std::io::Result<String> {
+    let mut len = [0u8; 4];
+    input.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_NAME {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "a name longer than any path",
+        ));
+    }
+    let mut bytes = vec![0u8; len];
+    input.read_exact(&mut bytes)?;
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "a name not UTF-8"))
+}
+
+/// Reciprocal-rank fusion of ranked lists (k = 60): a section high in any list ranks high,
+/// one in several higher. The score a hit carries is its fused score.
+pub fn fused<A: PartialEq>(lists: Vec<Vec<(f32, A)>>) -> Vec<(f32, A)> {
+    let mut scores: Vec<(f32, A)> = Vec::new();
+    for list in lists {
+        for (rank, (_, address)) in list.into_iter().enumerate() {
+            let add = 1.0 / (RRF_K + rank as f32 + 1.0);
+            match scores.iter_mut().find(|(_, a)| *a == address) {
+                Some((score, _)) => *score += add,
+                None => scores.push((add, address)),
+            }
+        }
+    }
+    scores.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scores
+}
+
+/// The constant of reciprocal-rank fusion: how little the first ranks outweigh the next.
+const RRF_K: f32 = 60.0;
+
+/// Characters of a section an embedding pass keeps to embed: more than the model reads
+/// (`embed::MAX_TOKENS` tokens), so nothing it would read is lost, and little memory for a first
+/// pass over thousands of sections.
+const EMBED_CHARS: usize = 2000;
+
+/// Sections embedded between two saves of the vectors, so a long first pass that is stopped
+/// keeps most of its work.
+const SAVE_EVERY: usize = 512;
+
+/// A section to embed: its key, its text's digest and the text.
+type Pending = (Key, Digest, String);
+
+/// What a section's vector is made from: its title and text.
+fn embedded_text(title: &str, body: &str) -> String {
+    let text = format!("{title}\n{body}");
+    crate::tools::engines::truncate_chars(&text, EMBED_CHARS).to_owned()
+}
+
+impl super::Corpus {
+    /// Whether this corpus is searched in meaning as well as by words.
+    pub fn is_hybrid(&self) -> bool {
+        self.embedder.is_some()
+    }
+
+    /// Sections with a vector.
+    pub fn vectors(&self) -> usize {
+        self.vectors.read().map(|v| v.len()).unwrap_or(0)
+    }
+
+    /// Makes the vectors the index lacks (new or changed sections) and drops those of sections
+    /// gone, then saves them; returns how many were made. Searches go on meanwhile, with the
+    /// vectors made so far. Without a model, nothing.
+    pub fn embed_pending(&self) -> Result<usize, super::CorpusError> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(0);
+        };
+        let err = |message: String| super::CorpusError::Index {
+            name: self.name.clone(),
+            path: self.index_dir.display().to_string(),
+            message,
+        };
+        let _one_pass = self
+            .embedding
+            .lock()
+            .map_err(|_| err("an embedding pass panicked".into()))?;
+        let (present, missing) = self.sections_to_embed().map_err(err)?;
+        let dropped = self
+            .vectors
+            .write()
+            .map_err(|_| err("the vectors were poisoned by a panic".into()))?
+            .retain(|k| present.contains(k));
+        let started = std::time::Instant::now();
+        let mut made = 0;
+        for chunk in missing.chunks(SAVE_EVERY) {
+            let texts: Vec<&str> = chunk.iter().map(|(_, _, t)| t.as_str()).collect();
+            let vectors = embedder.embed(&texts).map_err(|e| err(e.to_string()))?;
+            let mut kept = self
+                .vectors
+                .write()
+                .map_err(|_| err("the vectors were poisoned by a panic".into()))?;
+            for ((key, digest, _), vector) in chunk.iter().zip(vectors) {
+                kept.insert(key.clone(), *digest, vector);
+            }
+            kept.save(&self.index_dir).map_err(|e| err(e.to_string()))?;
+            made += chunk.len();
+            tracing::info!(corpus = %self.name, made, of = missing.len(),
+                secs = started.elapsed().as_secs_f64(), "corpus vectors");
+        }
+        if made == 0 && dropped > 0 {
+            let kept = self
+                .vectors
+                .read()
+                .map_err(|_| err("the vectors were poisoned by a panic".into()))?;
+            kept.save(&self.index_dir).map_err(|e| err(e.to_string()))?;
+        }
+        Ok(made)
+    }
+
+    /// `embed_pending`, its failure logged (a background pass has no one to tell).
+    pub fn embed_pending_logged(&self) {
+        if let Err(e) = self.embed_pending() {
+            tracing::warn!(corpus = %self.name, error = %e, "corpus vectors not made");
+        }
+    }
+
+    /// Every section of the index, and those of them without a vector of their current text.
+    fn sections_to_embed(&self) -> Result<(HashSet<Key>, Vec<Pending>), String> {
+        let searcher = self.reader.searcher();
+        let vectors = self
+            .vectors
+            .read()
+            .map_err(|_| "the vectors were poisoned by a panic".to_owned())?;
+        let mut present = HashSet::new();
+        let mut missing = Vec::new();
+        for (segment, reader) in searcher.segment_readers().iter().enumerate() {
+            for doc in reader.doc_ids_alive() {
+                let address = tantivy::DocAddress::new(segment as u32, doc);
+                let doc: TantivyDocument = searcher.doc(address).map_err(|e| e.to_string())?;
+                let text = |f| {
+                    doc.get_first(f)
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                };
+                let ordinal = doc
+                    .get_first(self.fields.ordinal)
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or_default();
+                let key = (text(self.fields.path), ordinal);
+                let embedded = embedded_text(&text(self.fields.title), &text(self.fields.body));
+                let digest = digest(&embedded);
+                if !vectors.holds(&key, &digest) {
+                    missing.push((key.clone(), digest, embedded));
+                }
+                present.insert(key);
+            }
+        }
+        Ok((present, missing))
+    }
+
+    /// The sections nearest `query` in meaning, as a ranked list of the index's documents;
+    /// none without a model or vectors.
+    pub(super) fn nearest(
+        &self,
+        searcher: &tantivy::Searcher,
+        query: &str,
+        n: usize,
+    ) -> Result<Option<Vec<(f32, DocAddress)>>, super::CorpusError> {
+        let err = |message: String| super::CorpusError::Search {
+            name: self.name.clone(),
+            message,
+        };
+        let Some(embedder) = &self.embedder else {
+            return Ok(None);
+        };
+        let keys: Vec<(f32, Key)> = {
+            let vectors = self
+                .vectors
+                .read()
+                .map_err(|_| err("the vectors were poisoned by a panic".into()))?;
+            if vectors.is_empty() || query.trim().is_empty() {
+                return Ok(None);
+            }
+            let asked = embedder.embed(&[query]).map_err(|e| err(e.to_string()))?;
+            let Some(asked) = asked.first() else {
+                return Ok(None);
+            };
+            vectors
+                .nearest(asked, n)
+                .into_iter()
+                .map(|(score, key)| (score, key.clone()))
+                .collect()
+        };
+        let mut list = Vec::with_capacity(keys.len());
+        for (score, (rel, ordinal)) in keys {
+            let section: Vec<(Occur, Box<dyn Query>)> = vec![
+                (
+                    Occur::Must,
+                    Box::new(TermQuery::new(
+                        Term::from_field_text(self.fields.path, &rel),
+                        IndexRecordOption::Basic,
+                    )),
+                ),
+                (
+                    Occur::Must,
+                    Box::new(TermQuery::new(
+                        Term::from_field_u64(self.fields.ordinal, ordinal),
+                        IndexRecordOption::Basic,
+                    )),
+                ),
+            ];
+            let found = searcher
+                .search(
+                    &BooleanQuery::new(section),
+                    &TopDocs::with_limit(1).order_by_score(),
+                )
+                .map_err(|e| err(e.to_string()))?;
+            // A vector of a section a refresh has just replaced finds nothing: skipped.
+            if let Some((_, address)) = found.first() {
+                list.push((score, *address));
+            }
+        }
+        Ok(Some(list))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectors_survive_a_save_and_another_models_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = Vectors::empty("m1");
+        v.insert(("a.html".into(), 0), digest("alpha"), vec![1.0, 0.0]);
+        v.insert(("b.html".into(), 3), digest("beta"), vec![0.0, 1.0]);
+        v.save(dir.path()).unwrap();
+        let back = Vectors::load(dir.path(), "m1");
+        assert_eq!(back.len(), 2);
+        assert!(back.holds(&("b.html".into(), 3), &digest("beta")));
+        assert!(!back.holds(&("b.html".into(), 3), &digest("changed")));
+        let near = back.nearest(&[0.9, 0.1], 1);
+        assert_eq!(near[0].1, &("a.html".to_string(), 0));
+        assert!(Vectors::load(dir.path(), "m2").is_empty());
+    }
+
+    #[test]
+    fn a_damaged_vectors_file_is_read_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = Vectors::empty("m1");
+        v.insert(("a.html".into(), 0), digest("alpha"), vec![1.0; 384]);
+        v.save(dir.path()).unwrap();
+        let path = dir.path().join(FILE);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 7]).unwrap();
+        assert!(Vectors::load(dir.path(), "m1").is_empty());
+        // A length that would allocate gigabytes is refused, not trusted.
+        let mut huge = MAGIC.to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&path, huge).unwrap();
+        assert!(Vectors::load(dir.path(), "m1").is_empty());
+    }
+}
