@@ -83,13 +83,7 @@ pub fn measure(
 ) -> anyhow::Result<RetrievalReport> {
     let started = Instant::now();
     let hybrid = embedder.is_some();
-    let corpus = Corpus::open_with(
-        &set.corpus,
-        config,
-        scratch,
-        Duration::from_secs(3600),
-        embedder,
-    )?;
+    let corpus = fresh_index(set, config, scratch, embedder)?;
     let index_secs = started.elapsed().as_secs_f64();
     let started = Instant::now();
     corpus.embed_pending()?;
@@ -232,13 +226,7 @@ pub fn measure_queries(
     per_query: usize,
     embedder: Option<Arc<Embedder>>,
 ) -> anyhow::Result<QueriesReport> {
-    let corpus = Corpus::open_with(
-        &set.corpus,
-        config,
-        scratch,
-        Duration::from_secs(3600),
-        embedder,
-    )?;
+    let corpus = fresh_index(set, config, scratch, embedder)?;
     corpus.embed_pending()?;
     let mut report = QueriesReport::default();
     for result in &kept.results {
@@ -299,6 +287,23 @@ pub fn measure_queries(
             .push((q.id.clone(), queries.len(), held, found[0], found[1]));
     }
     Ok(report)
+}
+
+/// The set's corpus indexed under `scratch` (no refresh while it is measured).
+fn fresh_index(
+    set: &QuestionSet,
+    config: &CorpusConfig,
+    scratch: &std::path::Path,
+    embedder: Option<Arc<Embedder>>,
+) -> anyhow::Result<Arc<Corpus>> {
+    let hour = Duration::from_secs(3600);
+    Ok(Corpus::open_with(
+        &set.corpus,
+        config,
+        scratch,
+        hour,
+        embedder,
+    )?)
 }
 
 /// Whether some section of the corpus holds one of the fact's wordings.

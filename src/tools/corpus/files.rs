@@ -203,3 +203,30 @@ pub(super) fn write_manifest(dir: &Path, manifest: &Manifest) -> std::io::Result
     )?;
     std::fs::rename(tmp, dir.join("manifest.json"))
 }
+
+/// A path with the characters a URL cannot hold as they are percent-encoded.
+pub(super) fn percent_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// An anchor as a URL fragment: an `id` may hold quotes, spaces, brackets or `#`, which
+/// would end a Markdown link or an HTML attribute in a report or an MCP resource link.
+pub(super) fn percent_fragment(anchor: &str) -> String {
+    let mut out = String::with_capacity(anchor.len());
+    for b in anchor.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~:=".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -18,7 +18,7 @@ use crate::tools::engines::SearchHit;
 use dense::{Vectors, fused};
 pub use embed::Embedder;
 use extract::{Format, Section};
-use files::{list_files, read_manifest, write_manifest};
+use files::{list_files, percent_fragment, percent_path, read_manifest, write_manifest};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -782,33 +782,6 @@ fn normalized(text: &str) -> String {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// A path with the characters a URL cannot hold as they are percent-encoded.
-fn percent_path(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// An anchor as a URL fragment: an `id` may hold quotes, spaces, brackets or `#`, which
-/// would end a Markdown link or an HTML attribute in a report or an MCP resource link.
-fn percent_fragment(anchor: &str) -> String {
-    let mut out = String::with_capacity(anchor.len());
-    for b in anchor.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~:=".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
