@@ -190,6 +190,11 @@ struct EvalCmd {
     /// alone and ranked by the question.
     #[arg(long, value_name = "FILE", requires = "retrieval")]
     queries_from: Option<std::path::PathBuf>,
+    /// With --retrieval: keep the index and its vectors in DIR and use them again next time
+    /// (only what changed is indexed and embedded; index and vector times say so), instead of
+    /// a temporary directory.
+    #[arg(long, value_name = "DIR", requires = "retrieval")]
+    index_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -493,6 +498,7 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
             &corpus,
             kept.as_ref(),
             embedder,
+            cmd.index_dir.as_deref(),
             &cmd.output,
         );
     }
@@ -578,19 +584,29 @@ fn eval_retrieval(
     corpus: &deep_research::tools::corpus::CorpusConfig,
     kept: Option<&deep_research::eval::EvalReport>,
     embedder: Option<std::sync::Arc<deep_research::tools::corpus::Embedder>>,
+    index_dir: Option<&std::path::Path>,
     output: &std::path::Path,
 ) -> anyhow::Result<()> {
     use deep_research::eval::retrieval;
-    let scratch =
-        std::env::temp_dir().join(format!("dr-retrieval-{}", uuid::Uuid::new_v4().simple()));
+    let kept_dir = index_dir.is_some();
+    let scratch = index_dir
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("dr-retrieval-{}", uuid::Uuid::new_v4().simple()))
+        });
+    let clean = |dir: &std::path::Path| {
+        if !kept_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    };
     if let Some(kept) = kept {
         let report = retrieval::measure_queries(set, kept, corpus, &scratch, 5, embedder);
-        let _ = std::fs::remove_dir_all(&scratch);
+        clean(&scratch);
         println!("{}", serde_json::to_string_pretty(&report?)?);
         return Ok(());
     }
     let report = retrieval::measure(set, questions, corpus, &scratch, embedder);
-    let _ = std::fs::remove_dir_all(&scratch);
+    clean(&scratch);
     let report = report?;
     std::fs::write(output, serde_json::to_string_pretty(&report)?)?;
     let table = retrieval::markdown(&report);

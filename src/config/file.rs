@@ -504,14 +504,47 @@ impl FileConfig {
         .map_err(|e| anyhow::anyhow!("[corpora] {e}"))
     }
 
-    /// The model `[search.local] embedding_model` names, loaded; none when it names none.
+    /// The model `[search.local] embedding_model` names, loaded; none when it names none. It
+    /// is `provider:model` when the part before the colon names one of `[providers]` (a model
+    /// server's `/embeddings`), else a directory.
     pub fn embedder(&self) -> anyhow::Result<Option<Arc<crate::tools::corpus::Embedder>>> {
-        let path = self.search.local.embedding_model.trim();
-        if path.is_empty() {
+        use crate::tools::corpus::Embedder;
+        let named = self.search.local.embedding_model.trim();
+        if named.is_empty() {
             return Ok(None);
         }
-        let model = crate::tools::corpus::Embedder::load(std::path::Path::new(path))
-            .map_err(|e| anyhow::anyhow!("[search.local] embedding_model: {e}"))?;
+        let context = |e: &dyn std::fmt::Display| {
+            anyhow::anyhow!("[search.local] embedding_model = \"{named}\": {e}")
+        };
+        let served = named
+            .split_once(':')
+            .filter(|(provider, _)| self.providers.contains_key(*provider));
+        let model = match served {
+            Some((name, model)) => {
+                let env = |k: &str| std::env::var(k).ok();
+                let mut configs = self.provider_configs(&env);
+                let provider = configs
+                    .remove(name)
+                    .ok_or_else(|| context(&"no such provider"))?;
+                if !matches!(
+                    provider.kind,
+                    ProviderKind::Openai | ProviderKind::OpenaiResponses
+                ) {
+                    return Err(context(&format!(
+                        "provider '{name}' is of kind {:?}; embeddings are asked of an \
+                         OpenAI-compatible /embeddings (kind openai)",
+                        provider.kind
+                    )));
+                }
+                if model.trim().is_empty() || provider.base_url.trim().is_empty() {
+                    return Err(context(
+                        &"name the model (provider:model) and the provider's base_url",
+                    ));
+                }
+                Embedder::served(name, provider, model.trim()).map_err(|e| context(&e))?
+            }
+            None => Embedder::load(std::path::Path::new(named)).map_err(|e| context(&e))?,
+        };
         Ok(Some(Arc::new(model)))
     }
 }
@@ -616,6 +649,31 @@ mod tests {
         let e =
             FileConfig::load(&[("[operator]\nlocked = [\"nope\"]\n", "x.toml")], &[]).unwrap_err();
         assert!(e.to_string().contains("nope"), "{e}");
+    }
+
+    /// `provider:model` asks a configured provider's `/embeddings`; a provider that has none
+    /// is refused by name, and anything else is read as a directory.
+    #[test]
+    fn an_embedding_model_is_a_directory_or_a_providers_model() {
+        let named = |value: &str| {
+            let file = format!("[search.local]\nembedding_model = \"{value}\"\n");
+            let cfg = FileConfig::load(&[(&file, "x.toml")], &[]).unwrap();
+            cfg.embedder().map(|m| m.map(|m| m.label().to_owned()))
+        };
+        assert_eq!(
+            named("llamacpp:nomic-embed-text").unwrap().as_deref(),
+            Some("llamacpp:nomic-embed-text")
+        );
+        let e = named("anthropic:claude").unwrap_err().to_string();
+        assert!(
+            e.contains("kind Anthropic") && e.contains("/embeddings"),
+            "{e}"
+        );
+        let e = named("llamacpp:").unwrap_err().to_string();
+        assert!(e.contains("name the model"), "{e}");
+        let e = named("nowhere:model").unwrap_err().to_string();
+        assert!(e.contains("config.json"), "{e}");
+        assert!(named("").unwrap().is_none());
     }
 
     #[test]

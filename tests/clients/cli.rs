@@ -330,6 +330,35 @@ fn search_prints_ranked_sections_and_eval_retrieval_measures_them() {
     assert_eq!(report["recall_at"][0], serde_json::json!([1, 1.0]));
     assert_eq!(report["results"][0]["page_rank"], 1);
     assert!(results.with_extension("md").exists());
+
+    // --index-dir keeps the index where it was told, and the next measure uses it again.
+    let kept = dir.path().join("kept-index");
+    let measure_in = |kept: &std::path::Path| {
+        let out = run(&[
+            "eval",
+            "--retrieval",
+            "--questions",
+            set.to_str().unwrap(),
+            "--corpus",
+            &spec,
+            "--index-dir",
+            kept.to_str().unwrap(),
+            "-o",
+            results.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read_to_string(&results).unwrap()
+    };
+    measure_in(&kept);
+    let manifest = std::fs::read_dir(&kept).unwrap().count();
+    assert!(manifest > 0, "the index was not kept");
+    let again: serde_json::Value = serde_json::from_str(&measure_in(&kept)).unwrap();
+    assert_eq!(again["recall_at"][0], serde_json::json!([1, 1.0]));
+    assert_eq!(std::fs::read_dir(&kept).unwrap().count(), manifest);
 }
 
 /// `reseal` on Postgres, between real server processes: rows sealed under key A are sealed

@@ -257,7 +257,10 @@ impl super::Corpus {
             .embedding
             .lock()
             .map_err(|_| err("an embedding pass panicked".into()))?;
-        let (present, missing) = self.sections_to_embed().map_err(err)?;
+        let (present, mut missing) = self.sections_to_embed().map_err(err)?;
+        // Texts of like length side by side: a batch is padded to its longest text, and a
+        // short section batched with long ones would cost as much as they do.
+        missing.sort_by_key(|(_, _, text)| text.len());
         let dropped = self
             .vectors
             .write()
@@ -354,7 +357,16 @@ impl super::Corpus {
             if vectors.is_empty() || query.trim().is_empty() {
                 return Ok(None);
             }
-            let asked = embedder.embed(&[query]).map_err(|e| err(e.to_string()))?;
+            // A model server that fails now costs this search its meaning side, not its
+            // answer: the words still rank.
+            let asked = match embedder.embed(&[query]) {
+                Ok(asked) => asked,
+                Err(e) => {
+                    tracing::warn!(corpus = %self.name, error = %e,
+                        "query not embedded: searched by words alone");
+                    return Ok(None);
+                }
+            };
             let Some(asked) = asked.first() else {
                 return Ok(None);
             };

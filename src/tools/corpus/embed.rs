@@ -6,7 +6,7 @@
 //! Built only with the `embeddings` feature; without it `Embedder::load` says so, and corpora
 //! are searched by words alone.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -25,19 +25,25 @@ const BATCH: usize = 16;
 /// short passages.
 const MAX_TOKENS: usize = 128;
 
-/// A loaded model.
+/// A loaded model, or a model server's.
 pub struct Embedder {
-    dir: PathBuf,
+    /// The model's directory, or `provider:model`.
+    label: String,
     /// What the vectors were made with: a stored vector from another model is never compared.
     identity: String,
+    backend: Backend,
+}
+
+enum Backend {
     #[cfg(feature = "embeddings")]
-    inner: runtime::Model,
+    InProcess(Box<runtime::Model>),
+    Server(super::remote::Remote),
 }
 
 impl std::fmt::Debug for Embedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Embedder")
-            .field("dir", &self.dir)
+            .field("model", &self.label)
             .field("identity", &self.identity)
             .finish()
     }
@@ -60,9 +66,9 @@ impl Embedder {
         {
             let inner = runtime::Model::load(&dir, MAX_TOKENS).map_err(load_err)?;
             Ok(Self {
-                dir,
+                label: dir.display().to_string(),
                 identity,
-                inner,
+                backend: Backend::InProcess(Box::new(inner)),
             })
         }
         #[cfg(not(feature = "embeddings"))]
@@ -76,22 +82,103 @@ impl Embedder {
         }
     }
 
+    /// `model` as served by `provider` (`name` in `[providers]`) at its `/embeddings`.
+    pub fn served(
+        name: &str,
+        provider: crate::llm::ProviderConfig,
+        model: &str,
+    ) -> Result<Self, EmbedError> {
+        use sha2::Digest;
+        let label = format!("{name}:{model}");
+        // The server's address and the model's name: the same name elsewhere may be other
+        // weights, so moving the server embeds again.
+        let digest = sha2::Sha256::digest(format!("served\0{}\0{model}", provider.base_url));
+        let identity = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+        let remote =
+            super::remote::Remote::start(provider, model).map_err(|message| EmbedError::Load {
+                path: label.clone(),
+                message,
+            })?;
+        Ok(Self {
+            label,
+            identity,
+            backend: Backend::Server(remote),
+        })
+    }
+
     pub fn identity(&self) -> &str {
         &self.identity
     }
 
-    /// One unit-length vector a text, in order.
+    /// The model's directory, or `provider:model`.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// One unit-length vector a text, in order. Many texts are embedded by one worker a core,
+    /// each taking every other batch: candle spreads only the matrix products over the cores,
+    /// and the rest of a forward pass (attention's softmax, layer norms, GELU) would otherwise
+    /// keep one core busy and leave the others idle.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut out = Vec::with_capacity(texts.len());
-        for batch in texts.chunks(BATCH) {
-            #[cfg(feature = "embeddings")]
-            out.extend(self.inner.embed(batch).map_err(EmbedError::Run)?);
-            #[cfg(not(feature = "embeddings"))]
-            let _ = batch;
+        if let Backend::Server(remote) = &self.backend {
+            return remote.embed(texts).map_err(EmbedError::Run);
         }
-        Ok(out)
+        let batches: Vec<&[&str]> = texts.chunks(BATCH).collect();
+        let workers = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(MAX_WORKERS)
+            .min(batches.len());
+        if workers <= 1 {
+            let mut out = Vec::with_capacity(texts.len());
+            for batch in batches {
+                out.extend(self.embed_batch(batch)?);
+            }
+            return Ok(out);
+        }
+        let done: Vec<Result<Numbered, EmbedError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..workers)
+                .map(|w| {
+                    let batches = &batches;
+                    s.spawn(move || {
+                        let mut mine = Vec::new();
+                        for (i, batch) in batches.iter().enumerate().skip(w).step_by(workers) {
+                            mine.push((i, self.embed_batch(batch)?));
+                        }
+                        Ok(mine)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(EmbedError::Run("an embedding worker panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        let mut numbered = Vec::with_capacity(batches.len());
+        for worker in done {
+            numbered.extend(worker?);
+        }
+        numbered.sort_by_key(|(i, _)| *i);
+        Ok(numbered.into_iter().flat_map(|(_, v)| v).collect())
+    }
+
+    fn embed_batch(&self, batch: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        match &self.backend {
+            #[cfg(feature = "embeddings")]
+            Backend::InProcess(model) => model.embed(batch).map_err(EmbedError::Run),
+            Backend::Server(remote) => remote.embed(batch).map_err(EmbedError::Run),
+        }
     }
 }
+
+/// A worker's batches, each with its place among all the batches.
+type Numbered = Vec<(usize, Vec<Vec<f32>>)>;
+
+/// Threads one `embed` call uses at most: past the cores they only contend.
+const MAX_WORKERS: usize = 4;
 
 /// The model's identity: its configuration and tokenizer, and the weights' size (hashing 90 MB
 /// of weights at every start would cost more than it tells).

@@ -13,6 +13,7 @@ pub mod embed;
 pub mod extract;
 mod files;
 pub mod formats;
+mod remote;
 
 use crate::tools::engines::SearchHit;
 use dense::{Vectors, fused};
