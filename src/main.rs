@@ -452,7 +452,7 @@ async fn private_server(
 }
 
 async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
-    use deep_research::eval::{self, EvalOptions, EvalReport, QuestionSet};
+    use deep_research::eval::{self, EvalReport, QuestionSet};
     let read = |p: &std::path::Path| -> anyhow::Result<EvalReport> {
         let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
         serde_json::from_str(&text).with_context(|| p.display().to_string())
@@ -502,25 +502,48 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
             &cmd.output,
         );
     }
-    let corpus_prefix = if corpus.base_url.trim().is_empty() {
+    eval_runs(&cmd, &cfg, &set, &questions, &corpus).await
+}
+
+/// Where the corpus's sections are located in reports: under its `base_url`, or its directory
+/// as a `file://` URL.
+fn corpus_prefix(corpus: &deep_research::tools::corpus::CorpusConfig) -> anyhow::Result<String> {
+    if corpus.base_url.trim().is_empty() {
         let root = std::fs::canonicalize(&corpus.path).with_context(|| corpus.path.clone())?;
-        format!("file://{}/", root.display())
+        Ok(format!("file://{}/", root.display()))
     } else {
-        format!("{}/", corpus.base_url.trim().trim_end_matches('/'))
-    };
+        Ok(format!("{}/", corpus.base_url.trim().trim_end_matches('/')))
+    }
+}
+
+/// `--set KEY=VALUE` as research settings: a value that is not JSON is a string.
+fn settings_from(pairs: &[String]) -> anyhow::Result<serde_json::Value> {
     let mut configurable = serde_json::json!({});
-    for setting in &cmd.settings {
+    for setting in pairs {
         let (key, value) = setting
             .split_once('=')
             .with_context(|| format!("--set takes KEY=VALUE, got '{setting}'"))?;
         let value = serde_json::from_str(value).unwrap_or_else(|_| value.into());
         configurable[key.trim()] = value;
     }
+    Ok(configurable)
+}
+
+/// `eval` proper: each question researched by a private server on a throwaway SQLite file,
+/// scored, and written as it finishes.
+async fn eval_runs(
+    cmd: &EvalCmd,
+    cfg: &FileConfig,
+    set: &deep_research::eval::QuestionSet,
+    questions: &[deep_research::eval::Question],
+    corpus: &deep_research::tools::corpus::CorpusConfig,
+) -> anyhow::Result<()> {
+    use deep_research::eval::{self, EvalOptions, EvalReport};
     let db = std::env::temp_dir().join(format!("dr-eval-{}.db", uuid::Uuid::new_v4().simple()));
-    let (base, key, token, server) = private_server(&cfg, &db.display().to_string()).await?;
+    let (base, key, token, server) = private_server(cfg, &db.display().to_string()).await?;
     let opts = EvalOptions {
-        configurable,
-        corpus_prefix,
+        configurable: settings_from(&cmd.settings)?,
+        corpus_prefix: corpus_prefix(corpus)?,
         run_limit: Duration::from_secs(cmd.run_limit_secs.max(1)),
         api_key: Some(key),
     };
@@ -535,7 +558,7 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
     let mut done: Vec<eval::QuestionResult> = Vec::new();
     let output = cmd.output.clone();
     let (settings, started_at) = (
-        eval::run_settings(&set, &opts),
+        eval::run_settings(set, &opts),
         chrono::Utc::now().to_rfc3339(),
     );
     let mut progress = |r: &eval::QuestionResult| {
@@ -567,7 +590,7 @@ async fn eval(cmd: EvalCmd) -> anyhow::Result<()> {
             let _ = std::fs::write(&output, text);
         }
     };
-    let result = eval::run(&base, &set, &questions, &opts, &mut progress).await;
+    let result = eval::run(&base, set, questions, &opts, &mut progress).await;
     token.cancel();
     let _ = server.await;
     for suffix in ["", "-wal", "-shm"] {

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 pub mod reading;
 pub mod retrieval;
+mod tables;
+
+pub use tables::{compare, markdown, merge};
 
 /// A question set (`eval/*.json`).
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -414,16 +417,7 @@ pub fn score(
     let facts_found = facts_in(q, &[report]);
     let texts: Vec<&str> = state_sources.iter().map(|s| s.text.as_str()).collect();
     let facts_retrieved = facts_in(q, &texts);
-    // What the researchers read: the summary, else the snippet shown in place of a page not
-    // summarised, else the page itself (shown whole, or all the engine returned).
-    let shown: Vec<String> = state_sources
-        .iter()
-        .map(|s| match (&s.summary, &s.snippet) {
-            (Some(summary), _) => summary.render(),
-            (None, Some(snippet)) => snippet.clone(),
-            (None, None) => s.text.clone(),
-        })
-        .collect();
+    let shown = shown_texts(&state_sources);
     let facts_shown = facts_in(q, &shown.iter().map(String::as_str).collect::<Vec<_>>());
     let notes: Vec<String> = values["notes"]
         .as_array()
@@ -433,29 +427,10 @@ pub fn score(
         .collect();
     let facts_in_notes = facts_in(q, &notes.iter().map(String::as_str).collect::<Vec<_>>());
     let usage = &values["usage"];
-    let calls_by_model = usage["models"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v["calls"].as_u64().unwrap_or(0)))
-                .collect()
-        })
-        .unwrap_or_default();
     let searched = !sources.is_empty();
     let written = !report.trim().is_empty();
     let checked = audit.citations.saturating_sub(audit.unchecked);
-    // Each numbered source's text (the state may hold a page twice; `Sources` numbers it once).
-    let numbered_texts: Vec<&str> = sources
-        .list
-        .iter()
-        .map(|s| {
-            let key = support::source_key(&s.url);
-            state_sources
-                .iter()
-                .find(|x| support::source_key(&x.url) == key)
-                .map_or("", |x| x.text.as_str())
-        })
-        .collect();
+    let numbered_texts = numbered_texts(&sources, &state_sources);
     let reading = reading::read(q, report, &sources, &numbered_texts);
     QuestionResult {
         id: q.id.clone(),
@@ -483,7 +458,7 @@ pub fn score(
         input_tokens: usage["input_tokens"].as_u64().unwrap_or(0),
         output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
         calls: usage["calls"].as_u64().unwrap_or(0),
-        calls_by_model,
+        calls_by_model: calls_by_model(usage),
         fallbacks: values["fallbacks"].clone(),
         source_urls: sources.list.iter().map(|s| s.url.clone()).collect(),
         report: report.to_owned(),
@@ -496,6 +471,49 @@ pub fn score(
         researcher_steps: Vec::new(),
         reading,
     }
+}
+
+/// What the researchers read of each source: the summary, else the snippet shown in place of
+/// a page not summarised, else the page itself (shown whole, or all the engine returned).
+fn shown_texts(sources: &[crate::research::state::Source]) -> Vec<String> {
+    sources
+        .iter()
+        .map(|s| match (&s.summary, &s.snippet) {
+            (Some(summary), _) => summary.render(),
+            (None, Some(snippet)) => snippet.clone(),
+            (None, None) => s.text.clone(),
+        })
+        .collect()
+}
+
+/// Each numbered source's text (the state may hold a page twice; `Sources` numbers it once).
+fn numbered_texts<'a>(
+    sources: &Sources,
+    state_sources: &'a [crate::research::state::Source],
+) -> Vec<&'a str> {
+    sources
+        .list
+        .iter()
+        .map(|s| {
+            let key = support::source_key(&s.url);
+            state_sources
+                .iter()
+                .find(|x| support::source_key(&x.url) == key)
+                .map_or("", |x| x.text.as_str())
+        })
+        .collect()
+}
+
+/// Model calls a run made, by `provider:model`, from its `usage`.
+fn calls_by_model(usage: &Value) -> BTreeMap<String, u64> {
+    usage["models"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v["calls"].as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// `r` scored again from what it kept (its report and retrieved sources) with today's checks
@@ -692,481 +710,5 @@ fn mean_where_known(
     round2(known.iter().sum::<f64>() / known.len().max(1) as f64)
 }
 
-/// The results as a Markdown table, the set's figures first.
-pub fn markdown(report: &EvalReport) -> String {
-    let s = &report.summary;
-    let mut out = format!(
-        "## {} on corpus '{}' ({})\n\n| figure | value |\n|---|---|\n\
-         | questions | {} |\n| researched | {} |\n| researched without inventing a source | {} |\n\
-         | key-fact recall, body only, the question's own facts not scored | {:.0}% |\n\
-         | copied share of the body (runs of 8+ words) | {:.0}% |\n\
-         | copied share of the prose (marked quotations left out) / quoted share | {:.0}% / {:.0}% |\n\
-         | section headings that are a source's title | {:.0}% |\n\
-         | uncited body sentences no source supports | {} |\n\
-         | sections whose sources hold no key fact | {} |\n\
-         | key-fact recall, whole report (the old rule) | {:.0}% |\n| key facts in the writer's findings | {:.0}%{} |\n\
-         | key facts in what the researchers were shown | {:.0}%{} |\n\
-         | key facts in the retrieved texts | {:.0}%{} |\n\
-         | body paragraphs citing a source | {:.0}% |\n\
-         | citations supported by the cited text | {:.0}% |\n| cited locations not in the corpus | {} |\n\
-         | median wall time | {:.0} s |\n| tokens in / out | {} / {} |\n\n",
-        report.set,
-        report.corpus,
-        report.started_at,
-        s.questions,
-        s.researched,
-        s.researched_without_invention,
-        s.body_recall * 100.0,
-        s.copied_share * 100.0,
-        s.copied_prose_share * 100.0,
-        s.quoted_share * 100.0,
-        s.source_title_heading_share * 100.0,
-        s.uncited_unsupported,
-        s.off_topic_sections,
-        s.fact_recall * 100.0,
-        s.notes_recall * 100.0,
-        measured_in(&report.results, |r| r.facts_in_notes.is_some()),
-        s.shown_recall * 100.0,
-        measured_in(&report.results, |r| r.facts_shown.is_some()),
-        s.retrieved_recall * 100.0,
-        measured_in(&report.results, |r| r.facts_retrieved.is_some()),
-        s.cited_paragraph_share * 100.0,
-        s.supported_share * 100.0,
-        s.invented,
-        s.median_wall_secs,
-        s.input_tokens,
-        s.output_tokens,
-    );
-    out.push_str(
-        "| question | status | sources | facts: report (findings / shown / retrieved) | cited ¶ | supported | invented | wall s | calls |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
-    );
-    for r in &report.results {
-        out.push_str(&format!(
-            "| {} | {} | {} | {}/{} ({} / {} / {}) | {}/{} | {}/{} | {} | {:.0} | {} |\n",
-            r.id,
-            r.status,
-            r.sources,
-            r.facts_found.len(),
-            r.facts,
-            count(&r.facts_in_notes),
-            count(&r.facts_shown),
-            count(&r.facts_retrieved),
-            r.cited_paragraphs,
-            r.paragraphs,
-            r.supported,
-            r.citations,
-            r.invented,
-            r.wall_secs,
-            r.calls,
-        ));
-    }
-    out
-}
-
-/// What changed from `a` to `b`: the set's figures side by side, then each question both ran.
-pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
-    let (x, y) = (&a.summary, &b.summary);
-    let rows: [(&str, f64, f64); 17] = [
-        ("questions", x.questions as f64, y.questions as f64),
-        ("key-fact recall, body only", x.body_recall, y.body_recall),
-        ("copied share of the body", x.copied_share, y.copied_share),
-        (
-            "headings that are a source's title",
-            x.source_title_heading_share,
-            y.source_title_heading_share,
-        ),
-        (
-            "uncited sentences no source supports",
-            x.uncited_unsupported as f64,
-            y.uncited_unsupported as f64,
-        ),
-        (
-            "off-topic sections",
-            x.off_topic_sections as f64,
-            y.off_topic_sections as f64,
-        ),
-        ("researched", x.researched as f64, y.researched as f64),
-        (
-            "researched without inventing",
-            x.researched_without_invention as f64,
-            y.researched_without_invention as f64,
-        ),
-        (
-            "key-fact recall (whole report)",
-            x.fact_recall,
-            y.fact_recall,
-        ),
-        (
-            "cited paragraph share",
-            x.cited_paragraph_share,
-            y.cited_paragraph_share,
-        ),
-        ("key facts in the findings", x.notes_recall, y.notes_recall),
-        ("key facts shown", x.shown_recall, y.shown_recall),
-        (
-            "key facts retrieved",
-            x.retrieved_recall,
-            y.retrieved_recall,
-        ),
-        ("supported share", x.supported_share, y.supported_share),
-        ("invented", x.invented as f64, y.invented as f64),
-        ("median wall s", x.median_wall_secs, y.median_wall_secs),
-        (
-            "tokens (in + out)",
-            (x.input_tokens + x.output_tokens) as f64,
-            (y.input_tokens + y.output_tokens) as f64,
-        ),
-    ];
-    let mut out = String::from("| figure | A | B | change |\n|---|---|---|---|\n");
-    for (name, va, vb) in rows {
-        out.push_str(&format!(
-            "| {name} | {} | {} | {:+} |\n",
-            fmt_num(va),
-            fmt_num(vb),
-            round2(vb - va)
-        ));
-    }
-    out.push_str(
-        "\n| question | recall A → B | supported A → B | wall s A → B |\n|---|---|---|---|\n",
-    );
-    for ra in &a.results {
-        if let Some(rb) = b.results.iter().find(|r| r.id == ra.id) {
-            out.push_str(&format!(
-                "| {} | {} → {} | {}/{} → {}/{} | {:.0} → {:.0} |\n",
-                ra.id,
-                ra.fact_recall,
-                rb.fact_recall,
-                ra.supported,
-                ra.citations,
-                rb.supported,
-                rb.citations,
-                ra.wall_secs,
-                rb.wall_secs
-            ));
-        }
-    }
-    out
-}
-
-/// One report from several that measured parts of the same set with the same settings (a set
-/// longer than one sitting is measured in parts). A question measured twice, or parts from
-/// another set, corpus or settings, are refused: the figures would mix two measurements.
-pub fn merge(parts: Vec<(String, EvalReport)>) -> anyhow::Result<EvalReport> {
-    let Some((first_name, first)) = parts.first() else {
-        anyhow::bail!("nothing to merge");
-    };
-    let mut merged = EvalReport {
-        set: first.set.clone(),
-        corpus: first.corpus.clone(),
-        corpus_prefix: first.corpus_prefix.clone(),
-        ..EvalReport::default()
-    };
-    let mut seen: BTreeMap<String, String> = BTreeMap::new();
-    for (name, part) in &parts {
-        anyhow::ensure!(
-            (&part.set, &part.corpus) == (&first.set, &first.corpus),
-            "{name} measured set '{}' on corpus '{}', {first_name} set '{}' on corpus '{}'",
-            part.set,
-            part.corpus,
-            first.set,
-            first.corpus
-        );
-        // Parts written while a run was still going carry no settings; the others must agree.
-        if !part.configurable.is_null() {
-            anyhow::ensure!(
-                merged.configurable.is_null() || merged.configurable == part.configurable,
-                "{name} was measured with other settings than the parts before it: {} vs {}",
-                part.configurable,
-                merged.configurable
-            );
-            merged.configurable = part.configurable.clone();
-        }
-        if merged.corpus_prefix.is_empty() {
-            merged.corpus_prefix = part.corpus_prefix.clone();
-        }
-        if merged.started_at.is_empty()
-            || (!part.started_at.is_empty() && part.started_at < merged.started_at)
-        {
-            merged.started_at = part.started_at.clone();
-        }
-        for result in &part.results {
-            if let Some(other) = seen.insert(result.id.clone(), name.clone()) {
-                anyhow::bail!("question {} is in both {other} and {name}", result.id);
-            }
-            merged.results.push(result.clone());
-        }
-    }
-    merged.results.sort_by(|a, b| a.id.cmp(&b.id));
-    merged.summary = summarize(&merged.results);
-    Ok(merged)
-}
-
-/// " (k of n questions)" when only some results measured a figure (older result files).
-fn measured_in(results: &[QuestionResult], has: fn(&QuestionResult) -> bool) -> String {
-    let k = results.iter().filter(|r| has(r)).count();
-    if k == results.len() {
-        String::new()
-    } else {
-        format!(" ({k} of {} questions)", results.len())
-    }
-}
-
-/// How many facts a stage holds, or a dash where it was not measured.
-fn count(found: &Option<Vec<String>>) -> String {
-    found
-        .as_ref()
-        .map_or("–".to_owned(), |f| f.len().to_string())
-}
-
-fn fmt_num(x: f64) -> String {
-    if x.fract() == 0.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.2}")
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn question() -> Question {
-        Question {
-            id: "q1".into(),
-            question: "What does VACUUM do?".into(),
-            facts: vec![
-                Fact {
-                    fact: "reclaims storage".into(),
-                    any: vec!["reclaims storage".into(), "reclaim space".into()],
-                },
-                Fact {
-                    fact: "autovacuum".into(),
-                    any: vec!["autovacuum".into()],
-                },
-            ],
-            pages: vec![],
-        }
-    }
-
-    #[test]
-    fn a_run_is_scored_from_its_final_state() {
-        let values = json!({
-            "final_report": "# Vacuum\n\nVACUUM   Reclaims Storage held by dead tuples [1].\n\nIt matters a lot for everyone here.\n\n### Sources\n\n[1] Vacuum: file:///docs/v.html#a\n[2] Made up (2024)",
-            "sources": [{"url": "file:///docs/v.html#a", "title": "Vacuum",
-                         "text": "VACUUM reclaims storage occupied by dead tuples."},
-                        {"url": "file:///docs/a.html", "title": "Autovacuum",
-                         "text": "The AUTOVACUUM daemon runs it."}],
-            "usage": {"input_tokens": 10, "output_tokens": 5, "calls": 3,
-                      "models": {"llamacpp:research": {"calls": 2}, "llamacpp:final_report": {"calls": 1}}},
-            "citations": {"citations": 1}
-        });
-        let r = score(
-            &question(),
-            &values,
-            "success",
-            None,
-            Duration::from_secs(3),
-            "file:///docs/",
-        );
-        assert!(r.researched);
-        assert_eq!(r.facts_found, ["reclaims storage"]);
-        assert_eq!(r.fact_recall, 0.5);
-        assert_eq!(
-            r.facts_retrieved.as_deref(),
-            Some(&["reclaims storage".to_owned(), "autovacuum".to_owned()][..])
-        );
-        assert_eq!(r.facts_shown.as_deref().map(<[String]>::len), Some(2));
-        assert_eq!(r.facts_in_notes.as_deref(), Some(&[][..]));
-        // A page the researcher saw only the snippet of shows what the snippet holds.
-        let mut snipped = values.clone();
-        snipped["sources"][1]["snippet"] = json!("The daemon runs it.");
-        let r2 = score(
-            &question(),
-            &snipped,
-            "success",
-            None,
-            Duration::from_secs(3),
-            "file:///docs/",
-        );
-        assert_eq!(
-            r2.facts_shown.as_deref(),
-            Some(&["reclaims storage".to_owned()][..])
-        );
-        assert_eq!(r2.facts_retrieved.as_deref().map(<[String]>::len), Some(2));
-        assert_eq!((r.paragraphs, r.cited_paragraphs), (2, 1));
-        assert_eq!((r.citations, r.supported), (1, 1));
-        assert_eq!(
-            r.invented, 1,
-            "a reference without a location was never retrieved"
-        );
-        assert_eq!(r.calls_by_model["llamacpp:research"], 2);
-        let s = summarize(std::slice::from_ref(&r));
-        assert_eq!((s.researched, s.researched_without_invention), (1, 0));
-        let table = markdown(&EvalReport {
-            set: "t".into(),
-            results: vec![r],
-            summary: s,
-            ..EvalReport::default()
-        });
-        assert!(
-            table.contains("| q1 | success | 2 | 1/2 (0 / 2 / 2) | 1/2 | 1/1 | 1 | 3 | 3 |"),
-            "{table}"
-        );
-    }
-
-    #[test]
-    fn the_researchers_calls_and_results_are_read_from_their_updates() {
-        let frame = json!({"researcher": {"researcher_messages": [
-            {"type": "ai", "content": "", "tool_calls": [
-                {"name": "document_search", "args": {"queries": ["WAL archiving"]}, "id": "c1"}]}]}});
-        let tools = json!({"researcher_tools": {"researcher_messages": [
-            {"type": "tool", "name": "document_search", "tool_call_id": "c1",
-             "content": format!("No results.{}", "x".repeat(1000))}]}});
-        let ns = "updates|research_supervisor:1|supervisor_tools:2|researcher:3";
-        let mut steps = researcher_steps(ns, &frame);
-        steps.extend(researcher_steps(ns, &tools));
-        assert_eq!(steps.len(), 2);
-        assert_eq!(steps[0].tool, "document_search");
-        assert_eq!(steps[0].args["queries"][0], "WAL archiving");
-        let result = steps[1].result.as_deref().unwrap_or_default();
-        assert!(result.starts_with("No results.") && result.chars().count() == STEP_RESULT_CHARS);
-        // The supervisor's updates and root frames are not a researcher's.
-        assert!(researcher_steps("updates|research_supervisor:1", &frame).is_empty());
-        assert!(researcher_steps("updates", &frame).is_empty());
-        assert!(researcher_steps("values", &frame).is_empty());
-    }
-
-    #[test]
-    fn a_kept_result_scores_again_the_same_and_follows_new_facts() {
-        let values = json!({
-            "final_report": "# Vacuum\n\nVACUUM reclaims storage held by dead tuples [1].\n\n### Sources\n\n[1] Vacuum: file:///docs/v.html#a",
-            "sources": [{"url": "file:///docs/v.html#a", "title": "Vacuum",
-                         "text": "VACUUM reclaims storage occupied by dead tuples."}],
-            "usage": {"input_tokens": 10, "output_tokens": 5, "calls": 3,
-                      "models": {"llamacpp:research": {"calls": 3}}},
-            "notes": ["The autovacuum daemon runs VACUUM."],
-        });
-        let first = score(
-            &question(),
-            &values,
-            "success",
-            None,
-            Duration::from_secs(7),
-            "file:///docs/",
-        );
-        assert_eq!(
-            first.facts_in_notes.as_deref(),
-            Some(&["autovacuum".to_owned()][..])
-        );
-        let kept: QuestionResult =
-            serde_json::from_str(&serde_json::to_string(&first).unwrap()).unwrap();
-        let again = rescore(&question(), &kept, "file:///docs/").unwrap();
-        assert_eq!(
-            serde_json::to_value(&again).unwrap(),
-            serde_json::to_value(&first).unwrap()
-        );
-        let mut harder = question();
-        harder.facts[0].any = vec!["returns space to the operating system".into()];
-        let again = rescore(&harder, &kept, "file:///docs/").unwrap();
-        assert_eq!((again.fact_recall, again.supported), (0.0, 1));
-
-        let older = QuestionResult {
-            retrieved: vec![],
-            ..kept
-        };
-        let refused = rescore(&question(), &older, "file:///docs/").unwrap_err();
-        assert!(
-            refused.to_string().contains("kept no source texts"),
-            "{refused}"
-        );
-    }
-
-    #[test]
-    fn parts_of_one_set_merge_and_mixed_measurements_are_refused() {
-        let result = |id: &str, recall: f64| QuestionResult {
-            id: id.into(),
-            researched: true,
-            fact_recall: recall,
-            ..QuestionResult::default()
-        };
-        let part = |results: Vec<QuestionResult>, configurable: Value| EvalReport {
-            set: "s".into(),
-            corpus: "c".into(),
-            configurable,
-            summary: summarize(&results),
-            results,
-            ..EvalReport::default()
-        };
-        let settings = json!({"search_api": "local"});
-        // q1's file predates the retrieved-facts figure: it counts in recall, not in that one.
-        let measured = QuestionResult {
-            facts: 2,
-            facts_retrieved: Some(vec!["a".into(), "b".into()]),
-            ..result("q2", 1.0)
-        };
-        let a = part(vec![measured], settings.clone());
-        let b = part(vec![result("q1", 0.5)], Value::Null);
-        let merged = merge(vec![("a".into(), a.clone()), ("b".into(), b.clone())]).unwrap();
-        let ids: Vec<&str> = merged.results.iter().map(|r| r.id.as_str()).collect();
-        assert_eq!(ids, ["q1", "q2"]);
-        assert_eq!(
-            (merged.summary.questions, merged.summary.fact_recall),
-            (2, 0.75)
-        );
-        assert_eq!(merged.summary.retrieved_recall, 1.0);
-        assert_eq!(merged.configurable, settings);
-
-        let twice = merge(vec![("a".into(), a.clone()), ("a2".into(), a.clone())]);
-        assert!(
-            twice
-                .unwrap_err()
-                .to_string()
-                .contains("q2 is in both a and a2")
-        );
-        let other = part(vec![result("q3", 0.0)], json!({"search_api": "tavily"}));
-        let mixed = merge(vec![("a".into(), a.clone()), ("o".into(), other)]);
-        assert!(mixed.unwrap_err().to_string().contains("other settings"));
-        let elsewhere = EvalReport {
-            corpus: "d".into(),
-            ..b
-        };
-        assert!(merge(vec![("a".into(), a), ("e".into(), elsewhere)]).is_err());
-        assert!(merge(vec![]).is_err());
-    }
-
-    #[test]
-    fn a_failed_run_did_not_research_and_counts_in_recall() {
-        let r = score(
-            &question(),
-            &json!({}),
-            "error",
-            Some("x".into()),
-            Duration::ZERO,
-            "file:///d/",
-        );
-        assert!(!r.researched);
-        let good = QuestionResult {
-            researched: true,
-            fact_recall: 1.0,
-            supported_share: 0.8,
-            ..QuestionResult::default()
-        };
-        let s = summarize(&[r, good]);
-        assert_eq!((s.fact_recall, s.supported_share), (0.5, 0.8));
-        let a = EvalReport {
-            summary: s.clone(),
-            ..EvalReport::default()
-        };
-        let b = EvalReport {
-            summary: Summary {
-                fact_recall: 0.75,
-                ..s
-            },
-            ..EvalReport::default()
-        };
-        assert!(
-            compare(&a, &b).contains("| key-fact recall (whole report) | 0.50 | 0.75 | +0.25 |")
-        );
-    }
-}
+mod tests;

@@ -3,8 +3,6 @@
 //! reported instead of swallowed, per-run settings beat the environment, rate limits are never
 //! taken for context overflow, tokens stream, and reports cite only what searches returned.
 
-mod by_source;
-mod by_topic;
 pub mod citations;
 pub mod config;
 mod context_budget;
@@ -13,12 +11,14 @@ pub mod events;
 pub mod fallbacks;
 mod main_graph;
 mod messages;
+mod metering;
 mod model;
 mod plan_review;
 pub mod progress;
 pub mod prompts;
 mod raw_findings;
 mod replay;
+mod report;
 mod researcher;
 pub mod state;
 mod stream_fields;

@@ -5,8 +5,8 @@
 //! the approved topics. The model call is a node of its own so that resuming the review (which
 //! re-runs the node) never plans again behind the user's back.
 
-use super::main_graph::{metered, resume_meter};
 use super::messages::{self as msg, Message};
+use super::metering::{metered, resume_meter};
 use super::model::{Caller, Deps, Role, run_config};
 use super::state::{AgentState, AgentUpdate};
 use crate::graph::{Command, NodeContext, NodeError, Write};

@@ -315,6 +315,8 @@ impl Runner {
         self.bus.close(run.run_id, Some(result.into_wire()));
     }
 
+    /// Runs the graph from `from` to its end, a pause, or a stop (cancel, drain, deadline),
+    /// recording the owner's spend as it goes.
     async fn invoke_graph(
         &self,
         run: &Run,
@@ -328,6 +330,55 @@ impl Runner {
             let id = kwargs.graph_id().unwrap_or_default().to_owned();
             return Ending::Failed(RunError::Input(format!("graph '{id}' is not registered")));
         };
+        let scope = match self.run_scope(run, fence, kwargs, channel, &graph, &cancel) {
+            Ok(scope) => scope,
+            Err(error) => return Ending::Failed(error),
+        };
+        let (command, breakpoints) = match human_input(kwargs, &graph, from.resumed) {
+            Ok(parsed) => parsed,
+            Err(error) => return Ending::Failed(error),
+        };
+        let inv = Invocation {
+            graph: &graph,
+            ns: String::new(),
+            input: from.input,
+            start: from.start,
+            parents: JsonMap::new(),
+            command,
+            breakpoints,
+        };
+        let flusher = self.flush_periodically(channel.clone());
+        let owner = self.run_owner(run).await;
+        let spend = owner
+            .clone()
+            .map(|owner| self.record_spend_periodically(run.run_id, owner, scope.clone()));
+        let mut result = self.within_limits(invoke(&scope, inv), &cancel).await;
+        flusher.stop().await;
+        drop(spend);
+        // The thread's values and the run's result are what clients see.
+        if let Ok(outcome) = &mut result {
+            graph.channels.hide_in(&mut outcome.values);
+        }
+        if let Some(owner) = &owner {
+            record_spend(&*self.store, run.run_id, owner, &scope).await;
+        }
+        if let Ok(outcome) = &result {
+            self.mark_stopped_early(run.run_id, &outcome.values).await;
+        }
+        self.ending(result, &cancel)
+    }
+
+    /// The run's scope: its stream sink, the ids it carries as metadata, its config (with the
+    /// provider keys it brought, held apart until now), its lease and its cancellation.
+    fn run_scope(
+        &self,
+        run: &Run,
+        fence: &Fence,
+        kwargs: &RunKwargs,
+        channel: &Arc<RunChannel>,
+        graph: &Graph,
+        cancel: &CancellationToken,
+    ) -> Result<Arc<RunScope>, RunError> {
         let modes = kwargs.stream_mode.clone();
         let sink = Arc::new(RunSink {
             encoder: Mutex::new(Encoder::new(modes, kwargs.subgraphs, kwargs.temporary)),
@@ -345,9 +396,7 @@ impl Runner {
         metadata.insert("graph_id".into(), json!(graph.id));
         let mut config = kwargs.config.clone();
         if kwargs.run_keys {
-            let Some(keys) = self.keys.get(run.run_id) else {
-                return Ending::Failed(RunError::KeysUnavailable);
-            };
+            let keys = self.keys.get(run.run_id).ok_or(RunError::KeysUnavailable)?;
             if let Some(configurable) = config
                 .get_mut("configurable")
                 .and_then(Value::as_object_mut)
@@ -369,35 +418,29 @@ impl Runner {
             self.shutdown.clone(),
             self.settings.store_patience,
         );
-        let scope = Arc::new(scope);
-        let (command, breakpoints) = match human_input(kwargs, &graph, from.resumed) {
-            Ok(parsed) => parsed,
-            Err(error) => return Ending::Failed(error),
-        };
-        let inv = Invocation {
-            graph: &graph,
-            ns: String::new(),
-            input: from.input,
-            start: from.start,
-            parents: JsonMap::new(),
-            command,
-            breakpoints,
-        };
-        let flusher = self.flush_periodically(channel.clone());
-        // Whose spend it is, read once: the record stays the owner's if the thread goes.
-        let owner = match self.store.get_thread(run.thread_id).await {
+        Ok(Arc::new(scope))
+    }
+
+    /// Whose spend it is, read once: the record stays the owner's if the thread goes.
+    async fn run_owner(&self, run: &Run) -> Option<Owner> {
+        match self.store.get_thread(run.thread_id).await {
             Ok(Some(thread)) => Some(thread.owner),
             Ok(None) => None,
             Err(error) => {
                 tracing::warn!(%error, "could not read the run's owner; its spend goes unrecorded");
                 None
             }
-        };
-        let spend = owner
-            .clone()
-            .map(|owner| self.record_spend_periodically(run.run_id, owner, scope.clone()));
-        // On shutdown every graph of the run stops at its next step boundary (`drain`); a step
-        // that outlasts the drain timeout is cut off and redone by the next worker.
+        }
+    }
+
+    /// The graph's result, unless a shutdown's drain timeout or the run's deadline comes first.
+    /// On shutdown every graph of the run stops at its next step boundary (`drain`); a step that
+    /// outlasts the drain timeout is cut off and redone by the next worker.
+    async fn within_limits(
+        &self,
+        graph: impl std::future::Future<Output = Result<Outcome, RunError>>,
+        cancel: &CancellationToken,
+    ) -> Result<Outcome, RunError> {
         let deadline = async {
             self.shutdown.cancelled().await;
             tokio::time::sleep(self.settings.drain_timeout).await;
@@ -410,8 +453,8 @@ impl Runner {
                 None => std::future::pending().await,
             }
         };
-        let mut result = tokio::select! {
-            result = invoke(&scope, inv) => result,
+        tokio::select! {
+            result = graph => result,
             () = deadline => Err(RunError::Drained),
             () = overdue => {
                 // Stop the graph's tasks too, not just stop waiting for them.
@@ -419,27 +462,25 @@ impl Runner {
                 let limit = self.settings.run_limits.run_deadline.unwrap_or_default();
                 Err(RunError::Deadline(limit.as_secs()))
             }
+        }
+    }
+
+    /// A graph that stopped early (a spend cap) says so in its values; the mark goes on the
+    /// run's metadata too, so a client listing runs sees which reports are partial.
+    async fn mark_stopped_early(&self, run_id: RunId, values: &JsonMap) {
+        let Some(stopped) = values.get("stopped_early").filter(|v| !v.is_null()) else {
+            return;
         };
-        flusher.stop().await;
-        drop(spend);
-        // The thread's values and the run's result are what clients see.
-        if let Ok(outcome) = &mut result {
-            graph.channels.hide_in(&mut outcome.values);
+        let mark: JsonMap = [("stopped_early".to_owned(), stopped.clone())]
+            .into_iter()
+            .collect();
+        if let Err(error) = self.store.merge_run_metadata(run_id, &mark).await {
+            tracing::warn!(%error, "could not mark the run as stopped early");
         }
-        if let Some(owner) = &owner {
-            record_spend(&*self.store, run.run_id, owner, &scope).await;
-        }
-        if let Ok(Outcome { values, .. }) = &result
-            && let Some(stopped) = values.get("stopped_early").filter(|v| !v.is_null())
-        {
-            // Marked on the run too, so a client listing runs sees which reports are partial.
-            let mark: JsonMap = [("stopped_early".to_owned(), stopped.clone())]
-                .into_iter()
-                .collect();
-            if let Err(error) = self.store.merge_run_metadata(run.run_id, &mark).await {
-                tracing::warn!(%error, "could not mark the run as stopped early");
-            }
-        }
+    }
+
+    /// How the run ended, from the graph's result and why it stopped.
+    fn ending(&self, result: Result<Outcome, RunError>, cancel: &CancellationToken) -> Ending {
         match result {
             Ok(Outcome {
                 values,

@@ -2,7 +2,8 @@
 //! them, renumbering a researcher's findings into the run's numbering, and numbering a
 //! report's citations by first use.
 
-use super::{Sources, is_sources_heading};
+use super::Sources;
+use super::layout::is_sources_heading;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// A run of citation markers (`[1]`, `[2, 3]`, `[4][5]`, `[6-8]`) at `start..end`.

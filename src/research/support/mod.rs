@@ -16,10 +16,14 @@ pub use crate::research::state::SupportCounts;
 use crate::text::{Words, terms};
 use std::collections::{HashMap, HashSet};
 
+mod layout;
 mod markers;
 #[cfg(test)]
 mod tests;
 
+use layout::{
+    BlockKind, blocks, body_lines, is_about_itself, is_sources_heading, without_empty_sections,
+};
 pub use markers::renumber_findings;
 use markers::{
     dedup, find_markers, list_entry, number_by_first_use, strip_markers, tidy_spaces, with_markers,
@@ -37,18 +41,6 @@ const PASSAGE_WORDS: usize = 80;
 
 /// A sentence with fewer content words than this is not a claim (a heading-like fragment).
 const MIN_CLAIM_WORDS: usize = 3;
-
-/// Headings under which a writer lists its references; that section is rewritten.
-const SOURCE_HEADINGS: [&str; 8] = [
-    "consulted, not cited",
-    "sources",
-    "references",
-    "bibliography",
-    "works cited",
-    "citations",
-    "sources cited",
-    "reference list",
-];
 
 /// One source the writer may cite, by its number (1-based) in `Sources::list`.
 #[derive(Clone, Debug)]
@@ -366,77 +358,6 @@ pub struct Repaired {
     pub counts: SupportCounts,
 }
 
-/// A heading that opens a list of references, and its level.
-fn is_sources_heading(line: &str) -> Option<usize> {
-    let t = line.trim();
-    let level = t.chars().take_while(|c| *c == '#').count();
-    let name = t[level..]
-        .trim()
-        .trim_matches(|c: char| c == '*' || c == ':' || c == '_')
-        .trim()
-        .to_ascii_lowercase();
-    let bold = level == 0 && t.starts_with("**");
-    let plain = level == 0 && t.ends_with(':') && !t.contains(' ');
-    if (level > 0 || bold || plain) && SOURCE_HEADINGS.contains(&name.as_str()) {
-        Some(if level == 0 { 7 } else { level })
-    } else {
-        None
-    }
-}
-
-/// Wrapper tags a small model copies from the prompt (`<Report>`) on lines of their own.
-fn is_stray_tag(line: &str) -> bool {
-    let t = line.trim();
-    t.len() > 2
-        && t.starts_with('<')
-        && t.ends_with('>')
-        && t[1..t.len() - 1]
-            .trim_start_matches('/')
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ' ')
-}
-
-/// A closing paragraph about the report itself ("This report provides…").
-fn is_about_itself(paragraph: &str) -> bool {
-    let p = paragraph.trim().to_ascii_lowercase();
-    let head: String = p.chars().take(80).collect();
-    [
-        "this report",
-        "in this report",
-        "the report above",
-        "this document",
-        "i hope",
-    ]
-    .iter()
-    .any(|s| head.starts_with(s) || head.contains(&format!(" {s} ")))
-}
-
-/// The report's lines without stray tags and without the writer's own list of references.
-fn body_lines(report: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut skipping: Option<usize> = None;
-    for line in report.lines() {
-        if is_stray_tag(line) {
-            continue;
-        }
-        if let Some(level) = is_sources_heading(line) {
-            skipping = Some(level);
-            continue;
-        }
-        if let Some(level) = skipping {
-            let t = line.trim();
-            let heading = t.chars().take_while(|c| *c == '#').count();
-            if heading > 0 && heading <= level {
-                skipping = None;
-            } else {
-                continue;
-            }
-        }
-        out.push(line);
-    }
-    out
-}
-
 /// What becomes of a claim left without a citation because no retrieved text supports it
 /// (it cited nothing, or only sources that do not support it). `audit` counts only the ones
 /// that cite nothing: on a finished report, the others were removed or kept cited.
@@ -515,87 +436,6 @@ pub fn repair_with(report: &str, sources: &Sources, uncited: Uncited) -> Repaire
         report.push('\n');
     }
     Repaired { report, counts }
-}
-
-/// `body` without the headings whose section the check left empty: a heading followed, past
-/// blank lines, by a heading of its level or above, or by the end.
-fn without_empty_sections(body: &str) -> String {
-    let level = |line: &str| {
-        let t = line.trim_start();
-        let n = t.chars().take_while(|c| *c == '#').count();
-        (n > 0 && t[n..].starts_with(' ')).then_some(n)
-    };
-    let lines: Vec<&str> = body.lines().collect();
-    let mut kept: Vec<&str> = Vec::with_capacity(lines.len());
-    let mut fenced = false;
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        }
-        if let Some(mine) = level(line).filter(|_| !fenced && i > 0) {
-            let next = lines[i + 1..].iter().find(|l| !l.trim().is_empty());
-            let empty = next.is_none_or(|n| level(n).is_some_and(|theirs| theirs <= mine));
-            if empty {
-                continue;
-            }
-        }
-        kept.push(line);
-    }
-    kept.join("\n")
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum BlockKind {
-    /// Paragraphs and list items: claims to check.
-    Prose,
-    /// Headings, blank lines, code and tables: left as they are.
-    Verbatim,
-}
-
-struct Block {
-    kind: BlockKind,
-    text: String,
-}
-
-/// Lines grouped into paragraphs (a list item or table row is one of its own), headings, code
-/// and blank lines kept as they are.
-fn blocks(lines: &[&str]) -> Vec<Block> {
-    let mut out: Vec<Block> = Vec::new();
-    let mut fenced = false;
-    for line in lines {
-        let t = line.trim();
-        if t.starts_with("```") {
-            fenced = !fenced;
-        }
-        // Tables keep their shape: a marker added after a row's last cell would break it.
-        let verbatim = fenced
-            || t.starts_with("```")
-            || t.is_empty()
-            || t.starts_with('#')
-            || t.starts_with('|')
-            || t.starts_with("> Note:");
-        let starts_item = t.starts_with(['-', '*', '+', '>'])
-            || t.split_once(['.', ')'])
-                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
-        if verbatim {
-            out.push(Block {
-                kind: BlockKind::Verbatim,
-                text: (*line).to_owned(),
-            });
-            continue;
-        }
-        match out.last_mut() {
-            Some(prev) if prev.kind == BlockKind::Prose && !starts_item => {
-                prev.text.push('\n');
-                prev.text.push_str(line);
-            }
-            _ => out.push(Block {
-                kind: BlockKind::Prose,
-                text: (*line).to_owned(),
-            }),
-        }
-    }
-    out
 }
 
 /// The sentences of a block: each ends at `.`, `!` or `?` followed by white space (a full stop

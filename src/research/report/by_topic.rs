@@ -23,15 +23,15 @@
 //!    it (else the sections' first sentences are the key points);
 //! 5. a sub-question no source answered is named in a note ("not covered").
 
-use super::ResearchDeps;
 use super::by_source::{Part, heading, parts, prose, says_something, source, unsaid};
-use super::config::ResearchConfig;
-use super::fallbacks::{self, AgentFallback};
-use super::messages::{self as msg, Message};
-use super::model::{Caller, Role};
-use super::support::{self, Sources};
 use crate::graph::{NodeContext, NodeError};
 use crate::llm::ResponseSchema;
+use crate::research::ResearchDeps;
+use crate::research::config::ResearchConfig;
+use crate::research::fallbacks::{self, AgentFallback};
+use crate::research::messages::{self as msg, Message};
+use crate::research::model::{Caller, Role};
+use crate::research::support::{self, Sources};
 use crate::text::{Terms, Words, bearing, plain_words, terms, word_pairs};
 use serde::{Deserialize, Serialize};
 use serde_json::json;

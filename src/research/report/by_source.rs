@@ -20,13 +20,13 @@
 //!    overview; streamed to clients as the report's message);
 //! 4. the report is the overview, then a section per source under its title.
 
-use super::ResearchDeps;
-use super::config::ResearchConfig;
-use super::fallbacks::{self, AgentFallback};
-use super::messages::{self as msg, Message};
-use super::model::{Caller, Role};
-use super::support::{self, Sources};
 use crate::graph::{NodeContext, NodeError};
+use crate::research::ResearchDeps;
+use crate::research::config::ResearchConfig;
+use crate::research::fallbacks::{self, AgentFallback};
+use crate::research::messages::{self as msg, Message};
+use crate::research::model::{Caller, Role};
+use crate::research::support::{self, Sources};
 use crate::text::{Terms, Words, bearing, sentence_spans, terms, word_pairs};
 use crate::tools::engines::truncate_chars;
 
@@ -534,7 +534,7 @@ async fn overview(
     let message = Message::from_model(resp.message);
     let text = first_sentences(&prose(&message.text()), OVERVIEW_SENTENCES, cut_off);
     let instructions = caller.deps.prompts.render("overview_from_sources", &[]);
-    if super::main_graph::copies_instructions(&text, &instructions) {
+    if super::copies_instructions(&text, &instructions) {
         return Ok((String::new(), message));
     }
     Ok((text, message))
