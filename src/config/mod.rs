@@ -228,29 +228,8 @@ impl Settings {
             ag_ui: s.ag_ui,
             auth: auth_settings(&cfg.auth),
             allow_run_keys: cfg.operator.allow_api_keys_from_config,
-            run_limits: RunLimits {
-                max_pending_runs: cfg.limits.max_pending_runs,
-                owner_max_inflight_runs: cfg.limits.owner_max_inflight_runs,
-                owner_runs_per_minute: cfg.limits.owner_runs_per_minute,
-                owner_max_streams: cfg.limits.owner_max_streams,
-                owner_max_crons: cfg.limits.owner_max_crons,
-                owner_storage_bytes: cfg.limits.owner_storage_bytes,
-                run_deadline: Some(Duration::from_secs(cfg.limits.run_deadline_secs))
-                    .filter(|d| !d.is_zero()),
-                owner_daily_tokens: cfg.limits.owner_daily_tokens,
-                owner_daily_usd: cfg.limits.owner_daily_usd.max(0.0),
-            },
-            telemetry: TelemetryConfig {
-                log_format: t.log_format,
-                otlp_endpoint: Some(t.otlp_endpoint.trim())
-                    .filter(|e| !e.is_empty())
-                    .map(|e| e.trim_end_matches('/').to_owned()),
-                service_name: t.service_name.clone(),
-                metrics: t.metrics,
-                metrics_public: t.metrics_public,
-                metrics_address: Some(t.metrics_address.trim().to_owned())
-                    .filter(|a| !a.is_empty()),
-            },
+            run_limits: run_limits(&cfg.limits),
+            telemetry: telemetry_config(t),
             webhooks: WebhookSettings {
                 secret: non_empty(&cfg.webhooks.signing_secret),
                 allow_private_targets: cfg.webhooks.allow_private_targets,
@@ -339,6 +318,35 @@ impl Settings {
     /// The store URL with any password replaced, for printing.
     pub fn store_description(&self) -> String {
         redact(self.store_url().expose_secret())
+    }
+}
+
+/// The `[limits]` section: a deadline of 0 is none, a negative spend cap counts as 0.
+fn run_limits(l: &file::Limits) -> RunLimits {
+    RunLimits {
+        max_pending_runs: l.max_pending_runs,
+        owner_max_inflight_runs: l.owner_max_inflight_runs,
+        owner_runs_per_minute: l.owner_runs_per_minute,
+        owner_max_streams: l.owner_max_streams,
+        owner_max_crons: l.owner_max_crons,
+        owner_storage_bytes: l.owner_storage_bytes,
+        run_deadline: Some(Duration::from_secs(l.run_deadline_secs)).filter(|d| !d.is_zero()),
+        owner_daily_tokens: l.owner_daily_tokens,
+        owner_daily_usd: l.owner_daily_usd.max(0.0),
+    }
+}
+
+/// The `[telemetry]` section: blank addresses are none, an endpoint without its last `/`.
+fn telemetry_config(t: &file::Telemetry) -> TelemetryConfig {
+    TelemetryConfig {
+        log_format: t.log_format,
+        otlp_endpoint: Some(t.otlp_endpoint.trim())
+            .filter(|e| !e.is_empty())
+            .map(|e| e.trim_end_matches('/').to_owned()),
+        service_name: t.service_name.clone(),
+        metrics: t.metrics,
+        metrics_public: t.metrics_public,
+        metrics_address: Some(t.metrics_address.trim().to_owned()).filter(|a| !a.is_empty()),
     }
 }
 

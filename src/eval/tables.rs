@@ -1,7 +1,7 @@
 //! The result files as tables: one evaluation in Markdown, two compared figure by figure, and
 //! parts of one set measured apart joined into one.
 
-use super::{EvalReport, QuestionResult, round2, summarize};
+use super::{EvalReport, QuestionResult, Summary, round2, summarize};
 use std::collections::BTreeMap;
 
 /// The results as a Markdown table, the set's figures first.
@@ -78,60 +78,8 @@ pub fn markdown(report: &EvalReport) -> String {
 
 /// What changed from `a` to `b`: the set's figures side by side, then each question both ran.
 pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
-    let (x, y) = (&a.summary, &b.summary);
-    let rows: [(&str, f64, f64); 17] = [
-        ("questions", x.questions as f64, y.questions as f64),
-        ("key-fact recall, body only", x.body_recall, y.body_recall),
-        ("copied share of the body", x.copied_share, y.copied_share),
-        (
-            "headings that are a source's title",
-            x.source_title_heading_share,
-            y.source_title_heading_share,
-        ),
-        (
-            "uncited sentences no source supports",
-            x.uncited_unsupported as f64,
-            y.uncited_unsupported as f64,
-        ),
-        (
-            "off-topic sections",
-            x.off_topic_sections as f64,
-            y.off_topic_sections as f64,
-        ),
-        ("researched", x.researched as f64, y.researched as f64),
-        (
-            "researched without inventing",
-            x.researched_without_invention as f64,
-            y.researched_without_invention as f64,
-        ),
-        (
-            "key-fact recall (whole report)",
-            x.fact_recall,
-            y.fact_recall,
-        ),
-        (
-            "cited paragraph share",
-            x.cited_paragraph_share,
-            y.cited_paragraph_share,
-        ),
-        ("key facts in the findings", x.notes_recall, y.notes_recall),
-        ("key facts shown", x.shown_recall, y.shown_recall),
-        (
-            "key facts retrieved",
-            x.retrieved_recall,
-            y.retrieved_recall,
-        ),
-        ("supported share", x.supported_share, y.supported_share),
-        ("invented", x.invented as f64, y.invented as f64),
-        ("median wall s", x.median_wall_secs, y.median_wall_secs),
-        (
-            "tokens (in + out)",
-            (x.input_tokens + x.output_tokens) as f64,
-            (y.input_tokens + y.output_tokens) as f64,
-        ),
-    ];
     let mut out = String::from("| figure | A | B | change |\n|---|---|---|---|\n");
-    for (name, va, vb) in rows {
+    for ((name, va), (_, vb)) in figures(&a.summary).into_iter().zip(figures(&b.summary)) {
         out.push_str(&format!(
             "| {name} | {} | {} | {:+} |\n",
             fmt_num(va),
@@ -159,6 +107,41 @@ pub fn compare(a: &EvalReport, b: &EvalReport) -> String {
         }
     }
     out
+}
+
+/// The set's figures that `compare` sets side by side, in its order.
+fn figures(s: &Summary) -> [(&'static str, f64); 17] {
+    [
+        ("questions", s.questions as f64),
+        ("key-fact recall, body only", s.body_recall),
+        ("copied share of the body", s.copied_share),
+        (
+            "headings that are a source's title",
+            s.source_title_heading_share,
+        ),
+        (
+            "uncited sentences no source supports",
+            s.uncited_unsupported as f64,
+        ),
+        ("off-topic sections", s.off_topic_sections as f64),
+        ("researched", s.researched as f64),
+        (
+            "researched without inventing",
+            s.researched_without_invention as f64,
+        ),
+        ("key-fact recall (whole report)", s.fact_recall),
+        ("cited paragraph share", s.cited_paragraph_share),
+        ("key facts in the findings", s.notes_recall),
+        ("key facts shown", s.shown_recall),
+        ("key facts retrieved", s.retrieved_recall),
+        ("supported share", s.supported_share),
+        ("invented", s.invented as f64),
+        ("median wall s", s.median_wall_secs),
+        (
+            "tokens (in + out)",
+            (s.input_tokens + s.output_tokens) as f64,
+        ),
+    ]
 }
 
 /// One report from several that measured parts of the same set with the same settings (a set

@@ -272,6 +272,60 @@ impl Turn {
     }
 }
 
+/// A model turn's parts: its text, then its calls (each call's name kept by id, for the
+/// results that name only the id); at least one part, if only an empty text.
+fn model_parts(message: &Value, text: String, call_names: &mut Map<String, Value>) -> Vec<Value> {
+    let mut parts = Vec::new();
+    if !text.is_empty() {
+        parts.push(json!({"text": text}));
+    }
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        if let Some(id) = call["id"].as_str() {
+            call_names.insert(id.to_owned(), call["name"].clone());
+        }
+        let args = match &call["args"] {
+            Value::Object(_) => call["args"].clone(),
+            Value::String(raw) => serde_json::from_str(raw).unwrap_or(json!({})),
+            _ => json!({}),
+        };
+        parts.push(json!({"functionCall": {"name": call["name"], "args": args}}));
+    }
+    if parts.is_empty() {
+        parts.push(json!({"text": ""}));
+    }
+    parts
+}
+
+/// The request's functions with the choice among them, and its native tools (Google Search).
+fn add_tools(req: &ChatRequest, body: &mut Value) {
+    let mut tools = Vec::new();
+    if !req.tools.is_empty() {
+        let declarations: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"name": t.name, "description": t.description,
+                       "parametersJsonSchema": t.parameters})
+            })
+            .collect();
+        tools.push(json!({"functionDeclarations": declarations}));
+        body["toolConfig"] = json!({"functionCallingConfig": match &req.tool_choice {
+            ToolChoice::Auto => json!({"mode": "AUTO"}),
+            ToolChoice::None => json!({"mode": "NONE"}),
+            ToolChoice::Required => json!({"mode": "ANY"}),
+            ToolChoice::Named(name) => json!({"mode": "ANY", "allowedFunctionNames": [name]}),
+        }});
+    }
+    for native in &req.native_tools {
+        match native {
+            NativeTool::WebSearch { .. } => tools.push(json!({"googleSearch": {}})),
+        }
+    }
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools);
+    }
+}
+
 /// The request body.
 fn body(req: &ChatRequest) -> Result<Value, String> {
     let mut system = Vec::new();
@@ -286,27 +340,7 @@ fn body(req: &ChatRequest) -> Result<Value, String> {
                 continue;
             }
             Role::Human => ("user", vec![json!({"text": text})]),
-            Role::Ai => {
-                let mut parts = Vec::new();
-                if !text.is_empty() {
-                    parts.push(json!({"text": text}));
-                }
-                for call in message["tool_calls"].as_array().into_iter().flatten() {
-                    if let Some(id) = call["id"].as_str() {
-                        call_names.insert(id.to_owned(), call["name"].clone());
-                    }
-                    let args = match &call["args"] {
-                        Value::Object(_) => call["args"].clone(),
-                        Value::String(raw) => serde_json::from_str(raw).unwrap_or(json!({})),
-                        _ => json!({}),
-                    };
-                    parts.push(json!({"functionCall": {"name": call["name"], "args": args}}));
-                }
-                if parts.is_empty() {
-                    parts.push(json!({"text": ""}));
-                }
-                ("model", parts)
-            }
+            Role::Ai => ("model", model_parts(message, text, &mut call_names)),
             Role::Tool => {
                 let name = message["name"]
                     .as_str()
@@ -339,32 +373,7 @@ fn body(req: &ChatRequest) -> Result<Value, String> {
     if !system.is_empty() {
         body["systemInstruction"] = json!({"parts": system});
     }
-    let mut tools = Vec::new();
-    if !req.tools.is_empty() {
-        let declarations: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"name": t.name, "description": t.description,
-                       "parametersJsonSchema": t.parameters})
-            })
-            .collect();
-        tools.push(json!({"functionDeclarations": declarations}));
-        body["toolConfig"] = json!({"functionCallingConfig": match &req.tool_choice {
-            ToolChoice::Auto => json!({"mode": "AUTO"}),
-            ToolChoice::None => json!({"mode": "NONE"}),
-            ToolChoice::Required => json!({"mode": "ANY"}),
-            ToolChoice::Named(name) => json!({"mode": "ANY", "allowedFunctionNames": [name]}),
-        }});
-    }
-    for native in &req.native_tools {
-        match native {
-            NativeTool::WebSearch { .. } => tools.push(json!({"googleSearch": {}})),
-        }
-    }
-    if !tools.is_empty() {
-        body["tools"] = Value::Array(tools);
-    }
+    add_tools(req, &mut body);
     if let Some(schema) = &req.response_schema {
         body["generationConfig"]["responseMimeType"] = json!("application/json");
         body["generationConfig"]["responseJsonSchema"] = schema.schema.clone();

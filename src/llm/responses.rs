@@ -187,15 +187,7 @@ fn parse(
             _ => {}
         }
     }
-    let finish = match (
-        response["status"].as_str(),
-        response["incomplete_details"]["reason"].as_str(),
-    ) {
-        (Some("incomplete"), Some("max_output_tokens")) => FinishReason::Length,
-        (Some("incomplete"), Some("content_filter")) => FinishReason::ContentFilter,
-        _ if !calls.is_empty() => FinishReason::ToolCalls,
-        _ => FinishReason::Stop,
-    };
+    let finish = finish_reason(response, !calls.is_empty());
     let metadata = search_metadata(searches, pages);
     let usage = &response["usage"];
     Ok(AiTurn {
@@ -211,6 +203,19 @@ fn parse(
         metadata,
     }
     .into_response())
+}
+
+/// Why the response ended: cut short by its token cap or a filter, or done (with calls or not).
+fn finish_reason(response: &Value, has_calls: bool) -> FinishReason {
+    match (
+        response["status"].as_str(),
+        response["incomplete_details"]["reason"].as_str(),
+    ) {
+        (Some("incomplete"), Some("max_output_tokens")) => FinishReason::Length,
+        (Some("incomplete"), Some("content_filter")) => FinishReason::ContentFilter,
+        _ if has_calls => FinishReason::ToolCalls,
+        _ => FinishReason::Stop,
+    }
 }
 
 /// A `failed` response's or an `error` event's `{code, message}`, classified like an HTTP error.

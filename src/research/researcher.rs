@@ -1,7 +1,7 @@
 //! The researcher subgraph: `researcher` (the model picks tools) ⇄ `researcher_tools` (search,
 //! reflect) → `compress_research` (clean up the findings for the supervisor).
 
-use super::config::SearchApi;
+use super::config::{ResearchConfig, SearchApi};
 use super::cost::over_cap;
 use super::events::ResearchEvent;
 use super::fallbacks::{self, AgentFallback};
@@ -111,15 +111,7 @@ async fn researcher(
     let history = &state.researcher_messages;
     let toolbox = mcp_tools(&caller).await;
     if history.len() <= 1 {
-        // Once per researcher: a server that cannot be used is news, not a failure.
-        for u in &toolbox.unavailable {
-            ResearchEvent::McpError {
-                server: u.server.clone(),
-                tool: None,
-                error: u.error.clone(),
-            }
-            .send(&ctx);
-        }
+        announce_unavailable(&toolbox, &ctx);
     }
     let note = format!("{note}{}", mcp_note(&toolbox));
     tools.extend(toolbox.tools.iter().map(|t| ToolSpec {
@@ -127,19 +119,7 @@ async fn researcher(
         description: t.description.clone(),
         parameters: t.parameters.clone(),
     }));
-    let mcp = if cfg.mcp_prompt.trim().is_empty() {
-        String::new()
-    } else {
-        format!("\n{}\n", cfg.mcp_prompt)
-    };
-    let prompt = deps.prompts.render(
-        "researcher_system",
-        &[
-            ("date", &msg::today()),
-            ("mcp_prompt", &mcp),
-            ("search_tools", &note),
-        ],
-    );
+    let prompt = system_prompt(&deps, &cfg, &note);
     let search_name = search_tool(&caller);
     let offers_search = search_name.is_some();
     let researched = |name: &str| Some(name) == search_name || toolbox.find(name).is_some();
@@ -179,6 +159,36 @@ async fn researcher(
         ..ResearcherUpdate::default()
     };
     Ok(Command::write(upd)?.goto("researcher_tools"))
+}
+
+/// The researcher's system prompt: today's date, the operator's MCP prompt and what its
+/// search tools reach.
+fn system_prompt(deps: &Deps, cfg: &ResearchConfig, search_note: &str) -> String {
+    let mcp = if cfg.mcp_prompt.trim().is_empty() {
+        String::new()
+    } else {
+        format!("\n{}\n", cfg.mcp_prompt)
+    };
+    deps.prompts.render(
+        "researcher_system",
+        &[
+            ("date", &msg::today()),
+            ("mcp_prompt", &mcp),
+            ("search_tools", search_note),
+        ],
+    )
+}
+
+/// Said once per researcher: an MCP server that cannot be used is news, not a failure.
+fn announce_unavailable(toolbox: &Toolbox, ctx: &NodeContext) {
+    for u in &toolbox.unavailable {
+        ResearchEvent::McpError {
+            server: u.server.clone(),
+            tool: None,
+            error: u.error.clone(),
+        }
+        .send(ctx);
+    }
 }
 
 /// Whether this turn would end a researcher that has not searched yet: it answered in prose,
@@ -450,31 +460,10 @@ async fn search(
     call: &ToolCall,
     topic: &str,
 ) -> Result<(String, Vec<Source>), NodeError> {
-    // A small model often sends one query as a string, or names it `query`: take it.
-    let given = match &call.args["queries"] {
-        Value::Null => &call.args["query"],
-        q => q,
+    let queries = match queries_of(call) {
+        Ok(queries) => queries,
+        Err(why) => return Ok((format!("Error executing tool: {why}"), vec![])),
     };
-    let queries: Vec<String> = match given {
-        Value::Array(q) => q
-            .iter()
-            .filter_map(|v| v.as_str().map(str::to_owned))
-            .filter(|q| !q.trim().is_empty())
-            .collect(),
-        Value::String(q) => vec![q.clone()],
-        _ => {
-            return Ok((
-                "Error executing tool: `queries` must be a list of strings".into(),
-                vec![],
-            ));
-        }
-    };
-    if queries.is_empty() {
-        return Ok((
-            "Error executing tool: give at least one search query".into(),
-            vec![],
-        ));
-    }
     let deps: &ResearchDeps = caller.deps;
     let cfg = caller.cfg;
     let (searcher, engine_id, engine_name) = match searcher(caller) {
@@ -534,6 +523,28 @@ async fn search(
             Ok((format!("Error executing tool: {engine_name}: {e}"), vec![]))
         }
     }
+}
+
+/// The queries a search call asks for. A small model often sends one query as a string, or
+/// names it `query`: that is taken too. The error is for the tool's result.
+fn queries_of(call: &ToolCall) -> Result<Vec<String>, &'static str> {
+    let given = match &call.args["queries"] {
+        Value::Null => &call.args["query"],
+        q => q,
+    };
+    let queries: Vec<String> = match given {
+        Value::Array(q) => q
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .filter(|q| !q.trim().is_empty())
+            .collect(),
+        Value::String(q) => vec![q.clone()],
+        _ => return Err("`queries` must be a list of strings"),
+    };
+    if queries.is_empty() {
+        return Err("give at least one search query");
+    }
+    Ok(queries)
 }
 
 /// Where this run's queries go: (searcher, short name, display name); the error is the tool's

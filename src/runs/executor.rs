@@ -176,6 +176,13 @@ impl Runner {
                 None
             }
         };
+        self.after_end(&run, &kwargs, result).await;
+        status
+    }
+
+    /// What follows an end recorded here: the webhook, a stateless run's thread deleted, and
+    /// the stream closed with the result.
+    async fn after_end(&self, run: &Run, kwargs: &RunKwargs, result: Option<RunResult>) {
         if let Some(url) = &kwargs.webhook {
             self.send_webhook(run.run_id, url, result.as_ref()).await;
         }
@@ -188,7 +195,6 @@ impl Runner {
             tracing::warn!(%error, "could not delete a stateless run's thread");
         }
         self.bus.close(run.run_id, result.map(RunResult::into_wire));
-        status
     }
 
     /// Posts the finished run, with its final values, to its webhook (in the background).

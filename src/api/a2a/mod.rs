@@ -18,7 +18,7 @@ use super::error::AppError;
 use super::turns::{self, Outcome, Reading};
 use crate::ids::{AssistantId, RunId, ThreadId};
 use crate::research::progress::{LineId, RunProgress};
-use crate::store::{CancelAction, Run, SortOrder, StoreError, ThreadQuery};
+use crate::store::{CancelAction, Run, SortOrder, StoreError, Thread, ThreadQuery};
 use crate::time::Timestamp;
 use axum::Json;
 use axum::Router;
@@ -543,23 +543,7 @@ impl Call<'_> {
             artifacts: params.get("includeArtifacts") == Some(&json!(true)),
             history: history_length(params.get("historyLength"))?,
         };
-        let threads = match uuid_field(params.get("contextId"), "contextId")? {
-            Some(id) => vec![super::lookups::thread(self.state, id, self.who).await?],
-            None => {
-                let query = ThreadQuery {
-                    owner: self.who.owner.clone(),
-                    metadata: Map::new(),
-                    values: Map::new(),
-                    ids: Vec::new(),
-                    status: None,
-                    limit: 100,
-                    offset: 0,
-                    sort_by: Some("updated_at".into()),
-                    sort_order: Some(SortOrder::Desc),
-                };
-                self.state.store.search_threads(&query).await?.items
-            }
-        };
+        let threads = self.listed_threads(params).await?;
         let mut tasks = Vec::new();
         for thread in &threads {
             let runs = self
@@ -593,6 +577,28 @@ impl Call<'_> {
             String::new()
         };
         Ok(json!({"tasks": page, "nextPageToken": next, "pageSize": page_size, "totalSize": total}))
+    }
+
+    /// The threads `ListTasks` reads: the one context named, or the caller's 100 most
+    /// recently updated.
+    async fn listed_threads(&self, params: &Map<String, Value>) -> RpcResult<Vec<Thread>> {
+        Ok(match uuid_field(params.get("contextId"), "contextId")? {
+            Some(id) => vec![super::lookups::thread(self.state, id, self.who).await?],
+            None => {
+                let query = ThreadQuery {
+                    owner: self.who.owner.clone(),
+                    metadata: Map::new(),
+                    values: Map::new(),
+                    ids: Vec::new(),
+                    status: None,
+                    limit: 100,
+                    offset: 0,
+                    sort_by: Some("updated_at".into()),
+                    sort_order: Some(SortOrder::Desc),
+                };
+                self.state.store.search_threads(&query).await?.items
+            }
+        })
     }
 
     async fn subscribe(&self, dialect: Dialect, params: &Map<String, Value>) -> Response {

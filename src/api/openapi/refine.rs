@@ -78,96 +78,126 @@ pub(super) fn refine(doc: &mut Value, graphs: &[&str]) {
     }
 }
 
+type Override = (&'static str, &'static str, Value);
+
 /// Overrides of request fields, by schema and property.
-fn field_overrides() -> Vec<(&'static str, &'static str, Value)> {
-    let uuid = json!({"type": "string", "format": "uuid"});
-    let opt_uuid = json!({"type": ["string", "null"], "format": "uuid"});
-    let uuids = json!({"type": ["array", "null"], "items": uuid, "maxItems": crate::api::MAX_IDS});
-    let choice = |values: &[&str]| {
-        let mut all: Vec<Value> = values.iter().map(|v| json!(v)).collect();
-        all.push(Value::Null);
-        json!({"type": ["string", "null"], "enum": all})
-    };
-    let select =
-        |fields: &[&str]| json!({"type": "array", "items": {"type": "string", "enum": fields}});
-    let label = json!({"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[^.]+$"});
-    let labels = json!({"type": "array", "items": label, "maxItems": 32});
-    let namespace = json!({"type": "array", "items": label, "minItems": 1, "maxItems": 32});
-    let key = json!({"type": "string", "minLength": 1, "maxLength": 256});
-    let mode = json!({"type": "string", "enum": STREAM_MODES});
-    let nodes = json!({"anyOf": [{"type": "string", "enum": ["*"]},
-                                 {"type": "array", "items": {"type": "string"}},
-                                 {"type": "null"}],
-                       "description": "\"*\" or node names of the assistant's graph"});
-    let ttl = json!({"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_MINUTES},
-                               {"type": "object", "required": ["ttl"],
-                                "properties": {"ttl": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_MINUTES},
-                                               "strategy": {"type": "string", "enum": ["delete"]}}},
-                               {"type": "null"}],
-                     "description": "Minutes after the last update, or {ttl, strategy: delete}"});
+fn field_overrides() -> Vec<Override> {
+    let mut all = assistant_and_thread_fields();
+    all.extend(cron_and_cancel_fields());
+    all.extend(run_fields());
+    all.extend(store_fields());
+    all
+}
+
+fn uuid() -> Value {
+    json!({"type": "string", "format": "uuid"})
+}
+
+fn opt_uuid() -> Value {
+    json!({"type": ["string", "null"], "format": "uuid"})
+}
+
+fn uuids() -> Value {
+    json!({"type": ["array", "null"], "items": uuid(), "maxItems": crate::api::MAX_IDS})
+}
+
+/// One of `values`, or null.
+fn choice(values: &[&str]) -> Value {
+    let mut all: Vec<Value> = values.iter().map(|v| json!(v)).collect();
+    all.push(Value::Null);
+    json!({"type": ["string", "null"], "enum": all})
+}
+
+/// A `select` list: any of a resource's fields.
+fn select(fields: &[&str]) -> Value {
+    json!({"type": "array", "items": {"type": "string", "enum": fields}})
+}
+
+fn sort_order() -> Value {
+    choice(&["asc", "desc"])
+}
+
+fn ttl() -> Value {
+    json!({"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_MINUTES},
+                     {"type": "object", "required": ["ttl"],
+                      "properties": {"ttl": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_MINUTES},
+                                     "strategy": {"type": "string", "enum": ["delete"]}}},
+                     {"type": "null"}],
+           "description": "Minutes after the last update, or {ttl, strategy: delete}"})
+}
+
+fn assistant_and_thread_fields() -> Vec<Override> {
     let if_exists = choice(&["raise", "do_nothing"]);
-    let sort_order = choice(&["asc", "desc"]);
+    let assistant_sorts = [
+        "assistant_id",
+        "graph_id",
+        "name",
+        "created_at",
+        "updated_at",
+    ];
+    let thread_sorts = [
+        "thread_id",
+        "status",
+        "created_at",
+        "updated_at",
+        "state_updated_at",
+    ];
     vec![
-        (
-            "AssistantSearch",
-            "sort_by",
-            choice(&[
-                "assistant_id",
-                "graph_id",
-                "name",
-                "created_at",
-                "updated_at",
-            ]),
-        ),
-        ("AssistantSearch", "sort_order", sort_order.clone()),
+        ("AssistantSearch", "sort_by", choice(&assistant_sorts)),
+        ("AssistantSearch", "sort_order", sort_order()),
         ("AssistantSearch", "select", select(&ASSISTANT_FIELDS)),
         ("NewAssistant", "if_exists", if_exists.clone()),
-        ("NewAssistant", "assistant_id", opt_uuid.clone()),
-        (
-            "ThreadSearch",
-            "sort_by",
-            choice(&[
-                "thread_id",
-                "status",
-                "created_at",
-                "updated_at",
-                "state_updated_at",
-            ]),
-        ),
-        ("ThreadSearch", "sort_order", sort_order.clone()),
+        ("NewAssistant", "assistant_id", opt_uuid()),
+        ("ThreadSearch", "sort_by", choice(&thread_sorts)),
+        ("ThreadSearch", "sort_order", sort_order()),
         ("ThreadSearch", "select", select(&THREAD_FIELDS)),
         (
             "ThreadSearch",
             "status",
             choice(&["idle", "busy", "interrupted", "error"]),
         ),
-        ("ThreadSearch", "ids", uuids.clone()),
+        ("ThreadSearch", "ids", uuids()),
         ("NewThread", "if_exists", if_exists),
-        ("NewThread", "thread_id", opt_uuid.clone()),
-        ("NewThread", "ttl", ttl.clone()),
+        ("NewThread", "thread_id", opt_uuid()),
+        ("NewThread", "ttl", ttl()),
         (
             "NewThread",
             "supersteps",
             json!({"type": "null", "description": "Not supported"}),
         ),
-        ("ThreadPatch", "ttl", ttl),
+        ("ThreadPatch", "ttl", ttl()),
         ("Prune", "strategy", choice(&["delete", "keep_latest"])),
         (
             "Prune",
             "thread_ids",
-            json!({"type": "array", "items": uuid, "maxItems": crate::api::MAX_IDS}),
+            json!({"type": "array", "items": uuid(), "maxItems": crate::api::MAX_IDS}),
         ),
+    ]
+}
+
+fn cron_and_cancel_fields() -> Vec<Override> {
+    vec![
         ("CronSearch", "sort_by", choice(&crate::api::crons::SORTS)),
-        ("CronSearch", "sort_order", sort_order),
+        ("CronSearch", "sort_order", sort_order()),
         ("CronSearch", "select", select(&CRON_FIELDS)),
-        ("CronSearch", "thread_id", opt_uuid.clone()),
-        ("CancelMany", "thread_id", opt_uuid.clone()),
-        ("CancelMany", "run_ids", uuids),
+        ("CronSearch", "thread_id", opt_uuid()),
+        ("CancelMany", "thread_id", opt_uuid()),
+        ("CancelMany", "run_ids", uuids()),
         (
             "CancelMany",
             "status",
             json!({"type": "null", "description": "Cancelling by status is not supported"}),
         ),
+    ]
+}
+
+fn run_fields() -> Vec<Override> {
+    let mode = json!({"type": "string", "enum": STREAM_MODES});
+    let nodes = json!({"anyOf": [{"type": "string", "enum": ["*"]},
+                                 {"type": "array", "items": {"type": "string"}},
+                                 {"type": "null"}],
+                       "description": "\"*\" or node names of the assistant's graph"});
+    vec![
         (
             "NewRun",
             "multitask_strategy",
@@ -190,7 +220,7 @@ fn field_overrides() -> Vec<(&'static str, &'static str, Value)> {
         ),
         ("NewRun", "interrupt_before", nodes.clone()),
         ("NewRun", "interrupt_after", nodes),
-        ("NewRun", "checkpoint_id", opt_uuid),
+        ("NewRun", "checkpoint_id", opt_uuid()),
         (
             "NewRun",
             "after_seconds",
@@ -201,6 +231,15 @@ fn field_overrides() -> Vec<(&'static str, &'static str, Value)> {
             "webhook",
             json!({"type": ["string", "null"], "format": "uri"}),
         ),
+    ]
+}
+
+fn store_fields() -> Vec<Override> {
+    let label = json!({"type": "string", "minLength": 1, "maxLength": 256, "pattern": "^[^.]+$"});
+    let labels = json!({"type": "array", "items": label, "maxItems": 32});
+    let namespace = json!({"type": "array", "items": label, "minItems": 1, "maxItems": 32});
+    let key = json!({"type": "string", "minLength": 1, "maxLength": 256});
+    vec![
         ("PutItem", "namespace", namespace.clone()),
         ("PutItem", "key", key.clone()),
         (

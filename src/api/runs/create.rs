@@ -30,6 +30,15 @@ use tokio::sync::watch;
 /// 409 naming the first run, which it can join.
 pub(in crate::api) struct IdempotencyKey(pub Option<String>);
 
+impl IdempotencyKey {
+    /// The key as stored, scoped to its owner: another owner's key neither collides with it
+    /// nor names their run.
+    fn scoped_to(self, owner: &Owner) -> Option<String> {
+        self.0
+            .map(|k| format!("{}:{}:{k}", owner.as_str().len(), owner.as_str()))
+    }
+}
+
 /// Keys are opaque to us; a bound keeps the index small.
 const MAX_KEY_LEN: usize = 255;
 
@@ -269,6 +278,14 @@ pub(super) async fn start(
     start_ticked(state, owner, target, body, key, None).await
 }
 
+/// What a thread the run creates is labelled with: the graph and assistant that made it.
+fn thread_metadata(assistant: &Assistant) -> JsonMap {
+    let mut metadata = JsonMap::new();
+    metadata.insert("graph_id".into(), json!(assistant.graph_id));
+    metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
+    metadata
+}
+
 /// `start`, for a cron's tick: the run is inserted only while the tick is still due.
 pub(super) async fn start_ticked(
     state: &AppState,
@@ -318,18 +335,12 @@ pub(super) async fn start_ticked(
     if let Some(tick) = &cron_tick {
         run.metadata.insert("cron_id".into(), json!(tick.cron_id));
     }
-    let mut thread_metadata = JsonMap::new();
-    thread_metadata.insert("graph_id".into(), json!(assistant.graph_id));
-    thread_metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
     let insert = RunInsert {
         run,
         owner: owner.clone(),
-        thread_metadata,
+        thread_metadata: thread_metadata(&assistant),
         create_thread: stateless || options.if_not_exists == IfNotExists::Create,
-        // Scoped to the owner: another owner's key neither collides nor names their run.
-        idempotency_key: key
-            .0
-            .map(|k| format!("{}:{}:{k}", owner.as_str().len(), owner.as_str())),
+        idempotency_key: key.scoped_to(owner),
         cron_tick,
     };
     super::admission::admit(state, owner).await?;

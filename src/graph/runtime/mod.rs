@@ -258,35 +258,11 @@ async fn run_step(
     let Some(results) = results else {
         return Err(RunError::Cancelled);
     };
-    let mut writes = Vec::new();
-    let mut next = Vec::new();
-    let mut paused = Vec::new();
-    for (task, result) in tasks.iter().zip(results) {
-        let command = match result {
-            Ok(command) => command,
-            Err(RunError::Node {
-                error: NodeError::Interrupted(interrupt),
-                ..
-            }) => {
-                paused.push((task, interrupt));
-                continue;
-            }
-            Err(error) => return Err(error),
-        };
-        let prepared = inv.graph.channels.prepare_update(command.update)?;
-        report_update(scope, inv, task, step, &prepared);
-        let targets = if command.goto.is_empty() {
-            inv.graph.successors(&task.name)
-        } else {
-            command.goto
-        };
-        for target in targets {
-            if target != END && !next.contains(&target) {
-                next.push(target);
-            }
-        }
-        writes.extend(prepared);
-    }
+    let Outcomes {
+        writes,
+        next,
+        paused,
+    } = outcomes(scope, inv, step, &tasks, results)?;
     if let Some(unknown) = next.iter().find(|n| inv.graph.node(n).is_none()) {
         return Err(RunError::Input(format!("goto to unknown node '{unknown}'")));
     }
@@ -306,8 +282,77 @@ async fn run_step(
             pause: None,
         });
     }
-    // The interrupted tasks stay scheduled, with their ids (so the interrupt ids hold) and the
-    // answers they had; the finished tasks' writes are kept and their successors scheduled.
+    let (scheduled, pause) = write_paused(scope, writer, &writes, next, paused, state).await?;
+    calls::forget_finished(scope, &finished);
+    Ok(StepEnd {
+        ran,
+        next: scheduled,
+        pause: Some(pause),
+    })
+}
+
+/// What a step's tasks came to: their writes, the nodes they lead to, and the tasks that
+/// paused at an interrupt.
+struct Outcomes<'t> {
+    writes: Vec<(String, Value)>,
+    next: Vec<String>,
+    paused: Vec<(&'t TaskSpec, Interrupt)>,
+}
+
+/// Each task's result read in task order: an update is reported and kept, an interrupt
+/// pauses the task, any other failure ends the step.
+fn outcomes<'t>(
+    scope: &RunScope,
+    inv: &Invocation<'_>,
+    step: i64,
+    tasks: &'t [TaskSpec],
+    results: Vec<Result<Command, RunError>>,
+) -> Result<Outcomes<'t>, RunError> {
+    let mut out = Outcomes {
+        writes: Vec::new(),
+        next: Vec::new(),
+        paused: Vec::new(),
+    };
+    for (task, result) in tasks.iter().zip(results) {
+        let command = match result {
+            Ok(command) => command,
+            Err(RunError::Node {
+                error: NodeError::Interrupted(interrupt),
+                ..
+            }) => {
+                out.paused.push((task, interrupt));
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let prepared = inv.graph.channels.prepare_update(command.update)?;
+        report_update(scope, inv, task, step, &prepared);
+        let targets = if command.goto.is_empty() {
+            inv.graph.successors(&task.name)
+        } else {
+            command.goto
+        };
+        for target in targets {
+            if target != END && !out.next.contains(&target) {
+                out.next.push(target);
+            }
+        }
+        out.writes.extend(prepared);
+    }
+    Ok(out)
+}
+
+/// The checkpoint of a step some of whose tasks paused. The interrupted tasks stay scheduled,
+/// with their ids (so the interrupt ids hold) and the answers they had; the finished tasks'
+/// writes are kept and their successors scheduled. Returns what is scheduled and the pause.
+async fn write_paused(
+    scope: &RunScope,
+    writer: &mut CheckpointWriter<'_>,
+    writes: &[(String, Value)],
+    next: Vec<String>,
+    paused: Vec<(&TaskSpec, Interrupt)>,
+    state: &JsonMap,
+) -> Result<(Vec<String>, Pause), RunError> {
     let mut tasks: Vec<Value> = paused
         .iter()
         .map(|(task, i)| task_entry(task.id, &task.name, std::slice::from_ref(i), &task.resume))
@@ -322,14 +367,9 @@ async fn run_step(
     let pause = Pause::Interrupts(paused.into_iter().map(|(_, i)| i).collect());
     writer.report_interrupts(&pause);
     writer
-        .write_tasks("loop", &writes, &scheduled, tasks, state, Some(&pause))
+        .write_tasks("loop", writes, &scheduled, tasks, state, Some(&pause))
         .await?;
-    calls::forget_finished(scope, &finished);
-    Ok(StepEnd {
-        ran,
-        next: scheduled,
-        pause: Some(pause),
-    })
+    Ok((scheduled, pause))
 }
 
 /// The `__start__` step: the input written at the `input` checkpoint reaches the state, and

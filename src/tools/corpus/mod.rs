@@ -514,7 +514,23 @@ impl Corpus {
         let Some(snippet_query) = snippet_query else {
             return Ok(vec![]);
         };
-        let mut snippets = SnippetGenerator::create(&searcher, &*snippet_query, self.fields.body)
+        self.hits(&searcher, ranked, &*snippet_query, max)
+    }
+
+    /// The ranked sections as hits, one per location, each with its snippet for the query (or
+    /// its opening when no word of it matches) and its whole text.
+    fn hits(
+        &self,
+        searcher: &tantivy::Searcher,
+        ranked: Vec<(f32, tantivy::DocAddress)>,
+        snippet_query: &dyn Query,
+        max: usize,
+    ) -> Result<Vec<SearchHit>, CorpusError> {
+        let err = |message: String| CorpusError::Search {
+            name: self.name.clone(),
+            message,
+        };
+        let mut snippets = SnippetGenerator::create(searcher, snippet_query, self.fields.body)
             .map_err(|e| err(e.to_string()))?;
         snippets.set_max_num_chars(SNIPPET_CHARS);
         let mut seen = HashSet::new();

@@ -306,8 +306,21 @@ fn named(policy: &McpPolicy, name: &str, entry: &Value) -> Result<Requested, Str
     let Some(url) = url.as_str() else {
         return Err(format!("{field}.url: must be a string"));
     };
+    let headers = header_map(map.get("headers"), &field)?;
+    let spec = ServerSpec {
+        transport: Transport::Http {
+            url: url.to_owned(),
+            headers,
+        },
+        tools,
+    };
+    run_server(policy, name, spec, &field)
+}
+
+/// A server's `headers`: an object of strings, each a header a request may carry.
+fn header_map(value: Option<&Value>, field: &str) -> Result<BTreeMap<String, String>, String> {
     let mut headers = BTreeMap::new();
-    if let Some(h) = map.get("headers") {
+    if let Some(h) = value {
         let Some(h) = h.as_object() else {
             return Err(format!("{field}.headers: must be an object of strings"));
         };
@@ -319,14 +332,7 @@ fn named(policy: &McpPolicy, name: &str, entry: &Value) -> Result<Requested, Str
         }
     }
     check_headers(&headers).map_err(|e| format!("{field}.headers: {e}"))?;
-    let spec = ServerSpec {
-        transport: Transport::Http {
-            url: url.to_owned(),
-            headers,
-        },
-        tools,
-    };
-    run_server(policy, name, spec, &field)
+    Ok(headers)
 }
 
 /// A server the run brought, if the operator lets runs bring servers and its address is allowed.
