@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::fake_tavily::{self, FakeTavily};
+use support::fake_tavily::{self, FakeHit, FakeTavily};
 use support::{Backend, SseFrame, new_thread, parse_sse, spawn_with, test_settings};
 
 /// Questions on different subjects, each answerable from a few searches.
@@ -445,6 +445,42 @@ async fn evaluation_questions_over_the_postgres_manual_cite_what_they_retrieved(
     }
 }
 
+/// Two pages on coral bleaching (`QUESTIONS[1]`), written for this test.
+fn coral_pages() -> Vec<FakeHit> {
+    let page = |slug: &str, title: &str, text: &str| FakeHit {
+        title: title.to_owned(),
+        url: format!("https://reefs.example/{slug}"),
+        content: text.split(". ").next().unwrap_or(text).to_owned(),
+        raw_content: Some(text.to_owned()),
+        score: 0.9,
+    };
+    vec![
+        page(
+            "causes",
+            "Why corals bleach",
+            "Coral bleaching happens when corals under stress expel the algae that live in their \
+             tissues and give them colour and most of their food. The main cause is ocean water \
+             that stays warmer than usual for weeks: a rise of about one degree Celsius above the \
+             usual summer maximum can start it. Other stresses add to the heat: strong sunlight \
+             in calm, clear water, pollution and sediment running off the land, and disease. A \
+             bleached coral is not dead, but it starves, and if the heat lasts it dies. Marine \
+             heatwaves linked to climate change have caused mass bleaching on reefs around the \
+             world, including the Great Barrier Reef.",
+        ),
+        page(
+            "action",
+            "Protecting reefs from bleaching",
+            "The most important step to reduce bleaching is cutting the greenhouse gas emissions \
+             that warm the oceans. Locally, reef managers reduce the other stresses: they limit \
+             fertiliser and sewage run-off, control overfishing so that grazing fish keep algae \
+             down, and set up marine protected areas. Scientists restore damaged reefs by growing \
+             coral fragments in nurseries and planting them back, and they breed corals that \
+             tolerate heat better. Satellite monitoring of sea temperatures warns managers when \
+             bleaching is likely, so they can plan surveys and protection in advance.",
+        ),
+    ]
+}
+
 /// The official MCP client (`mcp` 2.x, from `.venv-compat`) gets a report from the real model
 /// through `/mcp`: one researcher, one round, so the call takes minutes, not a quarter hour.
 /// The call either completes with a report whose linked sources it cites, or is a tool error
@@ -453,8 +489,9 @@ async fn evaluation_questions_over_the_postgres_manual_cite_what_they_retrieved(
 #[ignore = "needs the local model server: scripts/test.sh starts it and runs this tier"]
 async fn an_mcp_client_gets_a_report_from_the_real_model() {
     let tavily = FakeTavily::start().await;
-    tavily.set_result_count(2);
-    tavily.set_raw_content_len(3000);
+    // Pages that answer the question, whatever the model searches: the generated filler says
+    // nothing, and the support check rightly leaves a report written from memory empty.
+    tavily.set_hits_for_any_query(coral_pages());
     let app = real_app(&config(&model_url(), &tavily), "real-model.toml").await;
     let python = std::env::var("DR_COMPAT_PYTHON").unwrap_or_else(|_| {
         concat!(env!("CARGO_MANIFEST_DIR"), "/.venv-compat/bin/python").to_owned()

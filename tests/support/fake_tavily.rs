@@ -59,6 +59,8 @@ struct Knobs {
     faults_by_call: HashMap<usize, Fault>,
     fault_always: Option<Fault>,
     overrides: HashMap<String, Vec<FakeHit>>,
+    /// Served for any query without an override, in place of the generated pages.
+    any_query: Option<Vec<FakeHit>>,
 }
 
 impl Default for Knobs {
@@ -72,6 +74,7 @@ impl Default for Knobs {
             faults_by_call: HashMap::new(),
             fault_always: None,
             overrides: HashMap::new(),
+            any_query: None,
         }
     }
 }
@@ -182,6 +185,12 @@ impl FakeTavily {
     pub fn set_hits(&self, query: &str, hits: Vec<FakeHit>) {
         self.shared.knobs().overrides.insert(query.to_owned(), hits);
     }
+
+    /// Serves these results for every query `set_hits` does not name: pages with something
+    /// to say, for a real model whose queries cannot be known in advance.
+    pub fn set_hits_for_any_query(&self, hits: Vec<FakeHit>) {
+        self.shared.knobs().any_query = Some(hits);
+    }
 }
 
 /// Lowercase alphanumerics, every other run of characters becomes one `-`.
@@ -221,7 +230,7 @@ pub fn default_hit(query: &str, i: usize, raw_len: usize) -> FakeHit {
 }
 
 fn hits_for(knobs: &Knobs, query: &str, max_results: usize) -> Vec<FakeHit> {
-    if let Some(hits) = knobs.overrides.get(query) {
+    if let Some(hits) = knobs.overrides.get(query).or(knobs.any_query.as_ref()) {
         return hits.clone();
     }
     (1..=knobs.result_count.min(max_results))

@@ -86,7 +86,8 @@ pub(super) fn body_lines(report: &str) -> Vec<&str> {
 }
 
 /// `body` without the headings whose section the check left empty: a heading followed, past
-/// blank lines, by a heading of its level or above, or by the end.
+/// blank lines, by a heading of its level or above, or by the end. Read from the end, so a
+/// section whose subsections all went goes too (its next line is then the next kept one).
 pub(super) fn without_empty_sections(body: &str) -> String {
     let level = |line: &str| {
         let t = line.trim_start();
@@ -94,22 +95,57 @@ pub(super) fn without_empty_sections(body: &str) -> String {
         (n > 0 && t[n..].starts_with(' ')).then_some(n)
     };
     let lines: Vec<&str> = body.lines().collect();
-    let mut kept: Vec<&str> = Vec::with_capacity(lines.len());
+    // Which lines are inside a code fence (a `#` there is not a heading).
     let mut fenced = false;
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
-        }
-        if let Some(mine) = level(line).filter(|_| !fenced && i > 0) {
-            let next = lines[i + 1..].iter().find(|l| !l.trim().is_empty());
-            let empty = next.is_none_or(|n| level(n).is_some_and(|theirs| theirs <= mine));
+    let in_code: Vec<bool> = lines
+        .iter()
+        .map(|line| {
+            let fence = line.trim_start().starts_with("```");
+            let inside = fenced || fence;
+            if fence {
+                fenced = !fenced;
+            }
+            inside
+        })
+        .collect();
+    let mut kept: Vec<&str> = Vec::with_capacity(lines.len());
+    // The level of the next kept non-blank line: None at the end, Some(None) for text.
+    let mut next: Option<Option<usize>> = None;
+    for (i, line) in lines.iter().enumerate().rev() {
+        let heading = level(line).filter(|_| !in_code[i] && i > 0);
+        if let Some(mine) = heading {
+            let empty = next.is_none_or(|n| n.is_some_and(|theirs| theirs <= mine));
             if empty {
                 continue;
             }
         }
+        if !line.trim().is_empty() {
+            next = Some(heading);
+        }
         kept.push(line);
     }
+    kept.reverse();
     kept.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_empty_sections;
+
+    #[test]
+    fn a_section_whose_subsections_all_went_goes_too() {
+        let body = "# Title\n\n## Causes\n\n### Heat\n\n### Light\n\n## Action\n\nReefs are protected [1].\n\n## Outlook\n\n";
+        assert_eq!(
+            without_empty_sections(body),
+            "# Title\n\n\n\n\n## Action\n\nReefs are protected [1].\n\n"
+        );
+    }
+
+    #[test]
+    fn sections_with_text_and_code_stay() {
+        let body = "# T\n\n## A\n\n```\n# not a heading\n```\n\n## B\n\n### B1\n\ntext\n";
+        assert_eq!(without_empty_sections(body), body.trim_end());
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

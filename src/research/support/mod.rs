@@ -376,6 +376,28 @@ pub fn repair(report: &str, sources: &Sources) -> Repaired {
     repair_with(report, sources, Uncited::Remove)
 }
 
+/// The note under a report whose unsupported sentences went. When nothing but headings is
+/// left, it says so: the reader learns the search did not answer, not that the page broke.
+fn left_out_note(n: usize, body: &str) -> String {
+    let said = body
+        .lines()
+        .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    if !said {
+        return format!(
+            "\n\n> Note: no retrieved source supports what was written ({n} {}), so none of \
+             it is shown: the sources found do not seem to answer the question. Research it \
+             again with other search terms or other sources.",
+            if n == 1 { "sentence" } else { "sentences" }
+        );
+    }
+    let (these, were) = if n == 1 {
+        ("sentence", "was")
+    } else {
+        ("sentences", "were")
+    };
+    format!("\n\n> Note: {n} {these} that no retrieved source supports {were} left out.")
+}
+
 /// `repair`, with what becomes of unsupported claims that cite nothing said by `uncited`.
 pub fn repair_with(report: &str, sources: &Sources, uncited: Uncited) -> Repaired {
     let mut words = Words::new();
@@ -412,15 +434,7 @@ pub fn repair_with(report: &str, sources: &Sources, uncited: Uncited) -> Repaire
     counts.sources_cited = cited.len();
     let mut report = body.trim_end().to_owned();
     if counts.uncited_unsupported > 0 && uncited == Uncited::Remove {
-        let n = counts.uncited_unsupported;
-        let (these, were) = if n == 1 {
-            ("sentence", "was")
-        } else {
-            ("sentences", "were")
-        };
-        report.push_str(&format!(
-            "\n\n> Note: {n} {these} that no retrieved source supports {were} left out."
-        ));
+        report.push_str(&left_out_note(counts.uncited_unsupported, &body));
     }
     if !cited.is_empty() {
         report.push_str("\n\n### Sources\n\n");

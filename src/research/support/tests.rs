@@ -379,3 +379,26 @@ fn a_heading_whose_section_the_check_emptied_goes() {
     assert!(r.report.starts_with("# T\n"), "{}", r.report);
     assert!(r.report.contains("## Vacuum\n"), "{}", r.report);
 }
+
+#[test]
+fn a_report_left_with_headings_only_says_why_and_keeps_no_empty_heading() {
+    let draft = "# Coral reefs\n\n## Causes\n\n### Heat\n\nSea temperatures rose by four degrees in 2031.\n\n\
+                 ### Light\n\nQuantum computers bleach coral at night.\n\n## Action\n\n\
+                 Governments banned all boats in 2029.\n";
+    let r = repair_with(draft, &sources(), Uncited::Remove);
+    assert_eq!(r.counts.uncited_unsupported, 3, "{}", r.report);
+    for heading in ["## Causes", "### Heat", "### Light", "## Action"] {
+        assert!(
+            !r.report.contains(heading),
+            "{heading} is empty: {}",
+            r.report
+        );
+    }
+    assert!(r.report.starts_with("# Coral reefs"), "{}", r.report);
+    assert!(
+        r.report
+            .contains("no retrieved source supports what was written (3 sentences)"),
+        "{}",
+        r.report
+    );
+}
