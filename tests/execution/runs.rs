@@ -45,6 +45,7 @@ both_backends!(
     thread_stream_follows_runs_another_replica_executes,
     follow_up_runs_continue_the_conversation,
     a_queued_run_announces_itself_at_once,
+    a_paused_run_can_be_resumed_the_moment_wait_returns,
 );
 
 async fn post(app: &TestApp, path: impl AsRef<str>, body: Value) -> reqwest::Response {
@@ -646,6 +647,42 @@ async fn history_chains_checkpoints_newest_first(app: &TestApp) {
         2,
         "state at the child step"
     );
+}
+
+/// A run that pauses for a person has left its thread waiting for the answer by the time
+/// `/wait` returns: a client that resumes at once (the default strategy, `reject`) is not told
+/// the thread is busy. Ten rounds, since a race would lose only some of them.
+async fn a_paused_run_can_be_resumed_the_moment_wait_returns(app: &TestApp) {
+    for round in 0..10 {
+        let tid = new_thread(app).await;
+        let path = format!("/threads/{tid}/runs/wait");
+        let paused = post(
+            app,
+            &path,
+            json!({"assistant_id": "hitl", "input": hello()}),
+        )
+        .await;
+        assert_eq!(paused.status(), 200, "round {round}");
+        let paused: Value = paused.json().await.unwrap();
+        assert!(
+            paused["__interrupt__"][0]["id"].is_string(),
+            "round {round}: {paused}"
+        );
+        let thread = app.get_json(&format!("/threads/{tid}")).await;
+        assert_eq!(thread["status"], "interrupted", "round {round}: {thread}");
+        let resumed = post(
+            app,
+            &path,
+            json!({"assistant_id": "hitl", "command": {"resume": "yes"}}),
+        )
+        .await;
+        let status = resumed.status();
+        let done: Value = resumed.json().await.unwrap();
+        assert_eq!(status, 200, "round {round}: {done}");
+        assert!(done.get("__interrupt__").is_none(), "round {round}: {done}");
+        let thread = app.get_json(&format!("/threads/{tid}")).await;
+        assert_eq!(thread["status"], "idle", "round {round}: {thread}");
+    }
 }
 
 async fn on_disconnect_cancel_stops_the_run(app: &TestApp) {

@@ -1,5 +1,7 @@
-//! The dense side of hybrid search: one vector a section, kept in `vectors.bin` beside the
-//! corpus's index, and the fusion of ranked lists.
+//! The dense side of hybrid search: a vector for each part of a section (the model reads 128
+//! tokens, and a long section's answer is often past them), kept in `vectors.bin` beside the
+//! corpus's index; a section is as near a query as its nearest part. And the fusion of ranked
+//! lists.
 //!
 //! A vector is keyed by its section (file and position in it) and carries a digest of the text
 //! it was made from, so a section whose text changed, or a file that is gone, is embedded again
@@ -15,7 +17,8 @@ use tantivy::schema::{IndexRecordOption, Value};
 use tantivy::{DocAddress, TantivyDocument, Term};
 
 const FILE: &str = "vectors.bin";
-const MAGIC: &[u8; 8] = b"DRVEC01\n";
+/// Version 2: several vectors a section (version 1 held one; its file is embedded again).
+const MAGIC: &[u8; 8] = b"DRVEC02\n";
 
 /// A section: its file (relative to the corpus root) and its place among the file's sections.
 pub type Key = (String, u64);
@@ -31,11 +34,11 @@ pub fn digest(text: &str) -> Digest {
     out
 }
 
-/// The vectors of one corpus, made by one model.
+/// The vectors of one corpus, made by one model: each section's parts, in order.
 #[derive(Debug, Default)]
 pub struct Vectors {
     model: String,
-    by_key: HashMap<Key, (Digest, Vec<f32>)>,
+    by_key: HashMap<Key, (Digest, Vec<Vec<f32>>)>,
 }
 
 impl Vectors {
@@ -56,6 +59,10 @@ impl Vectors {
                 Self::empty(model)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::empty(model),
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                tracing::info!(dir = %dir.display(), "corpus vectors of an older version: embedding again");
+                Self::empty(model)
+            }
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "corpus vectors unreadable: embedding again");
                 Self::empty(model)
@@ -70,13 +77,16 @@ impl Vectors {
         out.write_all(MAGIC)?;
         write_bytes(&mut out, self.model.as_bytes())?;
         out.write_all(&(self.by_key.len() as u64).to_le_bytes())?;
-        for ((rel, ordinal), (digest, vector)) in &self.by_key {
+        for ((rel, ordinal), (digest, parts)) in &self.by_key {
             write_bytes(&mut out, rel.as_bytes())?;
             out.write_all(&ordinal.to_le_bytes())?;
             out.write_all(digest)?;
-            out.write_all(&(vector.len() as u32).to_le_bytes())?;
-            for x in vector {
-                out.write_all(&x.to_le_bytes())?;
+            out.write_all(&(parts.len() as u32).to_le_bytes())?;
+            for vector in parts {
+                out.write_all(&(vector.len() as u32).to_le_bytes())?;
+                for x in vector {
+                    out.write_all(&x.to_le_bytes())?;
+                }
             }
         }
         out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
@@ -96,8 +106,9 @@ impl Vectors {
         self.by_key.get(key).is_some_and(|(d, _)| d == digest)
     }
 
-    pub fn insert(&mut self, key: Key, digest: Digest, vector: Vec<f32>) {
-        self.by_key.insert(key, (digest, vector));
+    /// Keeps a section's vectors, one a part, in the parts' order.
+    pub fn insert(&mut self, key: Key, digest: Digest, parts: Vec<Vec<f32>>) {
+        self.by_key.insert(key, (digest, parts));
     }
 
     /// Drops every vector whose key `keep` refuses; says how many went.
@@ -107,13 +118,21 @@ impl Vectors {
         before - self.by_key.len()
     }
 
-    /// The `n` sections nearest `query` (a unit vector), nearest first, with their cosine.
+    /// The `n` sections nearest `query` (a unit vector), nearest first, each with the cosine
+    /// of its nearest part.
     pub fn nearest(&self, query: &[f32], n: usize) -> Vec<(f32, &Key)> {
+        let cosine = |v: &Vec<f32>| -> f32 { v.iter().zip(query).map(|(a, b)| a * b).sum() };
         let mut scored: Vec<(f32, &Key)> = self
             .by_key
             .iter()
-            .filter(|(_, (_, v))| v.len() == query.len())
-            .map(|(k, (_, v))| (v.iter().zip(query).map(|(a, b)| a * b).sum(), k))
+            .filter_map(|(k, (_, parts))| {
+                parts
+                    .iter()
+                    .filter(|v| v.len() == query.len())
+                    .map(cosine)
+                    .reduce(f32::max)
+                    .map(|best| (best, k))
+            })
             .collect();
         let n = n.min(scored.len());
         if n == 0 {
@@ -137,13 +156,25 @@ const MAX_NAME: usize = 64 * 1024;
 /// The widest vector a file may hold.
 const MAX_DIM: usize = 8192;
 
+/// The most parts a file may hold for one section (more than `MAX_PARTS`, so a file written
+/// with a larger limit still reads).
+const MAX_STORED_PARTS: usize = 256;
+
 fn read(path: &Path) -> std::io::Result<Vectors> {
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned());
     let mut input = std::io::BufReader::new(std::fs::File::open(path)?);
     let mut magic = [0u8; 8];
     input.read_exact(&mut magic)?;
     if &magic != MAGIC {
-        return Err(bad("not a vectors file of this version"));
+        let kind = if magic.starts_with(b"DRVEC") {
+            std::io::ErrorKind::Unsupported
+        } else {
+            std::io::ErrorKind::InvalidData
+        };
+        return Err(std::io::Error::new(
+            kind,
+            "not a vectors file of this version",
+        ));
     }
     let model = read_string(&mut input)?;
     let count = read_u64(&mut input)?;
@@ -153,21 +184,33 @@ fn read(path: &Path) -> std::io::Result<Vectors> {
         let ordinal = read_u64(&mut input)?;
         let mut digest = [0u8; 8];
         input.read_exact(&mut digest)?;
-        let mut dim = [0u8; 4];
-        input.read_exact(&mut dim)?;
-        let dim = u32::from_le_bytes(dim) as usize;
-        if dim > MAX_DIM {
-            return Err(bad("a vector wider than any model's"));
+        let count = read_u32(&mut input)? as usize;
+        if count > MAX_STORED_PARTS {
+            return Err(bad("more parts to a section than any pass makes"));
         }
-        let mut raw = vec![0u8; dim * 4];
-        input.read_exact(&mut raw)?;
-        let vector = raw
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        by_key.insert((rel, ordinal), (digest, vector));
+        let mut parts = Vec::with_capacity(count);
+        for _ in 0..count {
+            let dim = read_u32(&mut input)? as usize;
+            if dim > MAX_DIM {
+                return Err(bad("a vector wider than any model's"));
+            }
+            let mut raw = vec![0u8; dim * 4];
+            input.read_exact(&mut raw)?;
+            parts.push(
+                raw.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            );
+        }
+        by_key.insert((rel, ordinal), (digest, parts));
     }
     Ok(Vectors { model, by_key })
+}
+
+fn read_u32(input: &mut impl Read) -> std::io::Result<u32> {
+    let mut b = [0u8; 4];
+    input.read_exact(&mut b)?;
+    Ok(u32::from_le_bytes(b))
 }
 
 fn read_u64(input: &mut impl Read) -> std::io::Result<u64> {
@@ -212,22 +255,57 @@ pub fn fused<A: PartialEq>(lists: Vec<Vec<(f32, A)>>) -> Vec<(f32, A)> {
 /// The constant of reciprocal-rank fusion: how little the first ranks outweigh the next.
 const RRF_K: f32 = 60.0;
 
-/// Characters of a section an embedding pass keeps to embed: more than the model reads
-/// (`embed::MAX_TOKENS` tokens), so nothing it would read is lost, and little memory for a first
-/// pass over thousands of sections.
-const EMBED_CHARS: usize = 2000;
+/// Characters of a section's body in one part: about what the model reads of a text
+/// (`embed::MAX_TOKENS`, 128 tokens) once the title is in front of it.
+const PART_CHARS: usize = 440;
+
+/// Parts of one section embedded at most, so its first ≈1,300 characters are read in meaning.
+/// Each part is a forward pass of its own: three keep a 3,500-section manual's first pass near
+/// five minutes on 2 cores (four took six, for two points of recall); what lies past them is
+/// found by words alone.
+const MAX_PARTS: usize = 3;
 
 /// Sections embedded between two saves of the vectors, so a long first pass that is stopped
 /// keeps most of its work.
 const SAVE_EVERY: usize = 512;
 
-/// A section to embed: its key, its text's digest and the text.
-type Pending = (Key, Digest, String);
+/// A section to embed: its key, its parts' digest and the parts.
+type Pending = (Key, Digest, Vec<String>);
 
-/// What a section's vector is made from: its title and text.
-fn embedded_text(title: &str, body: &str) -> String {
-    let text = format!("{title}\n{body}");
-    crate::tools::engines::truncate_chars(&text, EMBED_CHARS).to_owned()
+/// What a section's vectors are made from: its body in parts of about `PART_CHARS`, each cut
+/// at a sentence's end (or a space) and led by the title, which says what the part is about.
+fn embedded_parts(title: &str, body: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut rest = body.trim();
+    loop {
+        let part = head_within(rest, PART_CHARS);
+        parts.push(format!("{title}\n{part}"));
+        rest = rest[part.len()..].trim_start();
+        if rest.is_empty() || parts.len() == MAX_PARTS {
+            return parts;
+        }
+    }
+}
+
+/// The longest head of `text` within `max` characters that ends a sentence in its second half,
+/// else at its last space, else at `max` characters.
+fn head_within(text: &str, max: usize) -> &str {
+    let Some((cut, _)) = text.char_indices().nth(max) else {
+        return text;
+    };
+    let head = &text[..cut];
+    if let Some(end) = head.rfind(". ").filter(|&i| i >= head.len() / 2) {
+        return &text[..=end];
+    }
+    match head.rfind(char::is_whitespace) {
+        Some(space) if space > 0 => &text[..space],
+        _ => head,
+    }
+}
+
+/// One digest of a section's parts.
+fn parts_digest(parts: &[String]) -> Digest {
+    digest(&parts.join("\u{0}"))
 }
 
 impl super::Corpus {
@@ -257,10 +335,7 @@ impl super::Corpus {
             .embedding
             .lock()
             .map_err(|_| err("an embedding pass panicked".into()))?;
-        let (present, mut missing) = self.sections_to_embed().map_err(err)?;
-        // Texts of like length side by side: a batch is padded to its longest text, and a
-        // short section batched with long ones would cost as much as they do.
-        missing.sort_by_key(|(_, _, text)| text.len());
+        let (present, missing) = self.sections_to_embed().map_err(err)?;
         let dropped = self
             .vectors
             .write()
@@ -268,19 +343,33 @@ impl super::Corpus {
             .retain(|k| present.contains(k));
         let started = std::time::Instant::now();
         let mut made = 0;
+        let mut parts_made = 0;
         for chunk in missing.chunks(SAVE_EVERY) {
-            let texts: Vec<&str> = chunk.iter().map(|(_, _, t)| t.as_str()).collect();
-            let vectors = embedder.embed(&texts).map_err(|e| err(e.to_string()))?;
+            let texts: Vec<&str> = chunk
+                .iter()
+                .flat_map(|(_, _, parts)| parts.iter().map(String::as_str))
+                .collect();
+            let mut vectors = embedder
+                .embed(&texts)
+                .map_err(|e| err(e.to_string()))?
+                .into_iter();
             let mut kept = self
                 .vectors
                 .write()
                 .map_err(|_| err("the vectors were poisoned by a panic".into()))?;
-            for ((key, digest, _), vector) in chunk.iter().zip(vectors) {
-                kept.insert(key.clone(), *digest, vector);
+            for (key, digest, parts) in chunk {
+                let made: Vec<Vec<f32>> = vectors.by_ref().take(parts.len()).collect();
+                if made.len() != parts.len() {
+                    return Err(err(
+                        "the model returned fewer vectors than it was given texts".into(),
+                    ));
+                }
+                kept.insert(key.clone(), *digest, made);
             }
             kept.save(&self.index_dir).map_err(|e| err(e.to_string()))?;
             made += chunk.len();
-            tracing::info!(corpus = %self.name, made, of = missing.len(),
+            parts_made += texts.len();
+            tracing::info!(corpus = %self.name, made, of = missing.len(), parts = parts_made,
                 secs = started.elapsed().as_secs_f64(), "corpus vectors");
         }
         if made == 0 && dropped > 0 {
@@ -323,10 +412,10 @@ impl super::Corpus {
                     .and_then(|v| v.as_u64())
                     .unwrap_or_default();
                 let key = (text(self.fields.path), ordinal);
-                let embedded = embedded_text(&text(self.fields.title), &text(self.fields.body));
-                let digest = digest(&embedded);
+                let parts = embedded_parts(&text(self.fields.title), &text(self.fields.body));
+                let digest = parts_digest(&parts);
                 if !vectors.holds(&key, &digest) {
-                    missing.push((key.clone(), digest, embedded));
+                    missing.push((key.clone(), digest, parts));
                 }
                 present.insert(key);
             }
@@ -417,8 +506,12 @@ mod tests {
     fn vectors_survive_a_save_and_another_models_are_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let mut v = Vectors::empty("m1");
-        v.insert(("a.html".into(), 0), digest("alpha"), vec![1.0, 0.0]);
-        v.insert(("b.html".into(), 3), digest("beta"), vec![0.0, 1.0]);
+        v.insert(("a.html".into(), 0), digest("alpha"), vec![vec![1.0, 0.0]]);
+        v.insert(
+            ("b.html".into(), 3),
+            digest("beta"),
+            vec![vec![0.0, 1.0], vec![0.6, 0.8]],
+        );
         v.save(dir.path()).unwrap();
         let back = Vectors::load(dir.path(), "m1");
         assert_eq!(back.len(), 2);
@@ -426,14 +519,50 @@ mod tests {
         assert!(!back.holds(&("b.html".into(), 3), &digest("changed")));
         let near = back.nearest(&[0.9, 0.1], 1);
         assert_eq!(near[0].1, &("a.html".to_string(), 0));
+        // b's first part is farther from this query than a, its second nearer: b ranks first.
+        let near = back.nearest(&[0.8, 0.6], 2);
+        assert_eq!(near[0].1, &("b.html".to_string(), 3));
+        assert!((near[0].0 - 0.96).abs() < 1e-6);
         assert!(Vectors::load(dir.path(), "m2").is_empty());
+    }
+
+    #[test]
+    fn a_long_section_is_embedded_in_parts_that_each_carry_its_title() {
+        let sentence = "The setting takes effect at the next connection. ";
+        let body = sentence.repeat(100);
+        let parts = embedded_parts("Client Connection Defaults", &body);
+        assert_eq!(parts.len(), MAX_PARTS);
+        for part in &parts {
+            let (title, text) = part.split_once('\n').unwrap();
+            assert_eq!(title, "Client Connection Defaults");
+            assert!(text.chars().count() <= PART_CHARS, "{}", text.len());
+            assert!(
+                text.starts_with("The setting") && text.ends_with("connection."),
+                "{text}"
+            );
+        }
+        // A short section is one part, as it was before parts; an empty body still has its title.
+        assert_eq!(
+            embedded_parts("T", "Short text."),
+            vec!["T\nShort text.".to_owned()]
+        );
+        assert_eq!(embedded_parts("T", ""), vec!["T\n".to_owned()]);
+        // No sentence end: cut at a space; no space either: cut at the limit, on a char boundary.
+        let words = "wörd ".repeat(200);
+        let first = &embedded_parts("T", &words)[0];
+        assert!(first.ends_with("wörd"), "{first}");
+        let solid = "é".repeat(1000);
+        assert_eq!(
+            embedded_parts("T", &solid)[0].chars().count(),
+            2 + PART_CHARS
+        );
     }
 
     #[test]
     fn a_damaged_vectors_file_is_read_as_none() {
         let dir = tempfile::tempdir().unwrap();
         let mut v = Vectors::empty("m1");
-        v.insert(("a.html".into(), 0), digest("alpha"), vec![1.0; 384]);
+        v.insert(("a.html".into(), 0), digest("alpha"), vec![vec![1.0; 384]]);
         v.save(dir.path()).unwrap();
         let path = dir.path().join(FILE);
         let bytes = std::fs::read(&path).unwrap();

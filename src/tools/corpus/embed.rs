@@ -123,6 +123,28 @@ impl Embedder {
         if let Backend::Server(remote) = &self.backend {
             return remote.embed(texts).map_err(EmbedError::Run);
         }
+        // Texts of like length side by side: a batch is padded to its longest text, and a
+        // short text batched with long ones would cost as much as they do.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| texts[i].len());
+        let sorted: Vec<&str> = order.iter().map(|&i| texts[i]).collect();
+        let made = self.embed_on_every_core(&sorted)?;
+        if made.len() != texts.len() {
+            return Err(EmbedError::Run(format!(
+                "{} vectors for {} texts",
+                made.len(),
+                texts.len()
+            )));
+        }
+        let mut out = vec![Vec::new(); texts.len()];
+        for (slot, vector) in order.into_iter().zip(made) {
+            out[slot] = vector;
+        }
+        Ok(out)
+    }
+
+    /// `texts` embedded in order, one worker a core.
+    fn embed_on_every_core(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let batches: Vec<&[&str]> = texts.chunks(BATCH).collect();
         let workers = std::thread::available_parallelism()
             .map_or(1, usize::from)
