@@ -57,7 +57,7 @@ async fn main() {
     println!(
         "kill  at-call  in-flight  resumed-after-ms  calls-redone  finished-redone  searches-redone  usage-calls"
     );
-    let client = deep_research::net::client_builder().build().unwrap();
+    let client = deep_research::outbound::client_builder().build().unwrap();
     let mut state = args.seed.max(1);
     let (mut waits, mut redone_all, mut finished_all) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..kills {

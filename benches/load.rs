@@ -24,7 +24,7 @@ mod workload;
 #[path = "../tests/support/pg.rs"]
 mod pg;
 
-use deep_research::sse::{SseDecoder, SseEvent};
+use deep_research::sse_decoder::{SseDecoder, SseEvent};
 use fake_llm::{FakeLlm, FakeReply, Responder};
 use fake_tavily::FakeTavily;
 use futures::StreamExt;
@@ -523,7 +523,7 @@ impl Server {
     }
 
     async fn wait_ready(&self) {
-        let client = deep_research::net::client_builder().build().unwrap();
+        let client = deep_research::outbound::client_builder().build().unwrap();
         for _ in 0..200 {
             if let Ok(r) = client.get(format!("{}/ok", self.base)).send().await
                 && r.status().is_success()
@@ -757,7 +757,7 @@ impl Storage {
 // Clients
 
 fn http_client() -> reqwest::Client {
-    deep_research::net::client_builder()
+    deep_research::outbound::client_builder()
         .http1_only()
         .build()
         .expect("build the HTTP client")

@@ -336,7 +336,7 @@ impl JwtVerifier {
         }
         let jwks = a.jwks_url.as_ref().map(|url| Jwks {
             url: url.clone(),
-            client: crate::net::client_builder()
+            client: crate::outbound::client_builder()
                 .timeout(Duration::from_secs(10))
                 .build()
                 .unwrap_or_default(),

@@ -8,7 +8,7 @@ pub mod search;
 mod view;
 
 use crate::research::progress::RunProgress;
-use crate::sse::SseStream;
+use crate::sse_decoder::SseStream;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
@@ -57,7 +57,7 @@ pub async fn research(
     if let Some(key) = &args.api_key {
         headers.insert("x-api-key", reqwest::header::HeaderValue::from_str(key)?);
     }
-    let http = crate::net::client_builder()
+    let http = crate::outbound::client_builder()
         .default_headers(headers)
         .build()?;
     let thread: Value = http

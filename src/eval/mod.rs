@@ -278,7 +278,7 @@ pub async fn run(
     if let Some(key) = &opts.api_key {
         headers.insert("x-api-key", reqwest::header::HeaderValue::from_str(key)?);
     }
-    let http = crate::net::client_builder()
+    let http = crate::outbound::client_builder()
         .default_headers(headers)
         .build()?;
     let configurable = run_settings(set, opts);

@@ -8,7 +8,7 @@ use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
     ToolChoice, Usage,
 };
-use crate::sse::SseStream;
+use crate::sse_decoder::SseStream;
 use async_trait::async_trait;
 use bytes::Bytes;
 use secrecy::ExposeSecret;

@@ -104,7 +104,7 @@ impl ProviderConfig {
 /// host are closed: each pooled HTTP/1 connection keeps the read buffer it grew while
 /// streaming (up to 400 KB), and a burst of parallel summaries would otherwise leave thousands.
 pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
-    crate::net::client_builder()
+    crate::outbound::client_builder()
         .connect_timeout(Duration::from_secs(15))
         .pool_max_idle_per_host(32)
         .user_agent(concat!("deep-research/", env!("CARGO_PKG_VERSION")))
@@ -595,7 +595,7 @@ mod tests {
             .map(|a| a.port())
             .unwrap_or(9);
         let url = format!("http://127.0.0.1:{port}/v1/chat/completions");
-        let Err(e) = crate::net::client_builder()
+        let Err(e) = crate::outbound::client_builder()
             .build()
             .unwrap()
             .post(&url)

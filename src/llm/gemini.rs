@@ -10,7 +10,7 @@ use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
     ToolChoice, Usage,
 };
-use crate::sse::SseStream;
+use crate::sse_decoder::SseStream;
 use async_trait::async_trait;
 use reqwest::header::CONTENT_TYPE;
 use secrecy::ExposeSecret;

@@ -10,7 +10,7 @@ use super::{
     ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError, OnDelta,
     ToolChoice, ToolSpec, Usage,
 };
-use crate::sse::SseStream;
+use crate::sse_decoder::SseStream;
 use async_trait::async_trait;
 use bytes::Bytes;
 use reqwest::header::CONTENT_TYPE;

@@ -154,7 +154,7 @@ impl Providers {
     pub fn is_internal(&self, provider: &str) -> bool {
         self.endpoints
             .get(&provider.trim().to_ascii_lowercase())
-            .is_some_and(|e| crate::net::names_internal_host(e.base_url()))
+            .is_some_and(|e| crate::outbound::names_internal_host(e.base_url()))
     }
 
     /// HTTP attempts to `provider` running right now (0 for an unknown provider).

@@ -10,7 +10,7 @@ use super::{
     ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta, ToolChoice,
     Usage,
 };
-use crate::sse::SseStream;
+use crate::sse_decoder::SseStream;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 

@@ -8,7 +8,7 @@
 use super::ending::RunResult;
 pub use crate::config::WebhookSettings;
 use crate::ids::RunId;
-use crate::net::is_internal;
+use crate::outbound::is_internal;
 use crate::store::Run;
 use crate::time::Timestamp;
 use hmac::{Hmac, KeyInit, Mac};
@@ -170,7 +170,7 @@ async fn deliver(settings: &WebhookSettings, url: &str, run_id: RunId, body: &[u
 }
 
 async fn send(settings: &WebhookSettings, target: &Target, run_id: RunId, body: &[u8]) -> Attempt {
-    let client = crate::net::guarded_client_builder()
+    let client = crate::outbound::guarded_client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(settings.timeout)
         .resolve_to_addrs(&target.host, &target.addrs)

@@ -136,7 +136,7 @@ fn tracer_provider(endpoint: &str, service: &str) -> anyhow::Result<SdkTracerPro
         format!("{endpoint}/v1/traces")
     };
     let client = OtlpHttp {
-        client: crate::net::client_builder()
+        client: crate::outbound::client_builder()
             .timeout(Duration::from_secs(10))
             .build()?,
         runtime: tokio::runtime::Handle::try_current()?,

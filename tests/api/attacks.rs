@@ -629,7 +629,7 @@ async fn webhooks_never_go_through_a_proxy() {
         ("no_proxy", "127.0.0.1"),
     ];
     let svc = Service::start(&fakes.config, &db, &env).await;
-    let client = deep_research::net::client_builder()
+    let client = deep_research::outbound::client_builder()
         .no_proxy()
         .build()
         .unwrap();

@@ -23,7 +23,7 @@ async fn research_to_the_end(ra: &r::ResearchApp) -> Value {
         "input": {"messages": [{"role": "user", "content": "Compare solar and wind power costs"}]},
         "config": {"configurable": {"allow_clarification": false}},
     });
-    let response = deep_research::net::client_builder()
+    let response = deep_research::outbound::client_builder()
         .build()
         .unwrap()
         .post(ra.app.url(&format!("/threads/{tid}/runs/wait")))

@@ -395,7 +395,7 @@ async fn reseal_moves_postgres_rows_to_the_new_key() {
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .to_owned()
     };
-    let client = deep_research::net::client_builder().build().unwrap();
+    let client = deep_research::outbound::client_builder().build().unwrap();
     let mut a = serve_with(KEY_A);
     let port = port_of(&mut a);
     let put = client

@@ -32,7 +32,7 @@ async fn sigkill_mid_research_then_restart(backend: Backend) {
         return;
     };
     let (base_llm, base_search) = baseline(&fakes, backend).await;
-    let client = deep_research::net::client_builder().build().unwrap();
+    let client = deep_research::outbound::client_builder().build().unwrap();
     let mut svc = Service::start(&fakes.config, &db, FAST).await;
     let before = fakes.calls();
     let (t, r) = start_research(&client, &svc, "Batteries").await;
@@ -144,7 +144,7 @@ async fn finished_calls_of_a_cut_step_are_replayed(backend: Backend) {
     };
     let (base_llm, base_search) = baseline(&fakes, backend).await;
     armed.store(true, Ordering::SeqCst);
-    let client = deep_research::net::client_builder().build().unwrap();
+    let client = deep_research::outbound::client_builder().build().unwrap();
     let mut svc = Service::start(&fakes.config, &db, FAST).await;
     let before = fakes.calls();
     let thread = create_thread(&client, &svc).await;
@@ -260,7 +260,7 @@ async fn sigterm_drains_and_the_other_replica_resumes_at_once() {
         ("DR_MAX_CONCURRENT_RUNS", "10"),
     ];
     let mut a = Service::start(&fakes.config, &db, &env).await;
-    let client = deep_research::net::client_builder().build().unwrap();
+    let client = deep_research::outbound::client_builder().build().unwrap();
     let mut runs = Vec::new();
     for i in 0..10 {
         runs.push(start_research(&client, &a, &format!("Batteries {i}")).await);
@@ -443,7 +443,7 @@ async fn postgres_outage_mid_run_pauses_and_continues() {
     let fakes = Fakes::start(Duration::from_millis(60)).await;
     let db = Db::Postgres(cluster.url());
     let svc = Service::start(&fakes.config, &db, FAST).await;
-    let client = deep_research::net::client_builder()
+    let client = deep_research::outbound::client_builder()
         .timeout(Duration::from_secs(10))
         .build()
         .expect("client");
@@ -803,7 +803,7 @@ async fn replicas_with_skewed_clocks_neither_steal_nor_wait() {
         ]);
         env
     };
-    let client = deep_research::net::client_builder().build().unwrap();
+    let client = deep_research::outbound::client_builder().build().unwrap();
     let mut a = Service::start(&fakes.config, &db, FAST).await;
 
     // A replica a minute ahead sees A's leases as long expired by its own clock.
@@ -1074,7 +1074,7 @@ async fn a_paused_plan_review_survives_a_kill_and_is_answered_elsewhere() {
     let Some(db) = Db::fresh(Backend::Sqlite, fakes.dir.path()).await else {
         return;
     };
-    let client = deep_research::net::client_builder().build().unwrap();
+    let client = deep_research::outbound::client_builder().build().unwrap();
     let wait = |svc: &Service, thread: &str, body: Value| {
         let request = client
             .post(svc.url(&format!("/threads/{thread}/runs/wait")))

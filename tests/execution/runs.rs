@@ -880,7 +880,7 @@ async fn a_panicking_run_fails_with_the_reason_and_its_worker_goes_on() {
         .await
         .unwrap();
     let tid = new_thread(&app).await;
-    let client = deep_research::net::client_builder().build().unwrap();
+    let client = deep_research::outbound::client_builder().build().unwrap();
     let url = app.url(&format!("/threads/{tid}/runs/wait"));
     let panicking = json!({"assistant_id": "err", "input": {"messages": []},
                            "config": {"configurable": {"panic": true}}});
@@ -1031,7 +1031,7 @@ async fn thread_stream_follows_runs_another_replica_executes(app: &TestApp) {
         let replica_url = replica.address.clone();
         let tid = tid.clone();
         async move {
-            let client = deep_research::net::client_builder().build().unwrap();
+            let client = deep_research::outbound::client_builder().build().unwrap();
             let mut stream = client
                 .get(format!("{replica_url}/threads/{tid}/stream"))
                 .send()

@@ -27,7 +27,7 @@ fn client(fake: &FakeEngines, engine: Engine, key: Option<&str>) -> WebSearch {
         base_delay: Duration::from_millis(10),
         ..SearchConfig::default()
     };
-    let http = deep_research::net::client_builder().build().unwrap();
+    let http = deep_research::outbound::client_builder().build().unwrap();
     WebSearch::new(config, http, Arc::new(Semaphore::new(4)))
 }
 

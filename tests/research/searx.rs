@@ -145,7 +145,7 @@ async fn the_searxng_backend_reads_a_real_searx() {
         timeout: Duration::from_secs(20),
         ..SearchConfig::default()
     };
-    let http = deep_research::net::client_builder().build().unwrap();
+    let http = deep_research::outbound::client_builder().build().unwrap();
     let searx = WebSearch::new(config, http, Arc::new(Semaphore::new(2)));
     let opts = SearchOptions {
         query: QueryOptions {

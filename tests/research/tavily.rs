@@ -25,7 +25,7 @@ fn config(fake: &FakeTavily) -> SearchConfig {
 }
 
 fn client(config: SearchConfig, in_flight: usize) -> WebSearch {
-    let http = deep_research::net::client_builder()
+    let http = deep_research::outbound::client_builder()
         .no_proxy()
         .build()
         .expect("http client");

@@ -140,7 +140,7 @@ async fn serve(
     tokio::spawn(app.run_until_stopped());
     TestApp {
         address,
-        client: deep_research::net::client_builder().build().unwrap(),
+        client: deep_research::outbound::client_builder().build().unwrap(),
         store,
         bus,
         shutdown,

@@ -84,7 +84,7 @@ impl Service {
             child,
             base: format!("http://127.0.0.1:{port}"),
         };
-        let client = deep_research::net::client_builder().build().unwrap();
+        let client = deep_research::outbound::client_builder().build().unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = service.child.try_wait() {
@@ -292,7 +292,7 @@ pub fn report_of(values: &Value) -> &str {
 pub async fn baseline(fakes: &Fakes, backend: Backend) -> (usize, usize) {
     let db = Db::fresh(backend, fakes.dir.path()).await.expect("store");
     let svc = Service::start(&fakes.config, &db, FAST).await;
-    let client = deep_research::net::client_builder().build().unwrap();
+    let client = deep_research::outbound::client_builder().build().unwrap();
     let before = fakes.calls();
     let (t, r) = start_research(&client, &svc, "Batteries").await;
     let values = join(&client, &svc, &t, &r).await;

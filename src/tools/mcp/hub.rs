@@ -84,7 +84,7 @@ impl McpHub {
     pub fn new(limits: Limits, allow_private: bool) -> Result<Self, reqwest::Error> {
         // No redirects: a server may not send the client (and its headers) elsewhere.
         let base = || {
-            crate::net::client_builder()
+            crate::outbound::client_builder()
                 .connect_timeout(limits.connect_timeout)
                 .redirect(reqwest::redirect::Policy::none())
         };
@@ -95,7 +95,7 @@ impl McpHub {
         } else {
             base()
                 .no_proxy()
-                .dns_resolver(Arc::new(crate::net::PublicOnly))
+                .dns_resolver(Arc::new(crate::outbound::PublicOnly))
                 .build()?
         };
         Ok(Self {

@@ -363,7 +363,7 @@ fn run_server(
     }
     if let Transport::Http { url, .. } = &spec.transport {
         check_url(url).map_err(|e| format!("{field}.url: {e}"))?;
-        if !policy.allow_private_urls && crate::net::names_internal_host(url) {
+        if !policy.allow_private_urls && crate::outbound::names_internal_host(url) {
             return Err(format!(
                 "{field}.url: the address is loopback, private or link-local, which this server \
                  does not let runs reach ([mcp] allow_private_urls)"
