@@ -15,11 +15,11 @@ mod meta;
 mod numbers;
 pub mod openapi;
 mod params;
-mod protocol;
 mod query;
-mod responses;
+mod response_bodies;
 mod runs;
 mod store_items;
+mod thread_protocol;
 mod threads;
 mod turns;
 mod web;
@@ -89,7 +89,7 @@ pub fn router(state: AppState) -> Router {
         .merge(assistants::router())
         .merge(threads::router())
         .merge(runs::router())
-        .merge(protocol::router())
+        .merge(thread_protocol::router())
         .merge(store_items::router())
         .merge(crons::router())
         .merge(docs)

@@ -4,7 +4,7 @@
 mod refine;
 
 use super::{
-    AppState, a2a, ag_ui, assistants, crons, mcp, meta, protocol, runs, store_items, threads,
+    AppState, a2a, ag_ui, assistants, crons, mcp, meta, runs, store_items, thread_protocol, threads,
 };
 use crate::store::{Assistant, Cron, MultitaskStrategy, Run, RunStatus, Thread, ThreadStatus};
 use axum::routing::get;
@@ -76,8 +76,8 @@ use utoipa_swagger_ui::SwaggerUi;
         store_items::delete_item,
         store_items::search,
         store_items::namespaces,
-        protocol::command,
-        protocol::events,
+        thread_protocol::command,
+        thread_protocol::events,
         a2a::rpc,
         a2a::card::well_known,
         a2a::card::of_assistant,

@@ -7,7 +7,7 @@ use super::lookups::{self, checkpoint_id_of};
 use super::params::{Ids, parse_id};
 use super::params::{optional_enum, parse_enum};
 use super::query::{query_pairs, query_values};
-use super::responses::sse_response;
+use super::response_bodies::sse_response;
 use super::{AppState, SearchParams, paged, project};
 use crate::graph::channels::writes_to_json;
 use crate::graph::state::{StateBuilder, empty_state};

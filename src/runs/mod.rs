@@ -1,6 +1,6 @@
 //! Runs, executed: the `Runner` of one process and its parts, one file each.
 //!
-//! - `spec.rs`: what a run is to do (`RunKwargs`), parsed once by the API and stored with it;
+//! - `kwargs.rs`: what a run is to do (`RunKwargs`), parsed once by the API and stored with it;
 //! - `pool.rs`: the workers that claim runs, and cancellation of the runs executing here;
 //! - `executor.rs`: one run, from its start point through the graph, under a renewed lease;
 //! - `ending.rs`: how it ended, recorded with the thread's new summary;
@@ -11,9 +11,9 @@
 mod ending;
 mod executor;
 pub mod keys;
+pub mod kwargs;
 pub mod options;
 mod pool;
-pub mod spec;
 mod sweeper;
 pub mod webhook;
 
@@ -23,7 +23,7 @@ use crate::ids::RunId;
 use crate::store::Store;
 use crate::stream::Bus;
 use keys::KeyVault;
-pub use spec::RunKwargs;
+pub use kwargs::RunKwargs;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::Notify;

@@ -5,8 +5,8 @@ pub mod bus;
 pub mod encode;
 pub mod events;
 pub mod modes;
-pub mod protocol;
 mod thread;
+pub mod thread_protocol;
 
 pub use bus::{Bus, Frame, RunChannel};
 pub use encode::Encoder;

@@ -11,7 +11,7 @@ use super::error::{ApiResult, AppError, Body, BodyList};
 use super::params::{Ids, parse_id};
 use super::params::{optional_enum, parse_enum};
 use super::query::{query_flag, query_int, query_pairs, query_values};
-use super::responses::{json_response, set_header, sse_response};
+use super::response_bodies::{json_response, set_header, sse_response};
 use crate::ids::{RunId, ThreadId};
 use crate::runs::RunKwargs;
 use crate::store::retry::patiently;

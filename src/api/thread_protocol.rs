@@ -1,7 +1,7 @@
 //! The thread-centric protocol of `@langchain/react` (`useStream` through
 //! `@langchain/langgraph-sdk` ≥ 1.11): commands at `POST /threads/{id}/commands` and the
 //! thread's event stream at `POST /threads/{id}/stream/events`. Commands create runs through
-//! the same path as the runs API; the stream is `stream::protocol`.
+//! the same path as the runs API; the stream is `stream::thread_protocol`.
 //!
 //! Commands answer HTTP 200 with `{"type": "success" | "error", …}` (protocol errors are not
 //! HTTP errors), 400 for an envelope that is not one, and 503 while the store is away.
@@ -10,13 +10,13 @@ use super::AppState;
 use super::auth::Principal;
 use super::error::AppError;
 use super::params::parse_id;
-use super::responses::sse_response;
+use super::response_bodies::sse_response;
 use super::runs::start_on_thread;
 use crate::graph::state::StateBuilder;
 use crate::ids::{CheckpointId, ThreadId};
 use crate::runs::RunKwargs;
 use crate::store::{CheckpointQuery, Run, Thread, ThreadStatus};
-use crate::stream::protocol::{Filter, ThreadTape, events_sse_body};
+use crate::stream::thread_protocol::{Filter, ThreadTape, events_sse_body};
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
