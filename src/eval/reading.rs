@@ -4,8 +4,8 @@
 //! are topics or retrieved pages.
 
 use super::{Fact, Question, normalize_text, ratio};
+use crate::lexical::plain_words;
 use crate::research::support::{self, Sources};
-use crate::text::plain_words;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 

@@ -8,7 +8,7 @@
 //! says what the page is about), then the stretches richest in the query's words, rarer words
 //! (within the page) weighing more.
 
-use crate::text::{Terms, Words, bearing, sentence_spans, terms};
+use crate::lexical::{Terms, Words, bearing, sentence_spans, terms};
 
 /// About how many words one stretch holds: a few sentences, so that the budget is spent on
 /// what matches and not on the paragraph around it.

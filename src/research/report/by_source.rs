@@ -21,13 +21,13 @@
 //! 4. the report is the overview, then a section per source under its title.
 
 use crate::graph::{NodeContext, NodeError};
+use crate::lexical::{Terms, Words, bearing, sentence_spans, terms, word_pairs};
 use crate::research::ResearchDeps;
 use crate::research::config::ResearchConfig;
 use crate::research::fallbacks::{self, AgentFallback};
 use crate::research::messages::{self as msg, Message};
 use crate::research::model::{Caller, Role};
 use crate::research::support::{self, Sources};
-use crate::text::{Terms, Words, bearing, sentence_spans, terms, word_pairs};
 use crate::tools::engines::truncate_chars;
 
 /// The most characters of one source's findings a restating call is shown: a source the
@@ -56,7 +56,7 @@ const LEFT_OUT_CHARS: usize = 600;
 /// off-topic source's sentences hold few question words and add nothing.
 const LEFT_OUT_MIN_SCORE: f64 = 3.0;
 
-/// A sentence whose pairs of adjacent content words (`text::word_pairs`) the restatement
+/// A sentence whose pairs of adjacent content words (`lexical::word_pairs`) the restatement
 /// already holds this share of is said. Shared words alone are not enough: the restatement of
 /// a page repeats its subject's words in every sentence, and a sentence of the page that adds
 /// a fact about that subject (an exception, a setting, a limit) shares most of its words with
@@ -213,7 +213,7 @@ fn treatments(parts: &[Part], question: &str, max: usize) -> Vec<Treatment> {
     out
 }
 
-/// How much each part bears on the question, weighed across the parts (`text::bearing`: a
+/// How much each part bears on the question, weighed across the parts (`lexical::bearing`: a
 /// word of the question every part holds still counts a little; a part with none scores 0).
 fn relevance(parts: &[Part], question: &str) -> Vec<f64> {
     let mut words = Words::new();

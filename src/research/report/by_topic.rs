@@ -25,6 +25,7 @@
 
 use super::by_source::{Part, heading, parts, prose, says_something, source, unsaid};
 use crate::graph::{NodeContext, NodeError};
+use crate::lexical::{Terms, Words, bearing, plain_words, terms, word_pairs};
 use crate::llm::ResponseSchema;
 use crate::research::ResearchDeps;
 use crate::research::config::ResearchConfig;
@@ -32,7 +33,6 @@ use crate::research::fallbacks::{self, AgentFallback};
 use crate::research::messages::{self as msg, Message};
 use crate::research::model::{Caller, Role};
 use crate::research::support::{self, Sources};
-use crate::text::{Terms, Words, bearing, plain_words, terms, word_pairs};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashSet;
@@ -48,7 +48,7 @@ const SOURCES_PER_SECTION: usize = 4;
 /// most on the section's question.
 const EXCERPT_CHARS: usize = 1_500;
 
-/// How much a source must bear on a section to be written from (`text::bearing` over the
+/// How much a source must bear on a section to be written from (`lexical::bearing` over the
 /// run's parts: a word of the section's heading or question found in one part of ten weighs 2,
 /// in half of them 0.7): two of its words, as a rule. One word alone ("memory", "table") is
 /// shared by pages on other subjects. Below it on every section, the source is consulted, not
@@ -156,7 +156,7 @@ pub async fn write(
         }
     }
     let mut text = format!("# {}\n\n{}\n\n", outline.title, answered.text);
-    let asked = crate::text::names(subject.question);
+    let asked = crate::lexical::names(subject.question);
     text.push_str(&plan.render(&sections, &answered.text, &asked, &mut said, numbered));
     if !uncovered.is_empty() {
         text.push_str(&format!(
@@ -563,7 +563,7 @@ fn evidence<'a>(
 fn holds_a_detail(sentence: &str, asked: &HashSet<String>) -> bool {
     let plain = support::without_markers(sentence);
     plain.chars().any(|c| c.is_ascii_digit())
-        || crate::text::names(&plain)
+        || crate::lexical::names(&plain)
             .iter()
             .any(|n| !asked.contains(n))
 }

@@ -12,8 +12,8 @@
 //! half of the sources). The Sources section is then written from the citations that remain,
 //! numbered in order of first use, so a report never lists a reference nobody retrieved.
 
+use crate::lexical::{Words, terms};
 pub use crate::research::state::SupportCounts;
-use crate::text::{Words, terms};
 use std::collections::{HashMap, HashSet};
 
 mod layout;
@@ -51,7 +51,7 @@ pub struct Source {
     /// text (a model's own web search, MCP results): citations to those are kept unchecked.
     passages: Vec<Passage>,
     has_text: bool,
-    /// Its words as written (`text::raw_tokens`) in any passage and in its title: where a
+    /// Its words as written (`lexical::raw_tokens`) in any passage and in its title: where a
     /// claim's names other than the question's are looked for.
     written: HashSet<String>,
 }
@@ -61,7 +61,7 @@ pub struct Source {
 struct Passage {
     terms: HashSet<String>,
     numbers: HashSet<String>,
-    /// Its words as written (`text::raw_tokens`), where a claim's names are looked for.
+    /// Its words as written (`lexical::raw_tokens`), where a claim's names are looked for.
     raw: HashSet<String>,
 }
 
@@ -74,7 +74,7 @@ pub struct Sources {
     document_frequency: HashMap<String, usize>,
     /// How many sources have text.
     with_text: usize,
-    /// In how many sources with text each written word (`text::raw_tokens`) appears.
+    /// In how many sources with text each written word (`lexical::raw_tokens`) appears.
     name_frequency: HashMap<String, usize>,
     /// The names of the question (`with_question`): a claim may name them without its passage
     /// doing so, unless the passage names another of them instead.
@@ -132,11 +132,11 @@ impl Sources {
                 continue;
             }
             let text = e.text.as_str();
-            let passages: Vec<Passage> = crate::text::passages(text, PASSAGE_WORDS)
+            let passages: Vec<Passage> = crate::lexical::passages(text, PASSAGE_WORDS)
                 .into_iter()
                 .map(|p| {
                     let (terms, numbers) = terms(&mut words, p);
-                    let raw = crate::text::raw_tokens(p);
+                    let raw = crate::lexical::raw_tokens(p);
                     Passage {
                         terms,
                         numbers,
@@ -150,9 +150,9 @@ impl Sources {
             }
             let mut written: HashSet<String> =
                 passages.iter().flat_map(|p| p.raw.clone()).collect();
-            written.extend(crate::text::raw_tokens(&e.title));
+            written.extend(crate::lexical::raw_tokens(&e.title));
             // A name a source uses is one it writes as a name, not a word opening a sentence.
-            let named = crate::text::names(text);
+            let named = crate::lexical::names(text);
             for name in named {
                 *me.name_frequency.entry(name).or_insert(0) += 1;
             }
@@ -172,7 +172,7 @@ impl Sources {
     /// The same sources, read with the names of the question the report answers (see
     /// `Claim::names_match`).
     pub fn with_question(mut self, question: &str) -> Self {
-        self.question_names = crate::text::names(question);
+        self.question_names = crate::lexical::names(question);
         self
     }
 
@@ -234,14 +234,14 @@ fn display_title(s: &Source) -> &str {
 struct Claim {
     words: HashSet<String>,
     numbers: HashSet<String>,
-    /// What it is about by name (`text::names`): identifiers, acronyms, proper names.
+    /// What it is about by name (`lexical::names`): identifiers, acronyms, proper names.
     names: HashSet<String>,
 }
 
 impl Claim {
     fn of(vocabulary: &mut Words, text: &str) -> Self {
         let (words, numbers) = terms(vocabulary, text);
-        let names = crate::text::names(text);
+        let names = crate::lexical::names(text);
         Self {
             words,
             numbers,
@@ -260,7 +260,7 @@ impl Claim {
     fn names_match(&self, passage: &Passage, source: &Source, sources: &Sources) -> bool {
         let holds = |words: &HashSet<String>, name: &String| {
             words.contains(name)
-                || (crate::text::capitalised_only(name) && words.contains(&name.to_lowercase()))
+                || (crate::lexical::capitalised_only(name) && words.contains(&name.to_lowercase()))
         };
         let mut question_name_missing = false;
         for name in &self.names {
@@ -453,7 +453,7 @@ pub fn repair_with(report: &str, sources: &Sources, uncited: Uncited) -> Repaire
 }
 
 /// The sentences of a block: each ends at `.`, `!` or `?` followed by white space (a full stop
-/// as `text::full_stop_ends_sentence` says), with the citation markers right after it
+/// as `lexical::full_stop_ends_sentence` says), with the citation markers right after it
 /// (`… fact. [1] Next …`) kept with it.
 pub fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
@@ -464,7 +464,7 @@ pub fn sentences(text: &str) -> Vec<&str> {
         let c = bytes[i];
         let ends = matches!(c, b'.' | b'!' | b'?')
             && bytes.get(i + 1).is_none_or(|n| n.is_ascii_whitespace())
-            && (c != b'.' || crate::text::full_stop_ends_sentence(&text[start..i]))
+            && (c != b'.' || crate::lexical::full_stop_ends_sentence(&text[start..i]))
             // "1. " opening a sentence is not an end.
             && !(i > 0 && bytes[i - 1].is_ascii_digit() && text[start..i].trim().chars().all(|c| c.is_ascii_digit()));
         if ends {

@@ -1,7 +1,7 @@
 //! Tests of the citation check.
 
 use super::*;
-use crate::text::spaced;
+use crate::lexical::spaced;
 use serde_json::json;
 
 /// The state's sources as JSON, the way a checkpoint holds them.

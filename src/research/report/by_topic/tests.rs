@@ -151,7 +151,7 @@ fn a_sentence_an_earlier_section_says_is_not_said_again() {
 
 #[test]
 fn a_quotation_holds_a_number_or_a_name_the_question_does_not_name() {
-    let asked = crate::text::names("What does a plain VACUUM do in PostgreSQL?");
+    let asked = crate::lexical::names("What does a plain VACUUM do in PostgreSQL?");
     assert!(holds_a_detail(
         "autovacuum_naptime defaults to one minute. [2]",
         &asked
