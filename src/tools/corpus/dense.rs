@@ -240,9 +240,7 @@ fn read_u64(input: &mut impl Read) -> std::io::Result<u64> {
 }
 
 fn read_string(input: &mut impl Read) -> std::io::Result<String> {
-    let mut len = [0u8; 4];
-    input.read_exact(&mut len)?;
-    let len = u32::from_le_bytes(len) as usize;
+    let len = read_u32(input)? as usize;
     if len > MAX_NAME {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
