@@ -8,9 +8,9 @@
 //! 1. one short structured call plans the report: a title of its own and 3–6 sections, each
 //!    with the sub-question it answers (when the answer cannot be read, the topics the
 //!    supervisor delegated are the sections);
-//! 2. each source's part of the findings goes to the section it bears on most (`assign`), at
-//!    most `SOURCES_PER_SECTION` to a section; a source that bears on none is listed under
-//!    "Consulted, not cited", not given a section;
+//! 2. each source's part of the findings goes to every section it bears on (`assign`), at
+//!    most `SOURCES_PER_SECTION` to a section, the strongest first; a source that bears on
+//!    none is listed under "Consulted, not cited", not given a section;
 //! 3. each section is written by one short call from its sources' excerpts (numbered as in the
 //!    run), and only the sentences one of them supports are kept (`support::supported_among`);
 //!    a sentence an earlier section already says, one cut off or left without its context
@@ -55,6 +55,10 @@ const EXCERPT_CHARS: usize = 1_500;
 /// cited.
 const MIN_BEARING: f64 = 2.5;
 
+/// How much a source must bear on a section, against the section it bears on most, to be
+/// written from there too (see `assign`).
+const SECOND_SECTION_SHARE: f64 = 0.6;
+
 /// The fewest parts the bearing is weighed over (see `assign`).
 const WEIGHED_AS: usize = 10;
 
@@ -72,6 +76,10 @@ const REPEAT_SHARE: f64 = 0.6;
 /// source's sentences looked through for it.
 const EVIDENCE_QUOTES: usize = 2;
 const EVIDENCE_CHARS: usize = 300;
+
+/// The content words of its section's heading and question a quotation holds at the least
+/// (`on_the_section`).
+const QUOTE_SHARED_WORDS: usize = 3;
 
 /// One planned section: its heading and the question it answers.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -118,11 +126,11 @@ pub async fn write(
     let caller = &Caller::new(deps, ctx, cfg);
     let parts = parts(findings);
     let outline = outline(caller, subject, numbered).await?;
-    let assigned = assign(&parts, &outline.sections);
+    let assigned = assign(&parts, &outline.sections, subject.question);
     tracing::info!(
         sections = outline.sections.len(),
         sources = parts.len(),
-        consulted = assigned.iter().filter(|a| a.is_none()).count(),
+        consulted = assigned.iter().filter(|a| a.is_empty()).count(),
         "writing the report a topic at a time"
     );
     let plan = Plan {
@@ -183,7 +191,7 @@ pub async fn write(
 struct Plan<'a> {
     outline: &'a Outline,
     parts: &'a [Part],
-    assigned: &'a [Option<usize>],
+    assigned: &'a [Vec<usize>],
 }
 
 /// A written section: the planned section it is (its index in the outline) and its checked
@@ -199,7 +207,7 @@ impl Plan<'_> {
         self.parts
             .iter()
             .zip(self.assigned)
-            .filter(move |(_, a)| **a == Some(i))
+            .filter(move |(_, a)| a.contains(&i))
             .map(|(p, _)| p)
     }
 
@@ -427,10 +435,18 @@ fn first_sentence(text: &str) -> &str {
         .trim()
 }
 
-/// The section each part goes to (`None`: consulted, not cited): the one whose heading and
-/// question it bears on most, when it bears on it at least `MIN_BEARING`; a section full
-/// (`SOURCES_PER_SECTION`) passes the part to its next best.
-fn assign(parts: &[Part], sections: &[Planned]) -> Vec<Option<usize>> {
+/// The sections each part goes to (none: consulted, not cited): every section whose heading
+/// and question it bears on at least `MIN_BEARING`, strongest claims first, at most
+/// `SOURCES_PER_SECTION` to a section. A page often answers several of the outline's questions
+/// (one on autovacuum names its thresholds, its workers and its naptime): given to one section
+/// only, the others were written without it and said their question went unanswered. What two
+/// sections would say twice, `Said` drops. A source that holds none of the identifiers the
+/// question names (`identifiers`) goes to none: a page on `vacuum_cost_delay` shares "default"
+/// and "value" with a section on `shared_buffers`' default, and its sentences were written there.
+fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Vec<Vec<usize>> {
+    let wanted = identifiers(question);
+    let on_the_question =
+        |p: &Part| wanted.is_empty() || wanted.iter().any(|id| p.text.contains(id.as_str()));
     let mut words = Words::new();
     let mut found: Vec<Terms> = parts.iter().map(|p| terms(&mut words, &p.text)).collect();
     // A run with few sources is weighed as if it had `WEIGHED_AS` (the rest empty): with two
@@ -447,21 +463,47 @@ fn assign(parts: &[Part], sections: &[Planned]) -> Vec<Option<usize>> {
     // Strongest claims first, so a full section holds its best sources.
     let mut wishes: Vec<(usize, usize, f64)> = Vec::new();
     for (si, per_part) in scores.iter().enumerate() {
-        for (pi, &score) in per_part.iter().enumerate() {
-            if score >= MIN_BEARING {
+        for (pi, &score) in per_part.iter().enumerate().take(parts.len()) {
+            if score >= MIN_BEARING && on_the_question(&parts[pi]) {
                 wishes.push((pi, si, score));
             }
         }
     }
+    // A source's other sections are those it bears on nearly as much as on its best: one that
+    // names a section's words in passing is not written from there.
+    let mut best = vec![0.0f64; parts.len()];
+    for &(pi, _, score) in &wishes {
+        best[pi] = best[pi].max(score);
+    }
+    wishes.retain(|&(pi, _, score)| score >= SECOND_SECTION_SHARE * best[pi]);
     wishes.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
-    let mut out = vec![None; parts.len()];
+    let mut out = vec![Vec::new(); parts.len()];
     let mut taken = vec![0usize; sections.len()];
     for (pi, si, _) in wishes {
-        if out[pi].is_none() && taken[si] < SOURCES_PER_SECTION {
-            out[pi] = Some(si);
+        if taken[si] < SOURCES_PER_SECTION {
+            out[pi].push(si);
             taken[si] += 1;
         }
     }
+    for sections in &mut out {
+        sections.sort_unstable();
+    }
+    out
+}
+
+/// The identifiers a question names: words with `_` (`shared_buffers`) or a capital inside
+/// lower-case letters (`TaskGroup`), not acronyms ("WAL") nor capitalised words, which name
+/// the subject less surely.
+fn identifiers(question: &str) -> Vec<String> {
+    let mut out: Vec<String> = crate::lexical::names(question)
+        .into_iter()
+        .filter(|n| {
+            let camel =
+                n.chars().skip(1).any(char::is_uppercase) && n.chars().any(char::is_lowercase);
+            (n.contains('_') && n.chars().any(char::is_alphabetic)) || camel
+        })
+        .collect();
+    out.sort();
     out
 }
 
@@ -515,9 +557,10 @@ async fn section(
     // Nothing kept: the section's sources did not answer its question (or the call failed),
     // and the report says so rather than quoting pages that do not answer. Measured on six
     // questions, the quotations that stood for such sections were off-topic pages' sentences.
-    Ok(readable(support::supported_among(
-        &written, &numbers, numbered,
-    )))
+    let kept = readable(support::supported_among(&written, &numbers, numbered));
+    tracing::debug!(section = %planned.heading, sources = ?numbers, written = %written,
+        kept = kept.len(), "a section written");
+    Ok(kept)
 }
 
 /// What the section's sources say on its question that the report does not: for each source
@@ -544,7 +587,7 @@ fn evidence<'a>(
         let kept = readable(support::supported_among(&own, &[part.number], numbered));
         if let Some(first) = kept
             .into_iter()
-            .find(|s| holds_a_detail(s, asked) && said.add(s))
+            .find(|s| holds_a_detail(s, asked) && on_the_section(s, &query) && said.add(s))
         {
             quotes.push(format!(
                 "> “{}” [{}]",
@@ -554,6 +597,17 @@ fn evidence<'a>(
         }
     }
     quotes
+}
+
+/// Whether a sentence shares at least `QUOTE_SHARED_WORDS` content words with its section's
+/// heading and question. Ranked within one page, a single rare word was enough to be quoted,
+/// and on six questions two quotations in three were off the section's subject ("I/O timing
+/// information is displayed in pg_stat_database …" under autovacuum's defaults).
+fn on_the_section(sentence: &str, query: &str) -> bool {
+    let mut words = Words::new();
+    let (wanted, _) = terms(&mut words, query);
+    let (have, _) = terms(&mut words, &support::without_markers(sentence));
+    wanted.intersection(&have).count() >= QUOTE_SHARED_WORDS
 }
 
 /// Whether a sentence holds what a small model's section drops: a number, or a name (a

@@ -63,6 +63,14 @@ struct Passage {
     numbers: HashSet<String>,
     /// Its words as written (`lexical::raw_tokens`), where a claim's names are looked for.
     raw: HashSet<String>,
+    /// The identifiers (`effective_io_concurrency`) of the passage before it: a manual names a
+    /// setting once, then says "this setting", so a passage may be about one it does not name.
+    identifiers_before: Vec<String>,
+}
+
+/// Whether a written word is an identifier: letters joined by `_` (`shared_buffers`).
+fn is_identifier(word: &str) -> bool {
+    word.contains('_') && word.chars().any(char::is_alphabetic)
 }
 
 /// The run's sources, numbered once, without duplicates.
@@ -132,7 +140,7 @@ impl Sources {
                 continue;
             }
             let text = e.text.as_str();
-            let passages: Vec<Passage> = crate::lexical::passages(text, PASSAGE_WORDS)
+            let mut passages: Vec<Passage> = crate::lexical::passages(text, PASSAGE_WORDS)
                 .into_iter()
                 .map(|p| {
                     let (terms, numbers) = terms(&mut words, p);
@@ -141,9 +149,19 @@ impl Sources {
                         terms,
                         numbers,
                         raw,
+                        identifiers_before: Vec::new(),
                     }
                 })
                 .collect();
+            for i in 1..passages.len() {
+                let before: Vec<String> = passages[i - 1]
+                    .raw
+                    .iter()
+                    .filter(|w| is_identifier(w))
+                    .cloned()
+                    .collect();
+                passages[i].identifiers_before = before;
+            }
             let in_source: HashSet<&String> = passages.iter().flat_map(|p| &p.terms).collect();
             for word in in_source {
                 *me.document_frequency.entry(word.clone()).or_insert(0) += 1;
@@ -252,9 +270,9 @@ impl Claim {
     /// Whether `passage` is about what the claim names. Every name of the claim that the
     /// run's sources use must be in it, but a name most of them hold, and a name of the
     /// question (the reader's own words for the subject) unless the passage names another of
-    /// the question's names that the claim does not: then the claim says of one thing what the
-    /// passage says of another ("in mode B, this happens automatically", cited to a passage
-    /// about mode A). Most of the words being there is not enough: such a claim shares all the
+    /// the question's names that the claim does not, or an identifier of its own: then the
+    /// claim says of one thing what the passage says of another ("in mode B, this happens
+    /// automatically", cited to a passage about mode A). Most of the words being there is not enough: such a claim shares all the
     /// others. A name no source uses is left to the words' weights: as often as not it is an
     /// abbreviation ("WAL" for the write-ahead log) or a synonym.
     fn names_match(&self, passage: &Passage, source: &Source, sources: &Sources) -> bool {
@@ -274,20 +292,38 @@ impl Claim {
             }
             // Another name: the source may name it anywhere (its title, a passage before),
             // in lower case if it is only a capitalised word; a name no source uses is left to
-            // the words' weights.
+            // the words' weights, unless it is an identifier: "WAL" may stand for the
+            // write-ahead log, but no source writes `autovacuum_threshold` for
+            // `autovacuum_vacuum_threshold` (a setting the model named from memory).
             if holds(&passage.raw, name)
                 || holds(&source.written, name)
-                || !sources.name_frequency.contains_key(name)
+                || (!sources.name_frequency.contains_key(name) && !is_identifier(name))
             {
                 continue;
             }
             return false;
         }
         !question_name_missing
-            || !sources
+            || !(sources
                 .question_names
                 .iter()
                 .any(|q| !self.names.contains(q) && holds(&passage.raw, q))
+                || self.passage_names_another_identifier(passage, sources))
+    }
+
+    /// Whether the passage, or the one before it, names an identifier
+    /// (`effective_io_concurrency`) that the claim does not and that few sources use. A claim
+    /// whose passage leaves out the question's own name is supported only while that name can
+    /// be understood there ("this parameter"); a passage about another setting says nothing of
+    /// the question's.
+    fn passage_names_another_identifier(&self, passage: &Passage, sources: &Sources) -> bool {
+        let before = passage.identifiers_before.iter();
+        passage.raw.iter().chain(before).any(|word| {
+            is_identifier(word)
+                && !self.names.contains(word)
+                && !sources.question_names.contains(word)
+                && !sources.is_common_name(word)
+        })
     }
 
     fn is_claim(&self) -> bool {
