@@ -557,7 +557,9 @@ async fn section(
     // Nothing kept: the section's sources did not answer its question (or the call failed),
     // and the report says so rather than quoting pages that do not answer. Measured on six
     // questions, the quotations that stood for such sections were off-topic pages' sentences.
-    let kept = readable(support::supported_among(&written, &numbers, numbered));
+    let wanted = identifiers(question);
+    let mut kept = readable(support::supported_among(&written, &numbers, numbered));
+    kept.retain(|s| about_the_question(s, &wanted));
     tracing::debug!(section = %planned.heading, sources = ?numbers, written = %written,
         kept = kept.len(), "a section written");
     Ok(kept)
@@ -630,17 +632,7 @@ fn readable(sentences: Vec<String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for s in sentences {
         let text = support::without_markers(&s);
-        let first_word = text.split_whitespace().next().unwrap_or("");
-        let points_back = [
-            "This",
-            "These",
-            "Therefore,",
-            "Thus,",
-            "However,",
-            "It",
-            "Such",
-        ]
-        .contains(&first_word);
+        let points_back = points_back(&text);
         // An elision at either end (a sentence cut out of its context) breaks it; one inside
         // ("INSERT ... ON CONFLICT") is the manual's own.
         let plain = text.trim().trim_end_matches(['.', '!', '?']);
@@ -661,6 +653,38 @@ fn readable(sentences: Vec<String>) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether a sentence opens with a word pointing back at one before it ("It", "This",
+/// "However,"): it reads only after that one.
+fn points_back(text: &str) -> bool {
+    let first_word = text.split_whitespace().next().unwrap_or("");
+    [
+        "This",
+        "These",
+        "Therefore,",
+        "Thus,",
+        "However,",
+        "It",
+        "Its",
+        "Such",
+    ]
+    .contains(&first_word)
+}
+
+/// Whether a sentence is about what the question names: when the question names identifiers
+/// (`wanted`), a sentence naming identifiers but none of those is about another setting that a
+/// source it was written from also describes ("The server_version_num setting reports …" in a
+/// report on `shared_buffers`).
+fn about_the_question(sentence: &str, wanted: &[String]) -> bool {
+    if wanted.is_empty() {
+        return true;
+    }
+    let named: Vec<String> = crate::lexical::names(&support::without_markers(sentence))
+        .into_iter()
+        .filter(|n| n.contains('_'))
+        .collect();
+    named.is_empty() || named.iter().any(|n| wanted.contains(n))
 }
 
 /// The answer above the sections: the answer call's sentences that a source of the sections
@@ -701,11 +725,14 @@ async fn answer(
         }
     };
     // A sentence the model left uncited is kept under the section source that supports it.
-    let kept = readable(support::supported_among(
+    // The answer joins sentences of several sections: one pointing back has nothing to point at.
+    let wanted = identifiers(question);
+    let mut kept = readable(support::supported_among(
         &prose(&message.text()),
         &numbers,
         numbered,
     ));
+    kept.retain(|s| !points_back(&support::without_markers(s)) && about_the_question(s, &wanted));
     if kept.is_empty() {
         let points: Vec<String> = sections
             .iter()

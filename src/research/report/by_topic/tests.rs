@@ -251,3 +251,27 @@ fn a_quotation_is_on_its_sections_subject() {
         query
     ));
 }
+
+#[test]
+fn a_sentence_about_another_identifier_is_not_about_the_question() {
+    // pg-01 on the real model: the preset options page names shared_buffers once, and the
+    // section written from it described its other settings.
+    let wanted = identifiers("What does shared_buffers control, and how large should it be?");
+    assert!(!about_the_question(
+        "The server_version_num setting reports the version number of the server [2].",
+        &wanted
+    ));
+    assert!(about_the_question(
+        "Larger settings for shared_buffers usually require a larger max_wal_size [1].",
+        &wanted
+    ));
+    assert!(about_the_question(
+        "A reasonable start is 25% of memory [1].",
+        &wanted
+    ));
+    assert!(about_the_question("block_size is 8192 bytes [2].", &[]));
+    assert!(points_back(
+        "It is always set to -1 on other platforms [2]."
+    ));
+    assert!(!points_back("Item pointers are six bytes [2]."));
+}
