@@ -19,6 +19,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod eval;
+pub mod export;
 pub mod graph;
 pub mod ids;
 pub mod lexical;

@@ -122,7 +122,8 @@ struct ServeArgs {
 struct ResearchCmd {
     /// The research question.
     question: String,
-    /// Where to write the report (Markdown); `-` prints it on stdout.
+    /// Where to write the report: Markdown, or by the file's extension `.html`, `.pdf` or
+    /// `.docx` the exported file with its evidence appendix; `-` prints it on stdout.
     #[arg(long, short, default_value = "report.md")]
     output: std::path::PathBuf,
     /// Print every stream event as one JSON object a line (for programs) instead of the live

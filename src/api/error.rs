@@ -33,6 +33,9 @@ pub enum AppError {
     /// A limit on requests or runs (429, with Retry-After in seconds).
     #[error("{detail}")]
     TooMany { detail: String, retry_after: u64 },
+    /// The response cannot be given in any type `Accept` names (406).
+    #[error("{0}")]
+    NotAcceptable(String),
     /// A body that is not JSON (415).
     #[error("{0}")]
     UnsupportedMedia(String),
@@ -63,6 +66,7 @@ impl AppError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::UnsupportedMedia(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Store(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,

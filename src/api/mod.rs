@@ -20,6 +20,7 @@ mod response_bodies;
 mod runs;
 mod store_items;
 mod thread_protocol;
+mod thread_report;
 mod threads;
 mod turns;
 mod web;

@@ -4,7 +4,8 @@
 mod refine;
 
 use super::{
-    AppState, a2a, ag_ui, assistants, crons, mcp, meta, runs, store_items, thread_protocol, threads,
+    AppState, a2a, ag_ui, assistants, crons, mcp, meta, runs, store_items, thread_protocol,
+    thread_report, threads,
 };
 use crate::store::{Assistant, Cron, MultitaskStrategy, Run, RunStatus, Thread, ThreadStatus};
 use axum::routing::get;
@@ -50,6 +51,7 @@ use utoipa_swagger_ui::SwaggerUi;
         threads::history_post,
         threads::history_get,
         threads::stream,
+        thread_report::thread_report,
         runs::create,
         runs::stream,
         runs::wait,

@@ -51,6 +51,10 @@ pub(super) fn router() -> Router<AppState> {
             get(history_get).post(history_post),
         )
         .route("/threads/{thread_id}/stream", get(stream))
+        .route(
+            "/threads/{thread_id}/report",
+            get(super::thread_report::thread_report),
+        )
 }
 
 /// The graph that last ran on the thread (its metadata `graph_id`).
@@ -437,7 +441,7 @@ pub(super) async fn copy(
         .ok_or_else(|| AppError::NotFound(format!("Thread with ID {id} not found")))
 }
 
-async fn state_of(
+pub(super) async fn state_of(
     state: &AppState,
     thread: &Thread,
     checkpoint: Option<CheckpointId>,

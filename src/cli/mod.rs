@@ -79,6 +79,20 @@ pub async fn research(
         };
         let final_values = run.stream(&message, &mut view).await?;
         if let Some(report) = final_values["final_report"].as_str() {
+            if let Some(format) = exported_format(&args.output) {
+                let url = format!(
+                    "{base_url}/threads/{thread_id}/report?format={}",
+                    format.extension()
+                );
+                let file = http
+                    .get(url)
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .bytes()
+                    .await?;
+                return deliver_file(&file, &args.output, &mut view);
+            }
             return deliver(report, &final_values["usage"], &args.output, &mut view);
         }
         let question = final_values["messages"]
@@ -98,6 +112,32 @@ pub async fn research(
         message = answer;
     }
     anyhow::bail!("still no report after three turns")
+}
+
+/// The export format a report file's extension names (`.html`, `.pdf`, `.docx`): the server
+/// draws those (`GET /threads/{id}/report`); any other file gets the report's Markdown.
+fn exported_format(to: &ReportTo) -> Option<crate::export::Format> {
+    let ReportTo::File(path) = to else {
+        return None;
+    };
+    let ext = path.extension()?.to_str()?;
+    crate::export::Format::named(ext).filter(|f| *f != crate::export::Format::Markdown)
+}
+
+/// Writes an exported report file and says so.
+fn deliver_file(bytes: &[u8], to: &ReportTo, view: &mut View) -> anyhow::Result<()> {
+    if let ReportTo::File(path) = to {
+        std::fs::write(path, bytes)?;
+        view.say(
+            "report",
+            &format!(
+                "\nReport written to {} ({} bytes, with its evidence).",
+                path.display(),
+                bytes.len()
+            ),
+        )?;
+    }
+    Ok(())
 }
 
 /// Writes the report where it was asked for and says so.

@@ -232,6 +232,7 @@ async fn bob_tries_everything(bob: &As<'_>, w: &World) {
         (Method::DELETE, format!("/threads/{t}"), None),
         (Method::POST, format!("/threads/{t}/copy"), None),
         (Method::GET, format!("/threads/{t}/state"), None),
+        (Method::GET, format!("/threads/{t}/report"), None),
         (Method::GET, format!("/threads/{t}/state/{cp}"), None),
         (
             Method::POST,

@@ -159,6 +159,13 @@ async function appResearch(page, url, key) {
   check(download.suggestedFilename().endsWith(".md"), `downloaded ${download.suggestedFilename()}`);
   const markdown = readFileSync(await download.path(), "utf8");
   check(markdown.includes("A verified fact [1]") && markdown.includes("### Sources"), `markdown: ${markdown}`);
+  check(markdown.includes("## Evidence"), `the download has its evidence: ${markdown}`);
+  const [pdf] = await Promise.all([
+    page.waitForEvent("download"),
+    page.getByRole("button", { name: "PDF" }).click(),
+  ]);
+  check(pdf.suggestedFilename().endsWith(".pdf"), `downloaded ${pdf.suggestedFilename()}`);
+  check(readFileSync(await pdf.path()).subarray(0, 5).toString() === "%PDF-", "the PDF download is a PDF");
 
   // A reload shows the same research again, and no question beside it.
   await page.reload();

@@ -114,6 +114,22 @@ async fn into_a_pipe_the_run_is_plain_lines() {
     check_report(Path::new(&report));
 }
 
+/// `-o report.pdf`: the file is the exported PDF (the report with its evidence), read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_file_named_pdf_is_the_report_as_a_pdf() {
+    let fakes = Fakes::start().await;
+    let report = fakes.path("report.pdf");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_deep-research"));
+    command.args(fakes.args(&["--output", &report]));
+    let output = run(command).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("with its evidence"), "{stdout}");
+    let bytes = std::fs::read(&report).unwrap();
+    let text = pdf_extract::extract_text_from_mem(&bytes).unwrap();
+    assert!(text.contains("Evidence"), "{text}");
+    assert!(!text.contains(support::research::INVENTED_URL));
+}
+
 /// Under a pseudo-terminal the tree is drawn and redrawn in place, and ends with the report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_the_run_is_a_tree_redrawn_in_place() {

@@ -8,6 +8,7 @@
 mod support;
 
 mod cli_research;
+mod export;
 mod llm;
 mod mcp;
 mod plan_review;

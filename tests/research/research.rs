@@ -9,7 +9,12 @@ use support::fake_llm::FakeReply;
 use support::research::{self as r, INVENTED_URL, ResearchApp, Role, Script, scripted};
 use support::{new_thread, parse_sse};
 
-async fn stream(ra: &ResearchApp, tid: &str, text: &str, extra: Value) -> Vec<support::SseFrame> {
+pub(super) async fn stream(
+    ra: &ResearchApp,
+    tid: &str,
+    text: &str,
+    extra: Value,
+) -> Vec<support::SseFrame> {
     let mut body = json!({"assistant_id": "deep_research",
                           "input": {"messages": [{"role": "user", "content": text}]},
                           "stream_mode": ["values", "updates", "messages-tuple", "custom"]});
@@ -65,7 +70,7 @@ fn assert_streamed_as_kept(frames: &[support::SseFrame], values: &Value) {
     );
 }
 
-fn last_values(frames: &[support::SseFrame]) -> Value {
+pub(super) fn last_values(frames: &[support::SseFrame]) -> Value {
     frames
         .iter()
         .rev()
@@ -1667,7 +1672,7 @@ async fn a_replica_without_the_runs_keys_ends_it_with_the_reason() {
 }
 
 /// A directory of documents for `search_api: "local"`, and the config that names it.
-fn docs_corpus() -> (tempfile::TempDir, tempfile::TempDir, String) {
+pub(super) fn docs_corpus() -> (tempfile::TempDir, tempfile::TempDir, String) {
     let docs = tempfile::tempdir().unwrap();
     let index = tempfile::tempdir().unwrap();
     let filler = |w: &str| vec![w; 40].join(" ");
@@ -1724,7 +1729,7 @@ fn file_url(req: &Value) -> String {
 /// A run over `docs_corpus`: the brief asks how VACUUM works, the supervisor delegates one
 /// topic, the researcher makes one `document_search` for `queries` and finishes, the clean-up
 /// (when there is one) answers `compress(request)`, and the writer writes `report`.
-fn vacuum_run(
+pub(super) fn vacuum_run(
     queries: Value,
     compress: fn(&Value) -> FakeReply,
     report: &'static str,

@@ -484,17 +484,23 @@ function showReport(markdown, sources) {
   $("sources-panel").hidden = false;
 }
 
-function download() {
-  const markdown = view.values.final_report ?? "";
-  const blob = new Blob([markdown], { type: "text/markdown;charset=utf-8" });
-  const a = document.createElement("a");
-  a.href = URL.createObjectURL(blob);
-  const slug = (view.question || "report").toLowerCase().replace(/[^a-z0-9]+/g, "-").replace(/^-|-$/g, "").slice(0, 60);
-  a.download = `${slug || "report"}.md`;
-  document.body.append(a);
-  a.click();
-  a.remove();
-  setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+/** Downloads the thread's report from the server in `format` (md, html, pdf, docx): the
+ * report with its citations linked and the evidence appendix. */
+async function download(format) {
+  try {
+    const response = await send("GET", `/threads/${view.threadId}/report?format=${format}`);
+    const blob = await response.blob();
+    const named = /filename="([^"]+)"/.exec(response.headers.get("content-disposition") ?? "");
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = named ? named[1] : `report.${format}`;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+  } catch (error) {
+    showError(error);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -759,7 +765,9 @@ function wire() {
       showError(error);
     }
   });
-  $("download").addEventListener("click", download);
+  for (const format of ["md", "html", "pdf", "docx"]) {
+    $(`download-${format}`).addEventListener("click", () => download(format));
+  }
   $("rerun").addEventListener("click", () => startResearch(view.question));
   $("new-research").addEventListener("click", () => {
     view.following?.abort();

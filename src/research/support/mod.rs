@@ -334,8 +334,15 @@ impl Claim {
     /// best passage; 0 for a passage missing a number of the claim, or where every word found
     /// is one most sources use (a generic sentence matches any of them equally badly).
     fn score(&self, source: &Source, sources: &Sources) -> f64 {
+        self.best_passage(source, sources)
+            .map_or(0.0, |(_, score)| score)
+    }
+
+    /// The passage of `source` that supports the claim best (its index among the source's
+    /// passages) and its score, as `score` reads them.
+    fn best_passage(&self, source: &Source, sources: &Sources) -> Option<(usize, f64)> {
         if !source.has_text || self.words.is_empty() {
-            return 0.0;
+            return None;
         }
         let weighted: Vec<(&String, f64, bool)> = self
             .words
@@ -344,10 +351,10 @@ impl Claim {
             .collect();
         let total: f64 = weighted.iter().map(|(_, weight, _)| weight).sum();
         if total <= 0.0 {
-            return 0.0;
+            return None;
         }
-        let mut best: f64 = 0.0;
-        for passage in &source.passages {
+        let mut best: Option<(usize, f64)> = None;
+        for (i, passage) in source.passages.iter().enumerate() {
             if !self.numbers.iter().all(|n| passage.numbers.contains(n))
                 || !self.names_match(passage, source, sources)
             {
@@ -360,8 +367,9 @@ impl Claim {
                     distinctive |= rare;
                 }
             }
-            if distinctive {
-                best = best.max(found / total);
+            let score = found / total;
+            if distinctive && best.is_none_or(|(_, b)| score > b) {
+                best = Some((i, score));
             }
         }
         best
@@ -594,6 +602,28 @@ pub fn supported_among(text: &str, numbers: &[usize], sources: &Sources) -> Vec<
         }
     }
     kept
+}
+
+/// The passage of source `number`'s `text` (the text `sources` was made from) that supports
+/// `sentence` at the check's bar, if one does: what a reader of the report's evidence is shown.
+pub fn matched_passage<'t>(
+    sentence: &str,
+    number: usize,
+    sources: &Sources,
+    text: &'t str,
+) -> Option<&'t str> {
+    let source = number.checked_sub(1).and_then(|i| sources.list.get(i))?;
+    let claim = Claim::of(&mut Words::new(), &tidy_spaces(&strip_markers(sentence)));
+    if !claim.is_claim() {
+        return None;
+    }
+    let (index, score) = claim.best_passage(source, sources)?;
+    if score < SUPPORT_THRESHOLD {
+        return None;
+    }
+    crate::lexical::passages(text, PASSAGE_WORDS)
+        .get(index)
+        .copied()
 }
 
 /// One block checked; whether it makes a claim.
