@@ -19,7 +19,21 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub(super) struct ReportQuery {
     /// `md`, `html`, `pdf` or `docx`; without it, the `Accept` header chooses.
+    #[param(schema_with = format_names)]
     format: Option<String>,
+}
+
+/// The names `Format::named` reads, as the contract's enum (so a client or a fuzzer knows an
+/// empty or unknown name is the caller's error, not a format).
+fn format_names() -> utoipa::openapi::Object {
+    use utoipa::openapi::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(
+            "`md`, `html`, `pdf` or `docx`; without it, the `Accept` header chooses.",
+        ))
+        .enum_values(Some(["md", "markdown", "html", "pdf", "docx"]))
+        .build()
 }
 
 /// The format asked for: `?format=`, else `Accept`, else Markdown.
