@@ -164,7 +164,13 @@ pub(super) fn read(run: &Run, thread: Option<&Thread>, latest: bool) -> Reading 
         .unwrap_or(Value::Null);
     let messages = values["messages"].as_array().cloned().unwrap_or_default();
     let last_answer = messages.last().filter(|m| is_answer(m)).map(text_of);
-    let report = values["final_report"].as_str().map(str::to_owned);
+    // A question on a written report that was answered from its sources: the answer is what
+    // the run said (the report stays the thread's, unchanged).
+    let report = if values["follow_up"]["mode"] == "answered" {
+        last_answer.clone()
+    } else {
+        values["final_report"].as_str().map(str::to_owned)
+    };
     let outcome = match run.status {
         RunStatus::Pending => Outcome::Pending,
         RunStatus::Running => Outcome::Running,

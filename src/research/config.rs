@@ -126,6 +126,9 @@ pub struct ResearchConfig {
     /// shortened to their sources' openings (0: no limit, as ODR).
     #[serde(default)]
     pub researcher_context_chars: usize,
+    /// What a question asked after the report does (`FollowUp`).
+    #[serde(default)]
+    pub follow_up: FollowUp,
 }
 
 /// Which defaults fit the run's models. A 1.5B model on a CPU given ODR's defaults writes a
@@ -236,6 +239,20 @@ pub enum ReportForm {
     ByTopic,
 }
 
+/// What a message on a thread whose report is written does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FollowUp {
+    /// Answered from the report's sources when they support an answer, else researched
+    /// (and researched when the message asks for it: "research this further").
+    #[default]
+    Auto,
+    /// Always answered from the report's sources; when they hold no answer, the reply says so.
+    Answer,
+    /// Always researched again, the sources gathered kept (Open Deep Research).
+    Research,
+}
+
 fn yes() -> bool {
     true
 }
@@ -296,6 +313,7 @@ impl Default for ResearchConfig {
             report_form: ReportForm::Whole,
             research_profile: ResearchProfile::Auto,
             researcher_context_chars: 0,
+            follow_up: FollowUp::Auto,
         }
     }
 }
@@ -346,7 +364,7 @@ const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64)
 const TOKENS: (u64, u64) = (1, 200_000);
 
 /// Every research setting, in `ResearchConfig`'s order.
-pub const SETTINGS: [Setting; 30] = [
+pub const SETTINGS: [Setting; 31] = [
     number(
         "max_structured_output_retries",
         "Attempts per structured-output or tool-calling model call before the step fails.",
@@ -544,6 +562,18 @@ pub const SETTINGS: [Setting; 30] = [
         0,
         1_000_000,
     ),
+    Setting {
+        name: "follow_up",
+        description: "What a question asked on a thread whose report is written does: auto \
+                      (answered in a few cited sentences from the sources the report was \
+                      written from when they support an answer, else researched again; a \
+                      message asking to research further is researched), answer (always \
+                      answered from those sources, saying so when they hold no answer) or \
+                      research (researched again from a new brief, the sources gathered kept, \
+                      as Open Deep Research does).",
+        range: None,
+        choices: &["auto", "answer", "research"],
+    },
 ];
 
 /// The bounds `SETTINGS` gives a number setting.

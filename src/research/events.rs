@@ -86,6 +86,12 @@ pub enum ResearchEvent {
         mcp_cited: usize,
         support: SupportCounts,
     },
+    /// A question asked after the report: answered from the report's sources or researched
+    /// again, and why (`follow_up`).
+    FollowUp {
+        mode: super::state::FollowUpMode,
+        reason: String,
+    },
 }
 
 impl ResearchEvent {

@@ -1,9 +1,13 @@
 //! The main graph: `clarify_with_user` → `write_research_brief` → `research_supervisor` →
-//! `final_report_generation` (the report itself: `report/`).
+//! `final_report_generation` (the report itself: `report/`); a question on a written report
+//! goes from `clarify_with_user` to `answer_follow_up` (`report/follow_up.rs`), which answers
+//! it or goes on to the brief.
 
+use super::config::FollowUp;
 use super::messages::{self as msg, Message};
 use super::metering::{metered, resume_meter};
 use super::model::{Caller, Deps, Role, prepare_run, run_config};
+use super::report::follow_up;
 use super::state::{AgentState, AgentUpdate, SupervisorInput, SupervisorOutput};
 use super::stream_fields::FieldStreamer;
 use super::{plan_review, report, supervisor};
@@ -18,7 +22,7 @@ use uuid::Uuid;
 pub fn build(id: &str, deps: Deps) -> Graph {
     let sup = Arc::new(supervisor::graph(deps.clone()));
     let (d1, d2, d4) = (deps.clone(), deps.clone(), deps.clone());
-    let (d5, d6) = (deps.clone(), deps.clone());
+    let (d5, d6, d7) = (deps.clone(), deps.clone(), deps.clone());
     Graph::builder(id)
         .state::<AgentState>()
         .typed_node("clarify_with_user", move |s, c| clarify(d1.clone(), s, c))
@@ -35,8 +39,15 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .typed_node("final_report_generation", move |s, c| {
             report::node(d4.clone(), s, c)
         })
+        .typed_node("answer_follow_up", move |s, c| {
+            report::follow_up::node(d7.clone(), s, c)
+        })
         .start("clarify_with_user")
-        .may_goto("clarify_with_user", &["write_research_brief", END])
+        .may_goto(
+            "clarify_with_user",
+            &["write_research_brief", "answer_follow_up", END],
+        )
+        .may_goto("answer_follow_up", &["write_research_brief", END])
         .may_goto(
             "write_research_brief",
             &["plan_research", "research_supervisor"],
@@ -75,8 +86,17 @@ fn clarify_schema() -> ResponseSchema {
 async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state).await;
     let cfg = run_config(&ctx)?;
+    // A question on a written report is answered from its sources first (`follow_up`).
+    // Under `follow_up = "research"` it goes on as Open Deep Research does.
+    let mut upd = metered(&ctx);
+    if follow_up::is_follow_up(&state) {
+        if cfg.follow_up != FollowUp::Research {
+            return Ok(Command::write(upd)?.goto("answer_follow_up"));
+        }
+        upd.follow_up = Some(follow_up::researched(&ctx, "follow_up = research"));
+    }
     if !cfg.allow_clarification {
-        return Ok(Command::write(metered(&ctx))?.goto("write_research_brief"));
+        return Ok(Command::write(upd)?.goto("write_research_brief"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
     let history = msg::buffer_string(&state.messages);
@@ -96,7 +116,6 @@ async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comm
         .await?;
     // The message keeps the id its streamed tokens carried.
     let reply = |text: &str| Message::ai(streamer.id(), text);
-    let mut upd = metered(&ctx);
     if answer.need_clarification && !answer.question.trim().is_empty() {
         upd.messages = Some(vec![reply(&answer.question)]);
         return Ok(Command::write(upd)?.goto(END));

@@ -6,6 +6,7 @@
 use super::cost::RunUsage;
 use super::events::ResearchEvent;
 use super::messages::Message;
+use super::state::FollowUpMode;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -28,13 +29,15 @@ pub struct Change {
 }
 
 /// The steps of the main graph, in order, with what each shows while it runs and once over.
-const STEPS: [(&str, &str); 6] = [
+const STEPS: [(&str, &str); 7] = [
     ("clarify_with_user", "Checking the question"),
     ("write_research_brief", "Writing the research brief"),
     ("plan_research", "Planning the topics"),
     ("review_plan", "Waiting for the plan's review"),
     ("research_supervisor", "Researching"),
     ("final_report_generation", "Writing the report"),
+    // A question on a written report, after `clarify_with_user` (never after the report).
+    ("answer_follow_up", "Answering from the report's sources"),
 ];
 
 #[derive(Default)]
@@ -90,6 +93,7 @@ impl<T> Written<T> {
 #[serde(default)]
 struct NodeWrites {
     research_brief: Option<String>,
+    follow_up: Option<crate::research::state::FollowUpTurn>,
     research_plan: Option<Written<String>>,
     researcher_messages: Option<Written<Message>>,
     sources: Option<Written<serde::de::IgnoredAny>>,
@@ -198,6 +202,12 @@ impl RunProgress {
                 plural(count(&data.research_plan), "topic", "topics")
             ),
             "review_plan" => "Plan approved".to_owned(),
+            "answer_follow_up" => match &data.follow_up {
+                Some(turn) if turn.mode == FollowUpMode::Researched => {
+                    format!("Researching it again: {}", turn.reason)
+                }
+                _ => "Answered from the report's sources".to_owned(),
+            },
             "research_supervisor" => format!(
                 "Research done: {}, {}, {} read",
                 plural(self.researchers.len(), "researcher", "researchers"),
@@ -222,7 +232,8 @@ impl RunProgress {
         }
         // The next step that runs in every research: skip the plan steps unless planning.
         let next = STEPS[index + 1..].iter().find(|(n, _)| {
-            !matches!(*n, "plan_research" | "review_plan") || name == "plan_research"
+            !matches!(*n, "plan_research" | "review_plan" | "answer_follow_up")
+                || name == "plan_research"
         });
         if let Some((next, label)) = next {
             self.stage = label;
@@ -326,6 +337,13 @@ impl RunProgress {
                     support.sources_cited,
                     removed.len()
                 ));
+            }
+            ResearchEvent::FollowUp { mode, reason } => {
+                let did = match mode {
+                    FollowUpMode::Answered => "answered from the report's sources",
+                    FollowUpMode::Researched => "researched again",
+                };
+                self.notes.push(format!("follow-up {did}: {reason}"));
             }
             ResearchEvent::SpendCap { .. }
             | ResearchEvent::McpError { .. }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Built-in templates by name.
-const BUILT_IN: [(&str, &str); 18] = [
+const BUILT_IN: [(&str, &str); 19] = [
     (
         "clarify_with_user",
         include_str!("../../prompts/clarify_with_user.txt"),
@@ -53,6 +53,10 @@ const BUILT_IN: [(&str, &str); 18] = [
     (
         "answer_from_sections",
         include_str!("../../prompts/answer_from_sections.txt"),
+    ),
+    (
+        "answer_follow_up",
+        include_str!("../../prompts/answer_follow_up.txt"),
     ),
     (
         "report_again",

@@ -117,6 +117,28 @@ pub struct SupportCounts {
     pub sources_cited: usize,
 }
 
+/// How the latest question asked after the report was met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FollowUpMode {
+    /// Answered from the sources the report was written from, in one short call.
+    Answered,
+    /// Researched again (a new brief), the sources gathered kept.
+    Researched,
+}
+
+/// What the latest question asked on a thread whose report is written did, and why: the
+/// answer is the thread's last message; a research's report is `final_report`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FollowUpTurn {
+    pub mode: FollowUpMode,
+    /// Why it was answered or researched, in a phrase.
+    pub reason: String,
+    /// What the citation check found in the answer (an answer only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub citations: Option<SupportCounts>,
+}
+
 /// The main graph's state.
 #[derive(Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
@@ -156,6 +178,8 @@ pub struct AgentState {
     pub stopped_early: Option<StoppedEarly>,
     /// What the citation check found in the report and changed.
     pub citations: Option<SupportCounts>,
+    /// What the latest question asked after the report did (`follow_up`).
+    pub follow_up: Option<FollowUpTurn>,
 }
 
 /// A write to the main graph's state: the fields left `None` are not written.
@@ -188,6 +212,8 @@ pub struct AgentUpdate {
     pub stopped_early: Option<StoppedEarly>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub citations: Option<SupportCounts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub follow_up: Option<FollowUpTurn>,
 }
 
 /// The supervisor subgraph's state.
@@ -352,7 +378,7 @@ mod tests {
             channels.into_iter().map(|c| (c.name, c.reducer)).collect()
         };
         let main = reducers(crate::graph::channels_of::<AgentState>());
-        assert_eq!(main.len(), 13);
+        assert_eq!(main.len(), 14);
         assert!(main.contains(&("messages".into(), Reducer::Messages)));
         assert!(main.contains(&("sources".into(), Reducer::AppendOrOverride)));
         assert!(main.contains(&("stopped_early".into(), Reducer::Override)));
@@ -380,6 +406,11 @@ mod tests {
             fallbacks: Some(BTreeMap::new()),
             stopped_early: Some(StoppedEarly::default()),
             citations: Some(SupportCounts::default()),
+            follow_up: Some(FollowUpTurn {
+                mode: FollowUpMode::Answered,
+                reason: String::new(),
+                citations: None,
+            }),
         };
         let written: Vec<String> = json!(full).as_object().unwrap().keys().cloned().collect();
         let channels: Vec<String> = crate::graph::channels_of::<AgentState>()

@@ -9,6 +9,7 @@ mod support;
 
 mod cli_research;
 mod export;
+mod follow_up;
 mod llm;
 mod mcp;
 mod plan_review;

@@ -1349,7 +1349,7 @@ async fn the_config_schema_describes_every_setting() {
     .await;
     let schemas = ra.app.get_json("/assistants/deep_research/schemas").await;
     let props = schemas["config_schema"]["properties"].as_object().unwrap();
-    assert_eq!(props.len(), 31, "{props:?}");
+    assert_eq!(props.len(), 32, "{props:?}");
     // MCP: both shapes, and what this deployment offers.
     let mcp = &props["mcp_config"];
     assert!(mcp["properties"]["mcpServers"].is_object(), "{mcp}");

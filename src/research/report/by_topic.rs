@@ -628,7 +628,7 @@ fn holds_a_detail(sentence: &str, asked: &HashSet<String>) -> bool {
 /// pasted without what it leans on (an elision, a lead-in ending in `:`, code or brackets left
 /// open), that opens a section with a word pointing back ("This", "Therefore"), or that talks
 /// about the passage instead of its subject.
-fn readable(sentences: Vec<String>) -> Vec<String> {
+pub(super) fn readable(sentences: Vec<String>) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for s in sentences {
         let text = support::without_markers(&s);

@@ -5,6 +5,7 @@
 
 mod by_source;
 mod by_topic;
+pub(super) mod follow_up;
 
 use super::ResearchDeps;
 use super::citations::{self, normalize};
@@ -230,7 +231,7 @@ async fn short_calls_report(
 
 /// What the user asked: their messages, in order (the names the support check reads a claim's
 /// subject against).
-fn asked(state: &AgentState) -> String {
+pub(super) fn asked(state: &AgentState) -> String {
     state
         .messages
         .iter()
@@ -365,15 +366,15 @@ fn finished(
 }
 
 /// A report after both checks.
-struct CheckedReport {
-    report: String,
-    support: support::SupportCounts,
+pub(super) struct CheckedReport {
+    pub(super) report: String,
+    pub(super) support: support::SupportCounts,
 }
 
 /// Links no search returned are removed, then every claim is read against the sources it cites
 /// and the Sources section is written from what remains (`support.rs`). One `citations` event
 /// tells what was found and changed.
-fn check_citations(
+pub(super) fn check_citations(
     ctx: &NodeContext,
     text: &str,
     sources: &[Source],

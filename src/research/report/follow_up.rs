@@ -1,0 +1,315 @@
+//! `answer_follow_up`: a question asked on a thread whose report is written, answered from the
+//! sources that report was written from when they can answer it, researched again when they
+//! cannot (`follow_up`).
+//!
+//! Open Deep Research starts over on every message: clarify, brief, supervisor, researchers,
+//! report — minutes on a local model, dollars on a hosted one — when the answer to "and what is
+//! its default?" is usually in a page already read. Here the sources bearing most on the
+//! question are shown to one short call, which answers in a few cited sentences; only the
+//! sentences a shown source supports are kept (`support::supported_among`), then the answer
+//! is checked like a report (its Sources list, the `citations` event). Nothing kept means the
+//! sources hold no answer: under `auto` the question is researched (a new brief, the sources
+//! gathered kept), under `answer` the reply says so. The choice and its reason are a `custom`
+//! event and the state's `follow_up`.
+
+use super::by_source::prose;
+use super::by_topic::readable;
+use super::{asked, check_citations};
+use crate::graph::{Command, END, NodeContext, NodeError};
+use crate::lexical::{Terms, Words, bearing, terms};
+use crate::research::config::FollowUp;
+use crate::research::events::ResearchEvent;
+use crate::research::messages::{self as msg, Message};
+use crate::research::metering::{metered, resume_meter};
+use crate::research::model::{Caller, Deps, Role, run_config};
+use crate::research::state::{AgentState, AgentUpdate, FollowUpMode, FollowUpTurn};
+use crate::research::support::{Sources, Uncited};
+
+/// The most sources the answer call is shown (about 1,500 tokens of excerpts).
+const SOURCES_SHOWN: usize = 4;
+
+/// The characters of one source the answer call is shown: its stretches bearing most on the
+/// question (as a by-topic section is shown them).
+const EXCERPT_CHARS: usize = 1_500;
+
+/// The share of the question's content words one source must hold for the sources to be
+/// asked at all: below it ("What is the capital of France?" over a database manual) no call is
+/// made and the question is researched.
+const HELD_SHARE: f64 = 0.5;
+
+/// The output cap of the answer: a few sentences.
+const SHORT_TOKENS: u32 = 400;
+
+/// The most sentences of the answer kept.
+const ANSWER_SENTENCES: usize = 4;
+
+/// What the answer call writes when the sources do not answer.
+const NOT_IN_SOURCES: &str = "NOT IN THE SOURCES";
+
+/// Whether this turn is a question on a written report: the thread has a report and the
+/// user spoke last.
+pub(in crate::research) fn is_follow_up(state: &AgentState) -> bool {
+    let reported = state
+        .final_report
+        .as_deref()
+        .is_some_and(|r| !r.trim().is_empty());
+    let user_spoke = state
+        .messages
+        .last()
+        .is_some_and(|m| m.kind() == msg::Kind::Human);
+    reported && user_spoke
+}
+
+/// Whether a message asks for more research rather than an answer ("research this further",
+/// "look into it more", "search again").
+pub(in crate::research) fn asks_for_research(text: &str) -> bool {
+    let text = text.to_lowercase();
+    const ASKS: [&str; 8] = [
+        "research this further",
+        "research it further",
+        "research further",
+        "research more",
+        "look into it further",
+        "look into this further",
+        "search again",
+        "dig deeper",
+    ];
+    ASKS.iter().any(|a| text.contains(a))
+}
+
+/// The record and the `custom` event of a choice to research, for the update that goes on to
+/// the brief.
+pub(in crate::research) fn researched(ctx: &NodeContext, reason: &str) -> FollowUpTurn {
+    ResearchEvent::FollowUp {
+        mode: FollowUpMode::Researched,
+        reason: reason.to_owned(),
+    }
+    .send(ctx);
+    FollowUpTurn {
+        mode: FollowUpMode::Researched,
+        reason: reason.to_owned(),
+        citations: None,
+    }
+}
+
+/// `answer_follow_up` (see the module's comment).
+pub(in crate::research) async fn node(
+    deps: Deps,
+    state: AgentState,
+    ctx: NodeContext,
+) -> Result<Command, NodeError> {
+    resume_meter(&ctx, &state).await;
+    let cfg = run_config(&ctx)?;
+    let question = state.messages.last().map(Message::text).unwrap_or_default();
+    if cfg.follow_up == FollowUp::Auto && asks_for_research(&question) {
+        return research(&ctx, "the question asks for more research");
+    }
+    let numbered = Sources::from_state(&state.sources).with_question(&asked(&state));
+    let earlier = earlier_questions(&state);
+    let shown = shown_sources(&state, &numbered, &question, &earlier);
+    let auto = cfg.follow_up == FollowUp::Auto;
+    if shown.is_empty() {
+        let reason = "no source of the report bears on the question";
+        return if auto {
+            research(&ctx, reason)
+        } else {
+            not_answered(&ctx, reason)
+        };
+    }
+    let caller = Caller::new(&deps, &ctx, &cfg);
+    let listing = shown
+        .iter()
+        .map(|s| format!("[{}] {}\n{}", s.number, s.title, s.excerpt))
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let prompt = deps.prompts.render(
+        "answer_follow_up",
+        &[
+            ("conversation", &conversation(&state, &earlier)),
+            ("question", &question),
+            ("sources", &listing),
+        ],
+    );
+    let mut req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
+    req.max_tokens = req.max_tokens.min(SHORT_TOKENS);
+    let mut message = Message::from_model(caller.call(req, true).await?.message);
+    let written = message.text();
+    let numbers: Vec<usize> = shown.iter().map(|s| s.number).collect();
+    let kept: Vec<String> = if written.contains(NOT_IN_SOURCES) {
+        Vec::new()
+    } else {
+        readable(crate::research::support::supported_among(
+            &prose(&written),
+            &numbers,
+            &numbered,
+        ))
+    };
+    tracing::debug!(written = %written, kept = kept.len(), sources = ?numbers,
+        "a follow-up answered");
+    if kept.is_empty() {
+        let reason = "the report's sources support no answer to it";
+        return if auto {
+            research(&ctx, reason)
+        } else {
+            not_answered(&ctx, reason)
+        };
+    }
+    let answer: Vec<String> = kept.into_iter().take(ANSWER_SENTENCES).collect();
+    let checked = check_citations(
+        &ctx,
+        &answer.join(" "),
+        &state.sources,
+        &numbered,
+        Uncited::Remove,
+    );
+    let reason = format!("answered from {} of the report's sources", shown.len());
+    ResearchEvent::FollowUp {
+        mode: FollowUpMode::Answered,
+        reason: reason.clone(),
+    }
+    .send(&ctx);
+    // The streamed message's id is kept: a client ends with the checked answer in its place.
+    message.set_text(&checked.report);
+    Command::write(AgentUpdate {
+        messages: Some(vec![message]),
+        follow_up: Some(FollowUpTurn {
+            mode: FollowUpMode::Answered,
+            reason,
+            citations: Some(checked.support),
+        }),
+        ..metered(&ctx)
+    })
+    .map(|c| c.goto(END))
+}
+
+/// Goes on to a new brief, saying why.
+fn research(ctx: &NodeContext, reason: &str) -> Result<Command, NodeError> {
+    let upd = AgentUpdate {
+        follow_up: Some(researched(ctx, reason)),
+        ..metered(ctx)
+    };
+    Ok(Command::write(upd)?.goto("write_research_brief"))
+}
+
+/// The reply under `follow_up = "answer"` when the sources hold no answer: it says so, and how
+/// to have the question researched, rather than answering from the model's memory.
+fn not_answered(ctx: &NodeContext, reason: &str) -> Result<Command, NodeError> {
+    ResearchEvent::FollowUp {
+        mode: FollowUpMode::Answered,
+        reason: reason.to_owned(),
+    }
+    .send(ctx);
+    let text = "The sources this report was written from do not answer that question. Ask \
+                again with `follow_up` set to `research` (or say \"research this further\") to \
+                have it researched.";
+    let message = Message::ai(&format!("run-{}", uuid::Uuid::new_v4()), text);
+    Ok(Command::write(AgentUpdate {
+        messages: Some(vec![message]),
+        follow_up: Some(FollowUpTurn {
+            mode: FollowUpMode::Answered,
+            reason: reason.to_owned(),
+            citations: None,
+        }),
+        ..metered(ctx)
+    })?
+    .goto(END))
+}
+
+/// The user's questions before this one, in order.
+fn earlier_questions(state: &AgentState) -> String {
+    let human: Vec<String> = state
+        .messages
+        .iter()
+        .filter(|m| m.kind() == msg::Kind::Human)
+        .map(Message::text)
+        .collect();
+    human[..human.len().saturating_sub(1)].join("\n")
+}
+
+/// What the answer call is told of the conversation: the earlier questions and the report's
+/// title (a follow-up leans on them: "and its default?").
+fn conversation(state: &AgentState, earlier: &str) -> String {
+    let title = state
+        .final_report
+        .as_deref()
+        .and_then(|r| r.lines().find(|l| l.starts_with("# ")))
+        .map(|l| l.trim_start_matches("# ").trim())
+        .unwrap_or_default();
+    format!("Asked: {earlier}\nReport: {title}")
+}
+
+/// One source as the answer call is shown it.
+struct Shown {
+    number: usize,
+    title: String,
+    excerpt: String,
+}
+
+/// The sources that bear most on the follow-up (its own words weighing twice the earlier
+/// questions'), at most `SOURCES_SHOWN`, each by its excerpts on both; none when no source
+/// holds `HELD_SHARE` of the follow-up's content words.
+fn shown_sources(
+    state: &AgentState,
+    numbered: &Sources,
+    question: &str,
+    earlier: &str,
+) -> Vec<Shown> {
+    let query = format!("{question}\n{earlier}");
+    let mut candidates: Vec<Shown> = Vec::new();
+    for source in &state.sources {
+        let Some(number) = numbered.number_of(&source.url) else {
+            continue;
+        };
+        if source.text.trim().is_empty() || candidates.iter().any(|c| c.number == number) {
+            continue;
+        }
+        candidates.push(Shown {
+            number,
+            title: source.title.clone(),
+            excerpt: crate::tools::excerpts::excerpts(&source.text, &query, EXCERPT_CHARS),
+        });
+    }
+    let mut words = Words::new();
+    let asked: Terms = terms(&mut words, question);
+    let before: Terms = terms(&mut words, earlier);
+    let pieces: Vec<Terms> = candidates
+        .iter()
+        .map(|c| terms(&mut words, &format!("{} {}", c.title, c.excerpt)))
+        .collect();
+    let held_most = pieces
+        .iter()
+        .map(|(stems, _)| asked.0.intersection(stems).count())
+        .max()
+        .unwrap_or(0);
+    if asked.0.is_empty() || (held_most as f64) < HELD_SHARE * asked.0.len() as f64 {
+        return Vec::new();
+    }
+    let (own, context) = (bearing(&asked, &pieces), bearing(&before, &pieces));
+    let mut ranked: Vec<(f64, Shown)> = candidates
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (2.0 * own[i] + context[i], c))
+        .filter(|(score, _)| *score > 0.0)
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+    ranked
+        .into_iter()
+        .take(SOURCES_SHOWN)
+        .map(|(_, c)| c)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_for_research_is_told_from_a_question() {
+        assert!(asks_for_research("Please research this further."));
+        assert!(asks_for_research("Can you dig deeper into replication?"));
+        assert!(!asks_for_research(
+            "What is the default of autovacuum_naptime?"
+        ));
+        assert!(!asks_for_research("How was the research done?"));
+    }
+}
