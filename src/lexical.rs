@@ -98,7 +98,26 @@ fn is_number(token: &str) -> bool {
     token.chars().all(|c| c.is_ascii_digit())
 }
 
-/// The stemmed content words of `text`, and (separately) its numbers.
+/// The number a word spells, for the small counts a manual writes out ("The default is three
+/// processes"): a claim saying 3 is that number. "One" is left a word: it is as often a pronoun.
+fn spelled_number(token: &str) -> Option<&'static str> {
+    const SPELLED: [(&str, &str); 11] = [
+        ("two", "2"),
+        ("three", "3"),
+        ("four", "4"),
+        ("five", "5"),
+        ("six", "6"),
+        ("seven", "7"),
+        ("eight", "8"),
+        ("nine", "9"),
+        ("ten", "10"),
+        ("eleven", "11"),
+        ("twelve", "12"),
+    ];
+    SPELLED.iter().find(|(w, _)| *w == token).map(|(_, n)| *n)
+}
+
+/// The stemmed content words of `text`, and (separately) its numbers, digits or spelled out.
 pub fn terms(words: &mut Words, text: &str) -> Terms {
     let mut stems = HashSet::new();
     let mut numbers = HashSet::new();
@@ -106,6 +125,10 @@ pub fn terms(words: &mut Words, text: &str) -> Terms {
     for t in distinct {
         if is_number(&t) {
             numbers.insert(t.trim_start_matches('0').to_owned());
+            continue;
+        }
+        if let Some(n) = spelled_number(&t) {
+            numbers.insert(n.to_owned());
             continue;
         }
         let stem = words.stem(&t);

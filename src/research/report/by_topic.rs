@@ -494,7 +494,7 @@ fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Vec<Vec<usize
 /// The identifiers a question names: words with `_` (`shared_buffers`) or a capital inside
 /// lower-case letters (`TaskGroup`), not acronyms ("WAL") nor capitalised words, which name
 /// the subject less surely.
-fn identifiers(question: &str) -> Vec<String> {
+pub(super) fn identifiers(question: &str) -> Vec<String> {
     let mut out: Vec<String> = crate::lexical::names(question)
         .into_iter()
         .filter(|n| {
@@ -676,7 +676,7 @@ fn points_back(text: &str) -> bool {
 /// (`wanted`), a sentence naming identifiers but none of those is about another setting that a
 /// source it was written from also describes ("The server_version_num setting reports …" in a
 /// report on `shared_buffers`).
-fn about_the_question(sentence: &str, wanted: &[String]) -> bool {
+pub(super) fn about_the_question(sentence: &str, wanted: &[String]) -> bool {
     if wanted.is_empty() {
         return true;
     }

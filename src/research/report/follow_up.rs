@@ -13,7 +13,7 @@
 //! event and the state's `follow_up`.
 
 use super::by_source::prose;
-use super::by_topic::readable;
+use super::by_topic::{about_the_question, identifiers, readable};
 use super::{asked, check_citations};
 use crate::graph::{Command, END, NodeContext, NodeError};
 use crate::lexical::{Terms, Words, bearing, terms};
@@ -105,7 +105,7 @@ pub(in crate::research) async fn node(
         return research(&ctx, "the question asks for more research");
     }
     let numbered = Sources::from_state(&state.sources).with_question(&asked(&state));
-    let earlier = earlier_questions(&state);
+    let earlier = first_question(&state);
     let shown = shown_sources(&state, &numbered, &question, &earlier);
     let auto = cfg.follow_up == FollowUp::Auto;
     if shown.is_empty() {
@@ -138,11 +138,17 @@ pub(in crate::research) async fn node(
     let kept: Vec<String> = if written.contains(NOT_IN_SOURCES) {
         Vec::new()
     } else {
-        readable(crate::research::support::supported_among(
+        // A sentence naming settings but none the follow-up names answers another question
+        // (the 1.5B model answered the one before: "autovacuum_max_workers is 5" to a question
+        // on autovacuum_vacuum_scale_factor).
+        let wanted = identifiers(&question);
+        let mut kept = readable(crate::research::support::supported_among(
             &prose(&written),
             &numbers,
             &numbered,
-        ))
+        ));
+        kept.retain(|s| about_the_question(s, &wanted));
+        kept
     };
     tracing::debug!(written = %written, kept = kept.len(), sources = ?numbers,
         "a follow-up answered");
@@ -215,19 +221,19 @@ fn not_answered(ctx: &NodeContext, reason: &str) -> Result<Command, NodeError> {
     .goto(END))
 }
 
-/// The user's questions before this one, in order.
-fn earlier_questions(state: &AgentState) -> String {
-    let human: Vec<String> = state
+/// The question the report answers: the user's first message (follow-ups since are left out:
+/// shown them, the 1.5B model answered the one before instead of the one asked).
+fn first_question(state: &AgentState) -> String {
+    state
         .messages
         .iter()
-        .filter(|m| m.kind() == msg::Kind::Human)
+        .find(|m| m.kind() == msg::Kind::Human)
         .map(Message::text)
-        .collect();
-    human[..human.len().saturating_sub(1)].join("\n")
+        .unwrap_or_default()
 }
 
-/// What the answer call is told of the conversation: the earlier questions and the report's
-/// title (a follow-up leans on them: "and its default?").
+/// What the answer call is told of the conversation: the report's question and title (a
+/// follow-up leans on them: "and its default?").
 fn conversation(state: &AgentState, earlier: &str) -> String {
     let title = state
         .final_report

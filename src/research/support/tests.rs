@@ -406,3 +406,30 @@ fn a_report_left_with_headings_only_says_why_and_keeps_no_empty_heading() {
         r.report
     );
 }
+
+/// A manual writes small counts out ("The default is three"); a claim giving the number in
+/// digits says the same, and a claim giving another number does not (the real model on
+/// autovacuum_max_workers: the right "3" had been removed as unsupported).
+#[test]
+fn a_number_spelled_out_in_the_source_supports_the_same_number_in_digits() {
+    let s = from_json(&[
+        json!({"url": "file:///docs/autovacuum.html#workers", "title": "Automatic Vacuuming",
+               "text": "autovacuum_max_workers (integer) Specifies the maximum number of \
+                        autovacuum processes that may be running at any one time. The default \
+                        is three. This parameter can only be set at server start."}),
+        json!({"url": "https://example.org/wal", "title": "WAL",
+               "text": "The write-ahead log records every change before the data files are written; segments are 16 MB."}),
+    ]);
+    let kept = supported_among(
+        "The default value of autovacuum_max_workers is 3.",
+        &[1],
+        &s,
+    );
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let kept = supported_among(
+        "The default value of autovacuum_max_workers is 5.",
+        &[1],
+        &s,
+    );
+    assert!(kept.is_empty(), "{kept:?}");
+}
