@@ -263,7 +263,37 @@ async function appRejoin(page) {
   check(!page.url().includes("#thread="), `the address still names the deleted thread: ${page.url()}`);
 }
 
+/** A question on the report: answered under it from the report's sources, the report kept in
+ * view; the exchange is the thread's, so a reload shows it again. */
+async function appFollowUp(page) {
+  await page.context().route(/example\.com/, (route) =>
+    route.fulfill({ contentType: "text/html", body: "<title>a source</title><p>a source page</p>" }),
+  );
+  const question = page.getByLabel("Question");
+  await question.fill("What is known about battery costs?");
+  await question.press("Enter");
+  const report = page.getByRole("region", { name: "Report" });
+  await expectText(report, "A verified fact");
+  const questions = page.getByRole("region", { name: "Follow-ups" });
+  const ask = questions.getByLabel("Ask about this report");
+  await ask.fill("What is the overview of subtopic number 0?");
+  await ask.press("Enter");
+  const answer = questions.getByRole("group", { name: "Answer" });
+  await expectText(answer, "Paragraph 1 of a page about");
+  await expectText(questions.getByRole("group", { name: "Asked" }), "What is the overview of subtopic number 0?");
+  check((await report.innerText()).includes("A verified fact"), "the report stays beside its answer");
+  await expectText(page.getByRole("log", { name: "Activity" }), "Answered from the report's sources");
+  const cited = answer.getByRole("link", { name: /^Source 1:/ });
+  check((await cited.getAttribute("href")).includes("example.com"), "the answer's citation links its source");
+  await shot(page, "follow-up");
+  await page.reload();
+  await expectText(page.getByRole("group", { name: "Answer" }), "Paragraph 1 of a page about");
+}
+
 const scenarios = {
+  async "app-follow-up"(page) {
+    await appFollowUp(page);
+  },
   async "app-rejoin"(page) {
     await appRejoin(page);
   },
@@ -338,6 +368,7 @@ async function main() {
   const [pageName, assistant, config] = {
     "app-research": ["app"],
     "app-rejoin": ["app"],
+    "app-follow-up": ["app"],
     "app-research-keyed": ["app"],
     "app-plan-review": ["app"],
     "react-research": ["react", "deep_research"],

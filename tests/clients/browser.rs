@@ -99,6 +99,24 @@ async fn the_app_researches_from_question_to_cited_report() {
     }
 }
 
+/// A question asked under the report is answered there from the report's sources (the model
+/// answers from what it is shown), and the exchange is still there after a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_answers_a_question_on_its_report() {
+    if !ready() {
+        return;
+    }
+    let script = scripted(Script::default());
+    let responder = move |req: &serde_json::Value| match support::workload::role(req) {
+        support::workload::Role::FollowUp => support::workload::follow_up_answer(req),
+        _ => script(req),
+    };
+    let app = start_beside(Backend::Sqlite, responder, "", graphs::registry())
+        .await
+        .expect("app");
+    play(&app, "app-follow-up").await;
+}
+
 /// The same on a server that wants a key: the page asks for it first and keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_works_on_a_keyed_server() {

@@ -74,6 +74,18 @@ async fn start() -> (r::ResearchApp, (tempfile::TempDir, tempfile::TempDir)) {
                 return run(req);
             }
             let text = support::workload::all_text(req);
+            let asked = text
+                .split("<FollowUp>")
+                .nth(1)
+                .and_then(|t| t.split("</FollowUp>").next())
+                .unwrap_or_default();
+            if asked.contains("autovacuum launcher start") {
+                // A wrong number, as the 1.5B model gives defaults.
+                return FakeReply::Text(
+                    "The autovacuum launcher starts a worker every 5 seconds by default [1]."
+                        .into(),
+                );
+            }
             let n = wal_number(&text);
             // The sources shown hold the answer: one supported sentence, one invented.
             FakeReply::Text(format!(
@@ -169,7 +181,36 @@ async fn a_question_on_the_report_is_answered_from_its_sources_without_new_resea
         updates.iter().any(|u| u.get("answer_follow_up").is_some()),
         "{updates:?}"
     );
+    // An answer its sources do not support is not given: their own words are, quoted.
+    let frames = stream(
+        &ra,
+        &tid,
+        "How often does the autovacuum launcher start a worker by default?",
+        local(),
+    )
+    .await;
+    let values = last_values(&frames);
+    assert_eq!(count(&ra, Role::Brief), briefs, "still no new brief");
+    let quoted = values["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        quoted.starts_with(
+            "> “The autovacuum launcher starts a worker every 60 seconds by default.” [1]"
+        ),
+        "{quoted}"
+    );
+    assert!(!quoted.contains("5 seconds"), "{quoted}");
+    assert!(
+        values["follow_up"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("quoted"),
+        "{values}"
+    );
     // The thread reads as the stream ended.
+    let answer = quoted;
     let state = ra.app.get_json(&format!("/threads/{tid}/state")).await;
     assert_eq!(
         state["values"]["messages"]
@@ -280,5 +321,43 @@ async fn under_answer_a_question_the_sources_cannot_answer_is_told_so() {
     assert!(
         body["detail"].as_str().unwrap().contains("follow_up"),
         "{body}"
+    );
+}
+
+/// On web pages (the scripted research over the Tavily fake, as the research page's test runs
+/// it), a follow-up the pages bear on is answered from them, not researched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_on_a_web_report_is_answered_from_its_pages() {
+    let script = r::scripted(r::Script::default());
+    let ra = r::start(
+        move |req: &Value| match r::role(req) {
+            Role::FollowUp => support::workload::follow_up_answer(req),
+            _ => script(req),
+        },
+        "",
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    stream(&ra, &tid, "What is known about battery costs?", json!({})).await;
+    let frames = stream(
+        &ra,
+        &tid,
+        "What is the overview of subtopic number 0?",
+        json!({}),
+    )
+    .await;
+    let values = last_values(&frames);
+    assert_eq!(
+        values["follow_up"]["mode"], "answered",
+        "{:#}",
+        values["follow_up"]
+    );
+    let answer = values["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert!(
+        answer
+            .as_str()
+            .unwrap()
+            .contains("Paragraph 1 of a page about subtopic number 0"),
+        "{answer}"
     );
 }

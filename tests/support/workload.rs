@@ -31,6 +31,8 @@ pub enum Role {
     Section,
     /// The answer above the sections, from what they kept.
     Answer,
+    /// A question on a written report, answered from the sources shown.
+    FollowUp,
     Other,
 }
 
@@ -58,7 +60,9 @@ pub fn role(req: &Value) -> Role {
     if offered("think_tool") {
         return Role::Researcher;
     }
-    if text.contains("<Sections>") {
+    if text.contains("<FollowUp>") {
+        Role::FollowUp
+    } else if text.contains("<Sections>") {
         Role::Answer
     } else if text.contains("This section is \"") {
         Role::Section
@@ -198,8 +202,29 @@ pub fn scripted(script: Script) -> impl Fn(&Value) -> FakeReply + Send + Sync + 
         | Role::Outline
         | Role::Section
         | Role::Answer
+        | Role::FollowUp
         | Role::Other => FakeReply::Text("ok".into()),
     }
+}
+
+/// A follow-up answered as a model that reads its sources would: the first sentence of the
+/// first source shown, cited to it.
+pub fn follow_up_answer(req: &Value) -> FakeReply {
+    let text = all_text(req);
+    let listing = text
+        .split("each under its number:")
+        .nth(1)
+        .unwrap_or_default();
+    let mut lines = listing.lines().skip_while(|l| !l.starts_with('['));
+    let head = lines.next().unwrap_or_default();
+    let n = head
+        .trim_start_matches('[')
+        .split(']')
+        .next()
+        .unwrap_or("1");
+    let excerpt = lines.next().unwrap_or_default();
+    let first = excerpt.split(". ").next().unwrap_or_default();
+    FakeReply::Text(format!("{} [{n}].", first.trim_end_matches('.')))
 }
 
 const WORDS: [&str; 64] = [

@@ -231,6 +231,9 @@ function onUpdate(namespace, update) {
         p.stage = "Report written";
         log("Report written.");
         break;
+      case "answer_follow_up":
+        if (data?.follow_up?.mode === "answered") p.stage = "Answered";
+        break;
       default:
         break;
     }
@@ -262,6 +265,11 @@ function onCustom(data) {
       break;
     case "fallback":
       log(`Fell back (${data.stage ?? "?"}): ${excerpt(data.detail ?? data.fallback, 200)}`);
+      break;
+    case "follow_up":
+      log(data.mode === "answered"
+        ? `Answered from the report's sources (${excerpt(data.reason, 200)}).`
+        : `Researching it again: ${excerpt(data.reason, 200)}.`);
       break;
     case "spend_cap":
       log("The run reached its spend cap; the report is partial.");
@@ -299,12 +307,13 @@ async function follow(response) {
   return failed;
 }
 
-/** Starts a run on the open thread and follows it; then shows where the thread stands. */
-async function runOnThread(payload) {
+/** Starts a run on the open thread and follows it; then shows where the thread stands. A
+ * question on the report keeps the report in view while it is answered. */
+async function runOnThread(payload, { keepReport = false } = {}) {
   const threadId = view.threadId;
   view.progress = freshProgress();
   $("progress").hidden = false;
-  $("report-section").hidden = true;
+  if (!keepReport) $("report-section").hidden = true;
   $("clarify").hidden = true;
   $("plan").hidden = true;
   renderStatus();
@@ -379,6 +388,7 @@ async function showThreadState() {
   } else if (view.values.final_report) {
     if (view.progress) { view.progress.stage = "Done"; renderStatus(); }
     showReport(view.values.final_report, asList(view.values.sources));
+    showExchange(messages, view.values.final_report);
   } else {
     // A clarifying question ends a run before any brief is written.
     const last = messages[messages.length - 1];
@@ -482,6 +492,35 @@ function showReport(markdown, sources) {
   }
   $("sources-summary").textContent = `${count} source${count === 1 ? "" : "s"} gathered, ${citedBy.size} cited in the report.`;
   $("sources-panel").hidden = false;
+}
+
+/** The questions asked on the report and their answers: the messages after the report's own
+ * (an answer has its own Sources list; a question researched again gave a new report). */
+function showExchange(messages, report) {
+  const box = $("exchange");
+  box.replaceChildren();
+  let at = -1;
+  messages.forEach((m, i) => {
+    if ((m.type === "ai" || m.role === "assistant") && textOf(m) === report) at = i;
+  });
+  if (at < 0) return;
+  for (const m of messages.slice(at + 1)) {
+    const text = textOf(m);
+    if (!text || (m.tool_calls ?? []).length) continue;
+    const asked = m.type === "human" || m.role === "user";
+    const turn = document.createElement("div");
+    turn.className = asked ? "turn asked" : "turn answered";
+    turn.setAttribute("role", "group");
+    turn.setAttribute("aria-label", asked ? "Asked" : "Answer");
+    if (asked) {
+      const p = document.createElement("p");
+      p.textContent = text;
+      turn.append(p);
+    } else {
+      turn.innerHTML = renderMarkdown(text, citedSources(text));
+    }
+    box.append(turn);
+  }
 }
 
 /** Downloads the thread's report from the server in `format` (md, html, pdf, docx): the
@@ -746,6 +785,14 @@ function wire() {
     runOnThread({ input: { messages: [{ type: "human", content: text }] } });
   });
   submitOnEnter($("reply"), $("reply-form"));
+  $("follow-up-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const text = $("follow-up").value.trim();
+    if (!text || !view.threadId) return;
+    $("follow-up").value = "";
+    runOnThread({ input: { messages: [{ type: "human", content: text }] } }, { keepReport: true });
+  });
+  submitOnEnter($("follow-up"), $("follow-up-form"));
   $("plan-approve").addEventListener("click", () => resume(planAnswer()));
   $("plan-reject").addEventListener("click", () => {
     const feedback = $("plan-feedback").value.trim();

@@ -32,9 +32,10 @@ const SOURCES_SHOWN: usize = 4;
 /// question (as a by-topic section is shown them).
 const EXCERPT_CHARS: usize = 1_500;
 
-/// The share of the question's content words one source must hold for the sources to be
-/// asked at all: below it ("What is the capital of France?" over a database manual) no call is
-/// made and the question is researched.
+/// The share of the question's content words (weighed by rarity among the sources) one source
+/// must hold for the sources to be asked at all: below it ("What is the capital of France?"
+/// over a database manual) no call is made and the question is researched. A kept sentence,
+/// or a quotation, must hold this share of them too (`bears_on`).
 const HELD_SHARE: f64 = 0.5;
 
 /// The output cap of the answer: a few sentences.
@@ -42,6 +43,11 @@ const SHORT_TOKENS: u32 = 400;
 
 /// The most sentences of the answer kept.
 const ANSWER_SENTENCES: usize = 4;
+
+/// The most sentences, and characters, of a source quoted when the model's answer is not
+/// supported.
+const QUOTE_SENTENCES: usize = 3;
+const QUOTE_CHARS: usize = 500;
 
 /// What the answer call writes when the sources do not answer.
 const NOT_IN_SOURCES: &str = "NOT IN THE SOURCES";
@@ -132,7 +138,7 @@ pub(in crate::research) async fn node(
     );
     let mut req = caller.request(Role::FinalReport, vec![Message::human(prompt)])?;
     req.max_tokens = req.max_tokens.min(SHORT_TOKENS);
-    let mut message = Message::from_model(caller.call(req, true).await?.message);
+    let message = Message::from_model(caller.call(req, true).await?.message);
     let written = message.text();
     let numbers: Vec<usize> = shown.iter().map(|s| s.number).collect();
     let kept: Vec<String> = if written.contains(NOT_IN_SOURCES) {
@@ -147,11 +153,18 @@ pub(in crate::research) async fn node(
             &numbers,
             &numbered,
         ));
-        kept.retain(|s| about_the_question(s, &wanted));
+        kept.retain(|s| about_the_question(s, &wanted) && bears_on(s, &question));
         kept
     };
     tracing::debug!(written = %written, kept = kept.len(), sources = ?numbers,
         "a follow-up answered");
+    if kept.is_empty()
+        && let Some(quote) = quoted(&shown, &question)
+    {
+        // The model's answer did not stand (on the 1.5B model, a wrong default in two tries of
+        // two): the source's own words that answer are quoted instead, marked as a quotation.
+        return answered(&ctx, &state, &numbered, message, &quote, shown.len(), true);
+    }
     if kept.is_empty() {
         let reason = "the report's sources support no answer to it";
         return if auto {
@@ -161,20 +174,35 @@ pub(in crate::research) async fn node(
         };
     }
     let answer: Vec<String> = kept.into_iter().take(ANSWER_SENTENCES).collect();
-    let checked = check_citations(
-        &ctx,
-        &answer.join(" "),
-        &state.sources,
-        &numbered,
-        Uncited::Remove,
-    );
-    let reason = format!("answered from {} of the report's sources", shown.len());
+    let text = answer.join(" ");
+    answered(&ctx, &state, &numbered, message, &text, shown.len(), false)
+}
+
+/// The answer, checked as a report, as the run's last message (under the streamed message's
+/// id, so a client ends with the checked answer in place of the tokens it saw).
+fn answered(
+    ctx: &NodeContext,
+    state: &AgentState,
+    numbered: &Sources,
+    mut message: Message,
+    text: &str,
+    sources_shown: usize,
+    quoted: bool,
+) -> Result<Command, NodeError> {
+    let checked = check_citations(ctx, text, &state.sources, numbered, Uncited::Remove);
+    let reason = if quoted {
+        format!(
+            "quoted from the report's sources ({sources_shown} shown): the model's answer was \
+             not supported"
+        )
+    } else {
+        format!("answered from {sources_shown} of the report's sources")
+    };
     ResearchEvent::FollowUp {
         mode: FollowUpMode::Answered,
         reason: reason.clone(),
     }
-    .send(&ctx);
-    // The streamed message's id is kept: a client ends with the checked answer in its place.
+    .send(ctx);
     message.set_text(&checked.report);
     Command::write(AgentUpdate {
         messages: Some(vec![message]),
@@ -183,9 +211,94 @@ pub(in crate::research) async fn node(
             reason,
             citations: Some(checked.support),
         }),
-        ..metered(&ctx)
+        ..metered(ctx)
     })
     .map(|c| c.goto(END))
+}
+
+/// The stretch of a shown source that answers the question in its own words, as a marked
+/// quotation: the sentence bearing most on the question that names the question's setting
+/// (when it names one), with the sentences after it up to the first that gives a number
+/// (manuals say "The default is three processes." after naming the setting), at most
+/// `QUOTE_SENTENCES` and `QUOTE_CHARS`. None when no source has a sentence both naming what
+/// was asked and giving a detail (a number, or a name the question does not use).
+fn quoted(shown: &[Shown], question: &str) -> Option<String> {
+    let wanted = identifiers(question);
+    let mut words = Words::new();
+    let asked = asked_terms(&mut words, question);
+    let asked_names = crate::lexical::names(question);
+    for s in shown {
+        let text = s.text.as_str();
+        let spans = crate::lexical::sentence_spans(text);
+        let pieces: Vec<Terms> = spans
+            .iter()
+            .map(|&(a, b)| terms(&mut words, &text[a..b]))
+            .collect();
+        let scores = bearing(&asked, &pieces);
+        let names_it = |i: usize| {
+            let plain = &text[spans[i].0..spans[i].1];
+            wanted.is_empty() || wanted.iter().any(|w| plain.contains(w.as_str()))
+        };
+        let Some(best) = (0..spans.len())
+            .filter(|&i| names_it(i) && scores[i] > 0.0)
+            .max_by(|&a, &b| scores[a].total_cmp(&scores[b]).then(b.cmp(&a)))
+        else {
+            continue;
+        };
+        let mut end = best;
+        let gives_number = |i: usize| !pieces[i].1.is_empty();
+        while !gives_number(end) && end + 1 < spans.len() && end + 1 < best + QUOTE_SENTENCES {
+            end += 1;
+        }
+        let stretch = text[spans[best].0..spans[end].1].trim();
+        if !bears_on(stretch, question) {
+            continue;
+        }
+        let detail = gives_number(end)
+            || crate::lexical::names(stretch)
+                .iter()
+                .any(|n| !asked_names.contains(n));
+        if detail && stretch.chars().count() <= QUOTE_CHARS {
+            let flat = stretch.split_whitespace().collect::<Vec<_>>().join(" ");
+            return Some(format!("> “{flat}” [{}]", s.number));
+        }
+    }
+    None
+}
+
+/// The words a question asks with, not about: left out of what a source must hold.
+const ASKING: [&str; 16] = [
+    "what", "which", "how", "why", "when", "where", "who", "whom", "whose", "does", "do", "did",
+    "can", "could", "tell", "explain",
+];
+
+/// The content words of a question, its asking words left out ("what", "how", "does": the
+/// stop words of statements are not those of questions).
+fn asked_terms(words: &mut Words, question: &str) -> Terms {
+    let content: Vec<&str> = question
+        .split_whitespace()
+        .filter(|w| {
+            let bare = w
+                .trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase();
+            !ASKING.contains(&bare.as_str())
+        })
+        .collect();
+    terms(words, &content.join(" "))
+}
+
+/// Whether a sentence holds at least `HELD_SHARE` of the question's content words: a true
+/// sentence on something else does not answer it (the 1.5B model, asked how to create a GIN
+/// index after a report on autovacuum, restated the report's question's answer).
+fn bears_on(sentence: &str, question: &str) -> bool {
+    let mut words = Words::new();
+    let (asked, _) = asked_terms(&mut words, question);
+    let (held, _) = terms(
+        &mut words,
+        &crate::research::support::without_markers(sentence),
+    );
+    let share = asked.intersection(&held).count() as f64;
+    !asked.is_empty() && share >= HELD_SHARE * asked.len() as f64
 }
 
 /// Goes on to a new brief, saying why.
@@ -249,6 +362,8 @@ struct Shown {
     number: usize,
     title: String,
     excerpt: String,
+    /// The source's whole text (a quotation is looked for in all of it).
+    text: String,
 }
 
 /// The sources that bear most on the follow-up (its own words weighing twice the earlier
@@ -273,21 +388,37 @@ fn shown_sources(
             number,
             title: source.title.clone(),
             excerpt: crate::tools::excerpts::excerpts(&source.text, &query, EXCERPT_CHARS),
+            text: source.text.clone(),
         });
     }
     let mut words = Words::new();
-    let asked: Terms = terms(&mut words, question);
+    let asked: Terms = asked_terms(&mut words, question);
     let before: Terms = terms(&mut words, earlier);
     let pieces: Vec<Terms> = candidates
         .iter()
         .map(|c| terms(&mut words, &format!("{} {}", c.title, c.excerpt)))
         .collect();
+    // Weighed by rarity among the sources: a word one source holds ("GIN" in a page on
+    // indexes) weighs much, one every source holds ("table") little. A word none holds weighs
+    // as one a single source has: as often the question's phrasing ("How large") as its subject.
+    let n = pieces.len() as f64;
+    let weight = |w: &String| {
+        let df = pieces.iter().filter(|(stems, _)| stems.contains(w)).count() as f64;
+        ((n + 1.0) / (df.max(1.0) + 0.5)).ln()
+    };
+    let total: f64 = asked.0.iter().map(weight).sum();
     let held_most = pieces
         .iter()
-        .map(|(stems, _)| asked.0.intersection(stems).count())
-        .max()
-        .unwrap_or(0);
-    if asked.0.is_empty() || (held_most as f64) < HELD_SHARE * asked.0.len() as f64 {
+        .map(|(stems, _)| {
+            asked
+                .0
+                .iter()
+                .filter(|w| stems.contains(*w))
+                .map(weight)
+                .sum()
+        })
+        .fold(0.0, f64::max);
+    if asked.0.is_empty() || held_most < HELD_SHARE * total {
         return Vec::new();
     }
     let (own, context) = (bearing(&asked, &pieces), bearing(&before, &pieces));
@@ -317,5 +448,56 @@ mod tests {
             "What is the default of autovacuum_naptime?"
         ));
         assert!(!asks_for_research("How was the research done?"));
+    }
+
+    const WORKERS: &str = "autovacuum_max_workers (integer) Specifies the maximum number of \
+        autovacuum processes (other than the autovacuum launcher) that may be running at any \
+        one time. The default is three. This parameter can only be set at server start. \
+        autovacuum_naptime (integer) Specifies the minimum delay between autovacuum runs on \
+        any given database. The default is one minute (1min).";
+
+    fn shown() -> Vec<Shown> {
+        vec![Shown {
+            number: 3,
+            title: "Automatic Vacuuming".into(),
+            excerpt: WORKERS.into(),
+            text: WORKERS.into(),
+        }]
+    }
+
+    /// Where the model's answer does not stand, the source's own words answer: the sentence
+    /// naming the setting asked about, up to the one that gives its number.
+    #[test]
+    fn the_quotation_names_what_was_asked_and_gives_its_number() {
+        let quote = quoted(
+            &shown(),
+            "What is the default value of autovacuum_max_workers?",
+        );
+        assert_eq!(
+            quote.as_deref(),
+            Some(
+                "> “autovacuum_max_workers (integer) Specifies the maximum number of autovacuum \
+                 processes (other than the autovacuum launcher) that may be running at any one \
+                 time. The default is three.” [3]"
+            )
+        );
+        assert_eq!(
+            quoted(&shown(), "How do I create a GIN index on a jsonb column?"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_true_sentence_on_something_else_does_not_answer() {
+        let asked = "How often does the autovacuum launcher start a worker by default?";
+        assert!(!bears_on(
+            "The autovacuum daemon decides to vacuum a table based on the number of updated \
+             tuples [1].",
+            asked
+        ));
+        assert!(bears_on(
+            "The autovacuum launcher starts a worker every minute by default [1].",
+            asked
+        ));
     }
 }
