@@ -153,7 +153,12 @@ pub(in crate::research) async fn node(
             &numbers,
             &numbered,
         ));
-        kept.retain(|s| about_the_question(s, &wanted) && bears_on(s, &question));
+        let quantity = asks_for_a_quantity(&question);
+        kept.retain(|s| {
+            about_the_question(s, &wanted)
+                && bears_on(s, &question)
+                && (!quantity || gives_a_number(s))
+        });
         kept
     };
     tracing::debug!(written = %written, kept = kept.len(), sources = ?numbers,
@@ -299,6 +304,35 @@ fn bears_on(sentence: &str, question: &str) -> bool {
     );
     let share = asked.intersection(&held).count() as f64;
     !asked.is_empty() && share >= HELD_SHARE * asked.len() as f64
+}
+
+/// Whether the question asks for a quantity ("How often …", "what is the default …"): its
+/// answer gives a number. On the 1.5B model, "The default settings control how often and how
+/// many workers run [1]" answered "How often does the launcher start a worker by default?".
+fn asks_for_a_quantity(question: &str) -> bool {
+    let q = question.to_lowercase();
+    [
+        "how often",
+        "how many",
+        "how much",
+        "how large",
+        "how long",
+        "how big",
+        "default",
+    ]
+    .iter()
+    .any(|a| q.contains(a))
+}
+
+/// Whether a sentence gives a number (in digits or spelled out).
+fn gives_a_number(sentence: &str) -> bool {
+    let mut words = Words::new();
+    !terms(
+        &mut words,
+        &crate::research::support::without_markers(sentence),
+    )
+    .1
+    .is_empty()
 }
 
 /// Goes on to a new brief, saying why.
@@ -485,6 +519,20 @@ mod tests {
             quoted(&shown(), "How do I create a GIN index on a jsonb column?"),
             None
         );
+    }
+
+    #[test]
+    fn a_question_for_a_quantity_is_told_from_one_for_a_reason() {
+        assert!(asks_for_a_quantity(
+            "How often does the launcher start a worker?"
+        ));
+        assert!(asks_for_a_quantity("And its default?"));
+        assert!(!asks_for_a_quantity("Why does VACUUM FULL lock the table?"));
+        assert!(gives_a_number("The default is three [1]."));
+        assert!(gives_a_number("It wakes every 60 seconds."));
+        assert!(!gives_a_number(
+            "The default settings control how often workers run [1]."
+        ));
     }
 
     #[test]
