@@ -141,26 +141,7 @@ pub(in crate::research) async fn node(
     let message = Message::from_model(caller.call(req, true).await?.message);
     let written = message.text();
     let numbers: Vec<usize> = shown.iter().map(|s| s.number).collect();
-    let kept: Vec<String> = if written.contains(NOT_IN_SOURCES) {
-        Vec::new()
-    } else {
-        // A sentence naming settings but none the follow-up names answers another question
-        // (the 1.5B model answered the one before: "autovacuum_max_workers is 5" to a question
-        // on autovacuum_vacuum_scale_factor).
-        let wanted = identifiers(&question);
-        let mut kept = readable(crate::research::support::supported_among(
-            &prose(&written),
-            &numbers,
-            &numbered,
-        ));
-        let quantity = asks_for_a_quantity(&question);
-        kept.retain(|s| {
-            about_the_question(s, &wanted)
-                && bears_on(s, &question)
-                && (!quantity || gives_a_number(s))
-        });
-        kept
-    };
+    let kept = supported_answer(&written, &question, &numbers, &numbered);
     tracing::debug!(written = %written, kept = kept.len(), sources = ?numbers,
         "a follow-up answered");
     if kept.is_empty()
@@ -333,6 +314,34 @@ fn gives_a_number(sentence: &str) -> bool {
     )
     .1
     .is_empty()
+}
+
+/// The sentences of the model's answer that stand: supported by a shown source, on the
+/// question asked, and giving a number when it asks for one; none when the model said the
+/// sources do not answer.
+fn supported_answer(
+    written: &str,
+    question: &str,
+    numbers: &[usize],
+    numbered: &Sources,
+) -> Vec<String> {
+    if written.contains(NOT_IN_SOURCES) {
+        return Vec::new();
+    }
+    // A sentence naming settings but none the follow-up names answers another question
+    // (the 1.5B model answered the one before: "autovacuum_max_workers is 5" to a question
+    // on autovacuum_vacuum_scale_factor).
+    let wanted = identifiers(question);
+    let mut kept = readable(crate::research::support::supported_among(
+        &prose(written),
+        numbers,
+        numbered,
+    ));
+    let quantity = asks_for_a_quantity(question);
+    kept.retain(|s| {
+        about_the_question(s, &wanted) && bears_on(s, question) && (!quantity || gives_a_number(s))
+    });
+    kept
 }
 
 /// Goes on to a new brief, saying why.
