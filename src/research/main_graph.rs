@@ -88,14 +88,18 @@ async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comm
     let cfg = run_config(&ctx)?;
     // A question on a written report is answered from its sources first (`follow_up`).
     // Under `follow_up = "research"` it goes on as Open Deep Research does.
-    let mut upd = metered(&ctx);
+    let mut researched = None;
     if follow_up::is_follow_up(&state) {
         if cfg.follow_up != FollowUp::Research {
-            return Ok(Command::write(upd)?.goto("answer_follow_up"));
+            return Ok(Command::write(metered(&ctx))?.goto("answer_follow_up"));
         }
-        upd.follow_up = Some(follow_up::researched(&ctx, "follow_up = research"));
+        researched = Some(follow_up::researched(&ctx, "follow_up = research"));
     }
     if !cfg.allow_clarification {
+        let upd = AgentUpdate {
+            follow_up: researched,
+            ..metered(&ctx)
+        };
         return Ok(Command::write(upd)?.goto("write_research_brief"));
     }
     let caller = Caller::new(&deps, &ctx, &cfg);
@@ -116,6 +120,11 @@ async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comm
         .await?;
     // The message keeps the id its streamed tokens carried.
     let reply = |text: &str| Message::ai(streamer.id(), text);
+    // Metered after the call, so the step's usage holds it.
+    let mut upd = AgentUpdate {
+        follow_up: researched,
+        ..metered(&ctx)
+    };
     if answer.need_clarification && !answer.question.trim().is_empty() {
         upd.messages = Some(vec![reply(&answer.question)]);
         return Ok(Command::write(upd)?.goto(END));
