@@ -34,14 +34,14 @@ fn wal_number(text: &str) -> usize {
 }
 
 fn is_follow_up_call(req: &Value) -> bool {
-    support::workload::all_text(req).contains("<FollowUp>")
+    r::role(req) == Role::FollowUp
 }
 
 fn count(ra: &r::ResearchApp, role: Role) -> usize {
     ra.llm
         .requests()
         .iter()
-        .filter(|q| r::role(q) == role && !is_follow_up_call(q))
+        .filter(|q| r::role(q) == role)
         .count()
 }
 
