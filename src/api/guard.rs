@@ -62,10 +62,11 @@ pub(super) async fn refuse_cross_site_writes(
     req: Request,
     next: Next,
 ) -> Response {
+    // A WebSocket opens with a GET, but commands on it start runs: it is a write.
     let safe = matches!(
         *req.method(),
         axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
-    );
+    ) && !is_websocket(&req);
     if safe || !is_cross_site(&req) {
         return next.run(req).await;
     }
@@ -101,6 +102,11 @@ fn is_cross_site(req: &Request) -> bool {
     // `Origin: null` (sandboxed frames, files) never matches.
     let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
     !origin_host.eq_ignore_ascii_case(&host)
+}
+
+/// Whether the request asks to become a WebSocket.
+pub(super) fn is_websocket(req: &Request) -> bool {
+    header_text(req, header::UPGRADE).is_some_and(|u| u.eq_ignore_ascii_case("websocket"))
 }
 
 fn header_text(req: &Request, name: impl header::AsHeaderName) -> Option<&str> {

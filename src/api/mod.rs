@@ -21,6 +21,7 @@ mod runs;
 mod store_items;
 mod thread_protocol;
 mod thread_report;
+mod thread_socket;
 mod threads;
 mod turns;
 mod web;

@@ -29,7 +29,10 @@ use serde_json::{Map, Value, json};
 pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/threads/{thread_id}/commands", post(command))
-        .route("/threads/{thread_id}/stream/events", post(events))
+        .route(
+            "/threads/{thread_id}/stream/events",
+            post(events).get(super::thread_socket::socket),
+        )
 }
 
 /// The stream modes of a run the protocol starts: what its channels are made from.
@@ -43,7 +46,7 @@ const RUN_MODES: [&str; 6] = [
 ];
 
 /// A command's failure, as the protocol names it.
-struct Refusal {
+pub(super) struct Refusal {
     code: &'static str,
     message: String,
 }
@@ -59,7 +62,7 @@ impl Refusal {
 
 /// How a command ended: a result, a refusal, or a server-side failure that stays an HTTP error
 /// (a store that is down is a 503, which the SDK retries).
-enum Outcome {
+pub(super) enum Outcome {
     Done(Value),
     Refused(Refusal),
     Failed(AppError),
@@ -104,53 +107,65 @@ pub(super) async fn command(
         )
             .into_response();
     };
-    let (Some(id), Some(method)) = (envelope["id"].as_i64(), envelope["method"].as_str()) else {
-        let id = envelope.get("id").filter(|v| v.is_i64()).cloned();
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"type": "error", "id": id,
-            "error": "invalid_argument",
-            "message": "Protocol commands must include an integer id and string method."})),
-        )
-            .into_response();
-    };
-    let params = match envelope.get("params") {
-        None | Some(Value::Null) => json!({}),
-        Some(p @ Value::Object(_)) => p.clone(),
-        // Part of the envelope, like `id` and `method`.
-        Some(_) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                Json(
-                    json!({"type": "error", "id": id, "error": "invalid_argument",
-                            "message": "params must be an object"}),
-                ),
-            )
-                .into_response();
-        }
+    let (id, method, params) = match read_command(&envelope) {
+        Ok(command) => command,
+        Err(refusal) => return (StatusCode::BAD_REQUEST, Json(refusal)).into_response(),
     };
     if let Err(error) = super::lookups::not_anothers(&state, thread_id, &who.owner).await {
         return error.into_response();
     }
-    reply(id, dispatch(&state, &who, thread_id, method, &params).await)
-}
-
-fn reply(id: i64, outcome: Outcome) -> Response {
-    match outcome {
-        // Every event a client sees arrives on the thread's stream, never with a command:
-        // nothing is held back behind a command's answer.
-        Outcome::Done(result) => Json(json!({"type": "success", "id": id, "result": result,
-                                              "meta": {"applied_through_seq": 0}}))
-        .into_response(),
-        Outcome::Refused(r) => Json(json!({"type": "error", "id": id, "error": r.code,
-                                            "message": r.message}))
-        .into_response(),
-        Outcome::Failed(error) => error.into_response(),
+    match answer_of(
+        id,
+        dispatch(&state, &who, thread_id, &method, &params).await,
+    ) {
+        Ok(answer) => Json(answer).into_response(),
+        Err(error) => error.into_response(),
     }
 }
 
+/// A command envelope's `(id, method, params)`, or the protocol's refusal of it (the
+/// envelope's own errors, which HTTP answers with a 400 and a socket with an error frame).
+pub(super) fn read_command(envelope: &Value) -> Result<(i64, String, Value), Value> {
+    let (Some(id), Some(method)) = (envelope["id"].as_i64(), envelope["method"].as_str()) else {
+        let id = envelope.get("id").filter(|v| v.is_i64()).cloned();
+        return Err(
+            json!({"type": "error", "id": id, "error": "invalid_argument",
+            "message": "Protocol commands must include an integer id and string method."}),
+        );
+    };
+    let params = match envelope.get("params") {
+        None | Some(Value::Null) => json!({}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => {
+            return Err(
+                json!({"type": "error", "id": id, "error": "invalid_argument",
+                              "message": "params must be an object"}),
+            );
+        }
+    };
+    Ok((id, method.to_owned(), params))
+}
+
+/// A command's answer: `success` with its result, or `error` with the protocol's code; a
+/// server-side failure stays an error of the transport's own.
+pub(super) fn answer_of(id: i64, outcome: Outcome) -> Result<Value, AppError> {
+    match outcome {
+        // Every event a client sees arrives on the thread's stream, never with a command:
+        // nothing is held back behind a command's answer.
+        Outcome::Done(result) => Ok(json!({"type": "success", "id": id, "result": result,
+                                           "meta": {"applied_through_seq": 0}})),
+        Outcome::Refused(r) => Ok(refusal(json!(id), r.code, &r.message)),
+        Outcome::Failed(error) => Err(error),
+    }
+}
+
+/// The protocol's error frame.
+pub(super) fn refusal(id: Value, code: &str, message: &str) -> Value {
+    json!({"type": "error", "id": id, "error": code, "message": message})
+}
+
 /// A thread that does not exist yet is fine (`run.start` creates it); another owner's is 404.
-async fn dispatch(
+pub(super) async fn dispatch(
     state: &AppState,
     who: &Principal,
     thread_id: ThreadId,
@@ -168,16 +183,19 @@ async fn dispatch(
             "input.inject is not supported: a message reaches the graph by starting a run \
              (run.start), or by answering an interrupt (input.respond)",
         ))),
-        "agent.getTree"
-        | "subscription.subscribe"
-        | "subscription.unsubscribe"
-        | "subscription.reconnect" => Err(Outcome::Refused(Refusal::new(
+        "subscription.subscribe" | "subscription.unsubscribe" | "subscription.reconnect" => {
+            Err(Outcome::Refused(Refusal::new(
+                "not_supported",
+                format!(
+                    "{method} is a command of the WebSocket at GET /threads/{{thread_id}}/stream/\
+                     events; over HTTP, POST the channels to that path for an SSE stream"
+                ),
+            )))
+        }
+        "agent.getTree" => Err(Outcome::Refused(Refusal::new(
             "not_supported",
-            format!(
-                "{method} belongs to the WebSocket transport, which this server does not \
-                 serve; open POST /threads/{{thread_id}}/stream/events with the channels \
-                 (the lifecycle channel shows every agent's status)"
-            ),
+            "agent.getTree is not supported: subscribe to the lifecycle channel, whose events \
+             give every agent's namespace, graph and status",
         ))),
         other => Err(Outcome::Refused(Refusal::new(
             "unknown_command",
@@ -546,7 +564,7 @@ pub(super) async fn events(
     sse_response(events_sse_body(tape, filter), None)
 }
 
-fn describe_run(run: &Run) -> (bool, String) {
+pub(super) fn describe_run(run: &Run) -> (bool, String) {
     let kwargs = RunKwargs::decode(&run.kwargs).unwrap_or_default();
     let graph = kwargs
         .graph_id()

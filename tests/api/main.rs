@@ -14,6 +14,7 @@ mod bad_input;
 mod crons;
 mod openapi;
 mod protocol;
+mod socket;
 mod sse_bytes;
 mod telemetry;
 mod tenants;

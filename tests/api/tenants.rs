@@ -14,12 +14,12 @@ use std::time::Duration;
 use support::{Backend, TestApp, spawn_app_on, test_settings};
 use tempfile::TempDir;
 
-const ALICE: &str = "key-of-alice-0123456789";
-const BOB: &str = "key-of-bob-0123456789";
+pub(crate) const ALICE: &str = "key-of-alice-0123456789";
+pub(crate) const BOB: &str = "key-of-bob-0123456789";
 const JWT_SECRET: &str = "a-shared-jwt-secret-for-tests";
 
 /// A keys file for alice and bob (only digests stored) and settings that require keys.
-fn keyed_settings(dir: &TempDir) -> Settings {
+pub(crate) fn keyed_settings(dir: &TempDir) -> Settings {
     let path = dir.path().join("keys.toml");
     let text = format!(
         "[[keys]]\nowner = \"alice\"\nsha256 = \"{}\"\n\n[[keys]]\nowner = \"bob\"\nsha256 = \"{}\"\n",

@@ -332,6 +332,11 @@ const scenarios = {
       `the conversation changed on reload:\nlive: ${JSON.stringify(messages)}\nreloaded: ${JSON.stringify(again)}`,
     );
   },
+  // the same conversation with useStream's WebSocket transport: one socket for commands and
+  // events (GET /threads/{id}/stream/events)
+  async "react-research-ws"(page, url) {
+    await scenarios["react-research"](page, url);
+  },
   // plan review shown on @langchain/react and approved from the page
   async "react-plan-review"(page) {
     await send(page, "Compare two things");
@@ -365,13 +370,14 @@ const scenarios = {
 async function main() {
   const scenario = scenarios[args.scenario];
   if (!scenario) throw new Error(`unknown scenario ${args.scenario}`);
-  const [pageName, assistant, config] = {
+  const [pageName, assistant, config, transport] = {
     "app-research": ["app"],
     "app-rejoin": ["app"],
     "app-follow-up": ["app"],
     "app-research-keyed": ["app"],
     "app-plan-review": ["app"],
     "react-research": ["react", "deep_research"],
+    "react-research-ws": ["react", "deep_research", null, "websocket"],
     "react-plan-review": ["react", "deep_research", { configurable: { review_plan: true } }],
     "react-hitl": ["react", "hitl"],
     "classic-hitl": ["classic", "hitl"],
@@ -395,8 +401,14 @@ async function main() {
   page.on("console", (m) => log.push(`console.${m.type()}: ${m.text()}`));
   page.on("pageerror", (e) => log.push(`pageerror: ${e.message}`));
   page.on("request", (r) => log.push(`${r.method()} ${r.url()}`));
+  const sockets = [];
+  page.on("websocket", (ws) => {
+    sockets.push(ws.url());
+    log.push(`WEBSOCKET ${ws.url()}`);
+  });
   const query = new URLSearchParams({ api: args.api, assistant });
   if (config) query.set("config", JSON.stringify(config));
+  if (transport) query.set("transport", transport);
   // The app is the service's own page; the others are served from dist/.
   const app = pageName === "app";
   const url = app ? `${args.api}/` : `http://127.0.0.1:${server.address().port}/${pageName}.html?${query}`;
@@ -405,6 +417,14 @@ async function main() {
     await scenario(page, url);
     const error = app ? [] : await texts(page, "error");
     check(error.length === 0, `the page shows an error: ${error}`);
+    if (transport === "websocket") {
+      check(
+        sockets.some((u) => u.endsWith("/stream/events")),
+        `no socket was opened: ${JSON.stringify(sockets)}`,
+      );
+      const posted = log.filter((l) => l.startsWith("POST") && l.includes("/stream/events"));
+      check(posted.length === 0, `events were read over SSE: ${posted.join(", ")}`);
+    }
     if (app) {
       const alert = page.locator("#error");
       if (await alert.isVisible()) throw new Error(`the app shows an error: ${await alert.innerText()}`);

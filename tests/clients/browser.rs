@@ -179,6 +179,14 @@ async fn react_page_clarifies_then_researches_to_a_report() {
     }
 }
 
+/// The same over `useStream`'s WebSocket transport: commands and events on one socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn react_page_researches_over_a_websocket() {
+    if ready() {
+        play(&app().await, "react-research-ws").await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn react_page_approves_the_research_plan() {
     if ready() {

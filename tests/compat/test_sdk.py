@@ -377,6 +377,14 @@ async def test_thread_update_merges_metadata(client, new_thread):
     assert (await client.threads.get(tid))["metadata"]["b"] == 2
 
 
+async def test_thread_update_with_return_minimal_answers_nothing_and_applies(
+    client, new_thread
+):
+    tid = await new_thread(metadata={"a": 1})
+    assert await client.threads.update(tid, metadata={"c": 3}, return_minimal=True) is None
+    assert (await client.threads.get(tid))["metadata"] == {"a": 1, "c": 3}
+
+
 async def test_thread_delete_then_get_is_not_found(client, http, new_thread):
     tid = await new_thread()
     r = await http.delete(f"/threads/{tid}")

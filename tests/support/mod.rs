@@ -61,6 +61,11 @@ impl Drop for TestApp {
 }
 
 impl TestApp {
+    /// Tells the service to stop, as a SIGTERM would (the app stays in scope).
+    pub fn stop(&self) {
+        self.shutdown.cancel();
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.address, path)
     }

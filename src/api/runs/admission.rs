@@ -233,7 +233,8 @@ pub(in crate::api) async fn limit_open_responses(
     let (Some(route), Some(owner)) = (route, owner) else {
         return next.run(req).await;
     };
-    if !admission.per_owner || !holds_open(&route) {
+    // A WebSocket holds its slot for as long as it is open, not for its upgrade's response.
+    if !admission.per_owner || !holds_open(&route) || crate::api::guard::is_websocket(&req) {
         return next.run(req).await;
     }
     let Some(held) = admission.hold(&owner) else {

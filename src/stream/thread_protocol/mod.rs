@@ -16,8 +16,8 @@ use crate::telemetry::metrics::SseSubscriber;
 use axum::body::Body;
 use bytes::Bytes;
 use serde_json::Value;
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::sync::mpsc;
@@ -170,11 +170,95 @@ pub fn events_sse_body(tape: ThreadTape, filter: Filter) -> Body {
         // The heartbeats end with the tape (client gone, or the server shutting down), so the
         // response ends and a graceful shutdown is not held up by open pages.
         let beats = AbortOnDropHandle::new(tokio::spawn(heartbeats(tx.clone(), tape.heartbeat)));
-        let mut writer = Writer { tx, filter, seq: 0 };
+        let mut writer = Writer {
+            out: Out::Sse(tx),
+            filter: Some(filter),
+            seq: 0,
+        };
         tape.play(&mut writer).await;
         drop(beats);
     });
     Body::from_stream(ReceiverStream::new(rx))
+}
+
+/// The events of one WebSocket, shared by its subscriptions. One tape plays the thread for
+/// the whole socket, and an event goes out once, in order, when any subscription passes it
+/// (as LangGraph's server sends it: the client hands it to each subscription it matches).
+/// A subscription made after events went out gets those it passes replayed by a tape of its
+/// own, which stops where the socket's tape had got to; the client drops repeats by
+/// `event_id`.
+#[derive(Clone)]
+pub struct SocketEvents {
+    tx: mpsc::Sender<String>,
+    shared: Arc<Mutex<Subscriptions>>,
+}
+
+#[derive(Default)]
+struct Subscriptions {
+    filters: HashMap<String, Filter>,
+    /// The `seq` of the last event the socket's tape looked at.
+    last_seq: u64,
+    live: bool,
+}
+
+impl SocketEvents {
+    /// Events go out as text frames on `tx`.
+    pub fn new(tx: mpsc::Sender<String>) -> Self {
+        Self {
+            tx,
+            shared: Arc::default(),
+        }
+    }
+
+    /// Adds (or replaces) subscription `id`. Returns what to run for it: the socket's tape on
+    /// its first subscription, the replay of what the socket had already passed on later ones.
+    /// Either ends when the socket closes, the thread stops being the subscriber's or the
+    /// server stops.
+    pub fn subscribe(
+        &self,
+        id: String,
+        tape: ThreadTape,
+        filter: Filter,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let mut shared = self.shared();
+        shared.filters.insert(id, filter.clone());
+        let (out, filter) = if !shared.live {
+            shared.live = true;
+            (Out::Socket(self.clone()), None)
+        } else if shared.last_seq > 0 {
+            let until = shared.last_seq;
+            (Out::Replay(self.tx.clone(), until), Some(filter))
+        } else {
+            return None;
+        };
+        let mut writer = Writer {
+            out,
+            filter,
+            seq: 0,
+        };
+        Some(async move { tape.play(&mut writer).await })
+    }
+
+    /// Ends subscription `id`; false when the socket has none of that id.
+    pub fn unsubscribe(&self, id: &str) -> bool {
+        self.shared().filters.remove(id).is_some()
+    }
+
+    pub fn count(&self) -> usize {
+        self.shared().filters.len()
+    }
+
+    fn shared(&self) -> std::sync::MutexGuard<'_, Subscriptions> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a subscription passes the event. Looked at under the lock a new subscription
+    /// takes, so each event is either the socket tape's to send or in the new one's replay.
+    fn passes(&self, event: &ProtocolEvent, seq: u64) -> bool {
+        let mut shared = self.shared();
+        shared.last_seq = shared.last_seq.max(seq);
+        shared.filters.values().any(|f| f.matches(seq, event))
+    }
 }
 
 async fn heartbeats(tx: mpsc::Sender<Result<Bytes, std::io::Error>>, every: Duration) {
@@ -191,11 +275,68 @@ async fn heartbeats(tx: mpsc::Sender<Result<Bytes, std::io::Error>>, every: Dura
     }
 }
 
-/// Numbers every event of the tape and sends the ones the filter passes.
+/// Numbers every event of the tape and sends the ones the filter passes (all, without one).
 struct Writer {
-    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
-    filter: Filter,
+    out: Out,
+    filter: Option<Filter>,
     seq: u64,
+}
+
+/// Where a tape's events go: an SSE body, a WebSocket's subscriptions, or one subscription's
+/// replay of the events up to a `seq` (then it stops).
+enum Out {
+    Sse(mpsc::Sender<Result<Bytes, std::io::Error>>),
+    Socket(SocketEvents),
+    Replay(mpsc::Sender<String>, u64),
+}
+
+impl Out {
+    async fn closed(&self) {
+        match self {
+            Self::Sse(tx) => tx.closed().await,
+            Self::Socket(events) => events.tx.closed().await,
+            Self::Replay(tx, _) => tx.closed().await,
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        match self {
+            Self::Sse(tx) => tx.is_closed(),
+            Self::Socket(events) => events.tx.is_closed(),
+            Self::Replay(tx, _) => tx.is_closed(),
+        }
+    }
+
+    /// A replay ends with the runs it found at its start.
+    fn replays(&self) -> bool {
+        matches!(self, Self::Replay(..))
+    }
+
+    /// False when the client went away (or a replay is done).
+    async fn send(&self, event: &ProtocolEvent, seq: u64) -> bool {
+        match self {
+            Self::Sse(tx) => {
+                let frame = format!(
+                    "event: {}\r\ndata: {}\r\nid: {}\r\n\r\n",
+                    event.method,
+                    event.envelope(seq),
+                    seq
+                );
+                tx.send(Ok(Bytes::from(frame))).await.is_ok()
+            }
+            Self::Socket(events) => {
+                if !events.passes(event, seq) {
+                    return true;
+                }
+                events
+                    .tx
+                    .send(event.envelope(seq).to_string())
+                    .await
+                    .is_ok()
+            }
+            Self::Replay(tx, _) => tx.send(event.envelope(seq).to_string()).await.is_ok(),
+        }
+    }
 }
 
 impl Writer {
@@ -213,19 +354,23 @@ impl Writer {
     async fn send(&mut self, events: Vec<ProtocolEvent>) -> bool {
         for event in events {
             let seq = self.number(&event);
-            if !self.filter.matches(seq, &event) {
+            if let Out::Replay(_, until) = self.out
+                && seq > until
+            {
+                return false;
+            }
+            if self
+                .filter
+                .as_ref()
+                .is_some_and(|f| !f.matches(seq, &event))
+            {
                 continue;
             }
-            let envelope = event.envelope(seq);
-            let frame = format!(
-                "event: {}\r\ndata: {envelope}\r\nid: {}\r\n\r\n",
-                event.method, seq
-            );
-            if self.tx.send(Ok(Bytes::from(frame))).await.is_err() {
+            if !self.out.send(&event, seq).await {
                 return false;
             }
         }
-        !self.tx.is_closed()
+        !self.out.is_closed()
     }
 }
 
@@ -265,10 +410,13 @@ impl ThreadTape {
                 }
                 played.insert(run.run_id);
             }
+            if out.out.replays() {
+                return;
+            }
             tokio::select! {
                 _ = nudges.recv() => {}
                 () = tokio::time::sleep(DISCOVERY_POLL) => {}
-                () = out.tx.closed() => return,
+                () = out.out.closed() => return,
                 () = self.shutdown.cancelled() => return,
             }
         }
@@ -360,7 +508,7 @@ impl ThreadTape {
             }
             tokio::select! {
                 () = tokio::time::sleep(STORE_POLL) => {}
-                () = out.tx.closed() => return false,
+                () = out.out.closed() => return false,
                 () = self.shutdown.cancelled() => return false,
             }
         }

@@ -1,5 +1,6 @@
 // A page on @langchain/react 1.1.0: its useStream speaks the thread-centric protocol
-// (/threads/{id}/commands and /threads/{id}/stream/events).
+// (/threads/{id}/commands and /threads/{id}/stream/events), over SSE, or over one WebSocket
+// when the page's query says transport=websocket.
 import { createRoot } from "react-dom/client";
 import { useState } from "react";
 import { useStream } from "@langchain/react";
@@ -10,6 +11,7 @@ function App() {
   const stream = useStream({
     apiUrl: params.get("api"),
     assistantId: params.get("assistant"),
+    transport: params.get("transport") ?? undefined,
     threadId,
     onThreadId: setThreadId,
   });
