@@ -3,7 +3,8 @@
 //! events. An event's `event_id` derives from the frame it came from and its `seq` from that
 //! frame's time (see `Writer::number`), so every connection, on any replica, gives the same
 //! event the same id and number, whether it saw it live or replayed, and however many runs it
-//! replayed or were deleted meanwhile.
+//! replayed or were deleted meanwhile. The same tape feeds an SSE body (`events_sse_body`)
+//! or the subscriptions of one WebSocket (`SocketEvents`).
 
 mod translate;
 
