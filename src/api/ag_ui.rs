@@ -220,6 +220,7 @@ impl RunInput {
             text: self.text.clone().unwrap_or_default(),
             data: self.resume.as_ref().and_then(|r| r.payload.clone()),
             configurable: self.configurable.clone(),
+            context: None,
             protocol: "ag_ui",
         })
     }

@@ -51,7 +51,48 @@ pub(super) fn router(state: AppState) -> Router<AppState> {
         StreamableHttpService::new(move || Ok(tools.clone()), Arc::default(), config);
     Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(read_call_context))
         .layer(axum::middleware::map_response(json_errors))
+}
+
+/// `params.context` of a `tools/call`, which LangGraph's server makes the run's context.
+/// rmcp's typed params have no such field and drop it, so it is read here, from the body the
+/// API's guard has already buffered and counted, and handed to `call_tool` on the request.
+#[derive(Clone)]
+struct CallContext(Value);
+
+async fn read_call_context(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return AppError::BadRequest("The request body could not be read".into()).into_response();
+    };
+    if let Ok(message) = serde_json::from_slice::<Value>(&bytes)
+        && message["method"] == "tools/call"
+        && let Some(context) = message["params"].get("context")
+    {
+        parts.extensions.insert(CallContext(context.clone()));
+    }
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
+}
+
+/// The call's context: an object, or none.
+fn call_context(context: &RequestContext<RoleServer>) -> Result<Option<Value>, String> {
+    let sent = context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<CallContext>());
+    match sent.map(|c| &c.0) {
+        None | Some(Value::Null) => Ok(None),
+        Some(c @ Value::Object(_)) => Ok(Some(c.clone())),
+        Some(_) => Err("params.context must be an object (the run's context)".into()),
+    }
 }
 
 /// rmcp answers what it refuses with plain text, and a body that is not JSON-RPC with 415.
@@ -166,7 +207,12 @@ impl ServerHandler for ResearchTools {
             ));
         };
         let arguments = request.arguments.unwrap_or_default();
-        let turn = match parse_arguments(assistant.assistant_id, &arguments) {
+        let turn = match parse_arguments(assistant.assistant_id, &arguments).and_then(|turn| {
+            Ok(Turn {
+                context: call_context(&context)?,
+                ..turn
+            })
+        }) {
             Ok(turn) => turn,
             Err(why) => return Ok(failure(why, None).into()),
         };
@@ -386,6 +432,7 @@ fn parse_arguments(assistant_id: AssistantId, arguments: &JsonObject) -> Result<
         text,
         data: None,
         configurable,
+        context: None,
         protocol: "mcp",
     })
 }

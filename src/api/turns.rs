@@ -30,6 +30,9 @@ pub(super) struct Turn {
     pub(super) data: Option<Value>,
     /// Research settings for this run.
     pub(super) configurable: Option<Value>,
+    /// The run's `context` (LangGraph's newer name for its settings), as the protocol's
+    /// caller sent it; with `configurable` too, the run is refused as on `POST /runs`.
+    pub(super) context: Option<Value>,
     /// Recorded in the run's metadata (`{"a2a": true}`), so runs say where they came from.
     pub(super) protocol: &'static str,
 }
@@ -57,6 +60,9 @@ pub(super) async fn start(state: &AppState, who: &Principal, turn: Turn) -> ApiR
     }
     if let Some(configurable) = turn.configurable {
         body["config"] = json!({ "configurable": configurable });
+    }
+    if let Some(context) = turn.context {
+        body["context"] = context;
     }
     start_on_thread(state, who, thread_id, body).await
 }

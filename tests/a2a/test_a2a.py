@@ -234,3 +234,40 @@ def test_bad_requests_get_json_rpc_errors():
             assert r.status_code == 401
 
     run(go())
+
+
+def test_params_context_is_the_runs_context_as_on_langgraphs_server():
+    # LangGraph's server reads `params.context` of a send into the run's context; a2a-sdk has
+    # no field for it, so this is raw JSON-RPC.
+    async def go():
+        async with http(KEY_A) as h:
+            endpoint = URL + "/a2a/slow"
+            ask = {"role": "ROLE_USER", "messageId": str(uuid.uuid4()), "parts": [{"text": "hi"}]}
+
+            async def send_raw(params):
+                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+                r = await h.post(endpoint, json=body)
+                assert r.status_code == 200, r.text
+                return r.json()
+
+            sent = await send_raw({"message": ask, "context": {"sleep_secs": 0.1}})
+            task = sent["result"]["task"]
+            # the slow graph's answer ends its turn: the task then waits for the next message
+            assert task["status"]["message"]["parts"] == [{"text": "slow done"}], task
+            r = await h.get(f"{URL}/threads/{task['contextId']}/runs/{task['id']}")
+            kwargs = r.json()["kwargs"]
+            assert kwargs["context"] == {"sleep_secs": 0.1}, kwargs
+            assert kwargs["config"]["configurable"]["sleep_secs"] == 0.1, kwargs
+            # not an object, or beside configurable: refused, nothing started
+            for params in (
+                {"message": ask, "context": "fast"},
+                {"message": ask, "context": {"sleep_secs": 0.1},
+                 "metadata": {"configurable": {"sleep_secs": 0.1}}},
+            ):
+                error = (await send_raw(params))["error"]
+                assert error["code"] == -32602, error
+                assert "context" in error["message"], error
+            r = await h.post(f"{URL}/threads/count", json={})
+            assert r.json() >= 1
+
+    run(go())

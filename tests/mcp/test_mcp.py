@@ -7,6 +7,7 @@ initialize handshake).
 """
 
 import asyncio
+import json
 import os
 import uuid
 
@@ -177,5 +178,53 @@ def test_what_is_not_json_rpc_gets_a_json_error():
             assert no_stream.status_code == 406 and "text/event-stream" in no_stream.json()["detail"]
             sessionless = await h.get(URL + "/mcp", headers=accept)
             assert sessionless.status_code == 405 and sessionless.json()["detail"]
+
+    run(go())
+
+
+class CallsWithContext(httpx2.AsyncBaseTransport):
+    """Adds `params.context` to every tools/call, as a caller of LangGraph's server may (the
+    mcp client has no argument for it)."""
+
+    def __init__(self, context):
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.context = context
+
+    async def handle_async_request(self, request):
+        if request.method == "POST":
+            message = json.loads(await request.aread() or b"null")
+            if isinstance(message, dict) and message.get("method") == "tools/call":
+                message["params"]["context"] = self.context
+                headers = [(k, v) for k, v in request.headers.items() if k.lower() != "content-length"]
+                request = httpx2.Request("POST", request.url, headers=headers, content=json.dumps(message))
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self):
+        await self.inner.aclose()
+
+
+def test_params_context_of_a_call_is_the_runs_context():
+    async def go():
+        async def call_with(context, arguments):
+            http = httpx2.AsyncClient(
+                headers={"x-api-key": KEY_A}, timeout=60, transport=CallsWithContext(context)
+            )
+            async with Client(streamable_http_client(URL + "/mcp", http_client=http)) as c:
+                return await c.call_tool("slow", arguments)
+
+        thread_id = str(uuid.uuid4())
+        done = await call_with({"sleep_secs": 0.1}, {"question": "hi", "thread_id": thread_id})
+        assert not done.is_error, done
+        async with httpx.AsyncClient(headers={"x-api-key": KEY_A}) as h:
+            [made] = (await h.get(f"{URL}/threads/{thread_id}/runs")).json()
+        assert made["kwargs"]["context"] == {"sleep_secs": 0.1}, made["kwargs"]
+        assert made["kwargs"]["config"]["configurable"]["sleep_secs"] == 0.1
+        # not an object, or beside configurable: a tool error, and no run
+        other = str(uuid.uuid4())
+        for context, extra in (("fast", {}), ({"sleep_secs": 0.1}, {"configurable": {"sleep_secs": 0.1}})):
+            refused = await call_with(context, {"question": "hi", "thread_id": other, **extra})
+            assert refused.is_error and "context" in text_of(refused), refused
+        async with httpx.AsyncClient(headers={"x-api-key": KEY_A}) as h:
+            assert (await h.get(f"{URL}/threads/{other}")).status_code == 404
 
     run(go())

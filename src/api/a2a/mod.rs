@@ -255,6 +255,8 @@ struct Incoming {
     history_length: Option<usize>,
     /// Research settings for the run (`metadata.configurable`).
     configurable: Option<Value>,
+    /// The run's `context` (`params.context`, as LangGraph's server reads it).
+    context: Option<Value>,
 }
 
 fn uuid_field<T: From<Uuid>>(value: Option<&Value>, field: &str) -> RpcResult<Option<T>> {
@@ -339,9 +341,19 @@ impl Incoming {
                 ));
             }
         };
+        let context = match params.get("context") {
+            None | Some(Value::Null) => None,
+            Some(c @ Value::Object(_)) => Some(c.clone()),
+            Some(_) => {
+                return Err(RpcError::invalid_params(
+                    "params.context must be an object (the run's context)",
+                ));
+            }
+        };
         Ok(Self {
             text,
             data,
+            context,
             context_id: uuid_field(message.get("contextId"), "message.contextId")?,
             task_id: uuid_field(message.get("taskId"), "message.taskId")?,
             return_immediately: configuration["returnImmediately"] == true
@@ -428,6 +440,7 @@ impl Call<'_> {
             text: m.text.clone(),
             data: m.data.clone(),
             configurable: m.configurable.clone(),
+            context: m.context.clone(),
             protocol: "a2a",
         };
         Ok(turns::start(self.state, self.who, turn).await?)
