@@ -570,7 +570,9 @@ pub const SETTINGS: [Setting; 31] = [
                       message asking to research further is researched), answer (always \
                       answered from those sources, saying so when they hold no answer) or \
                       research (researched again from a new brief, the sources gathered kept, \
-                      as Open Deep Research does).",
+                      as Open Deep Research does). Under auto and research the thread's \
+                      earlier question asked again (a cron on the thread) is researched \
+                      afresh, its report ending with what changed since the last one.",
         range: None,
         choices: &["auto", "answer", "research"],
     },

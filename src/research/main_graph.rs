@@ -90,6 +90,18 @@ async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comm
     // Under `follow_up = "research"` it goes on as Open Deep Research does.
     let mut researched = None;
     if follow_up::is_follow_up(&state) {
+        // The earlier question again is researched afresh (no clarification: it was asked
+        // before), every page read again, so the report can tell what changed.
+        if cfg.follow_up != FollowUp::Answer
+            && let Some(why) = follow_up::reruns(&state)
+        {
+            let upd = AgentUpdate {
+                follow_up: Some(follow_up::rerun(&ctx, why)),
+                sources: Some(Write::Replace(Vec::new())),
+                ..metered(&ctx)
+            };
+            return Ok(Command::write(upd)?.goto("write_research_brief"));
+        }
         if cfg.follow_up != FollowUp::Research {
             return Ok(Command::write(metered(&ctx))?.goto("answer_follow_up"));
         }

@@ -342,6 +342,7 @@ impl RunProgress {
                 let did = match mode {
                     FollowUpMode::Answered => "answered from the report's sources",
                     FollowUpMode::Researched => "researched again",
+                    FollowUpMode::Rerun => "re-ran the question",
                 };
                 self.notes.push(format!("follow-up {did}: {reason}"));
             }

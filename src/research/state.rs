@@ -125,6 +125,9 @@ pub enum FollowUpMode {
     Answered,
     /// Researched again (a new brief), the sources gathered kept.
     Researched,
+    /// The thread's earlier question asked again (a cron on the thread, "run it again"):
+    /// researched afresh, every page read again, the report ending with what changed.
+    Rerun,
 }
 
 /// What the latest question asked on a thread whose report is written did, and why: the
@@ -137,6 +140,50 @@ pub struct FollowUpTurn {
     /// What the citation check found in the answer (an answer only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub citations: Option<SupportCounts>,
+}
+
+/// A source named by what changed since the last report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ChangedSource {
+    pub url: String,
+    pub title: String,
+}
+
+/// A claim of the last report that the sources it cited, read again, no longer support.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct UnsupportedClaim {
+    /// The sentence as the last report stated it, without its citations.
+    pub claim: String,
+    /// The sources it cited that this run read again.
+    pub sources: Vec<ChangedSource>,
+}
+
+/// A sentence of the last report and the sentence of this one that says the same with other
+/// figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MovedFigure {
+    pub before: String,
+    pub after: String,
+}
+
+/// What changed since the last report of a re-run question, computed from the two reports'
+/// cited sentences and the pages read again (not written by the model).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct WhatChanged {
+    /// When the last report was written (RFC 3339), when the thread recorded it.
+    pub since: Option<String>,
+    /// Sources this report cites that the last one did not.
+    pub new_sources: Vec<ChangedSource>,
+    /// Sources the last report cited that this one does not.
+    pub dropped_sources: Vec<ChangedSource>,
+    /// Claims of the last report its sources, read again, no longer support.
+    pub unsupported: Vec<UnsupportedClaim>,
+    /// Figures of the last report that this one states otherwise.
+    pub moved: Vec<MovedFigure>,
+    /// Cited claims of the last report whose sources this run did not read again (not
+    /// rechecked).
+    pub not_reread: usize,
 }
 
 /// The main graph's state.
@@ -164,6 +211,10 @@ pub struct AgentState {
     #[serde(deserialize_with = "or_default")]
     pub notes: Vec<String>,
     pub final_report: Option<String>,
+    /// When the final report was written (RFC 3339).
+    pub reported_at: Option<String>,
+    /// What changed since the last report, on a run that re-ran the thread's question.
+    pub what_changed: Option<WhatChanged>,
     /// Everything the run's searches and tools returned. Clients see where and what ; the page
     /// texts and summaries the graph reads are in checkpoints and the state API, not in
     /// streamed events, the thread's values or a run's result).
@@ -202,6 +253,11 @@ pub struct AgentUpdate {
     pub notes: Option<Write<Vec<String>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub final_report: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reported_at: Option<String>,
+    /// `Some(None)` clears it (a report that re-ran nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_changed: Option<Option<WhatChanged>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sources: Option<Write<Vec<Source>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -378,7 +434,7 @@ mod tests {
             channels.into_iter().map(|c| (c.name, c.reducer)).collect()
         };
         let main = reducers(crate::graph::channels_of::<AgentState>());
-        assert_eq!(main.len(), 14);
+        assert_eq!(main.len(), 16);
         assert!(main.contains(&("messages".into(), Reducer::Messages)));
         assert!(main.contains(&("sources".into(), Reducer::AppendOrOverride)));
         assert!(main.contains(&("stopped_early".into(), Reducer::Override)));
@@ -401,6 +457,8 @@ mod tests {
             raw_notes: Some(Write::Add(vec![])),
             notes: Some(Write::Add(vec![])),
             final_report: Some(String::new()),
+            reported_at: Some(String::new()),
+            what_changed: Some(None),
             sources: Some(Write::Add(vec![])),
             usage: Some(RunUsage::default()),
             fallbacks: Some(BTreeMap::new()),

@@ -288,6 +288,13 @@ async function appFollowUp(page) {
   await shot(page, "follow-up");
   await page.reload();
   await expectText(page.getByRole("group", { name: "Answer" }), "Paragraph 1 of a page about");
+  // Run again: the question researched again on the thread, the report ending with what
+  // changed since the first.
+  await page.getByRole("button", { name: "Run again", exact: true }).click();
+  await expectText(page.getByRole("log", { name: "Activity" }), "Running the question again");
+  await expectText(page.getByRole("region", { name: "Report" }), "What changed since");
+  check(!(await page.getByRole("group", { name: "Asked" }).count()), "the new report has no follow-ups yet");
+  await shot(page, "what-changed");
 }
 
 const scenarios = {

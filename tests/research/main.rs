@@ -18,3 +18,4 @@ mod search_engines;
 mod searx;
 mod tavily;
 mod weak_models;
+mod what_changed;

@@ -267,9 +267,9 @@ function onCustom(data) {
       log(`Fell back (${data.stage ?? "?"}): ${excerpt(data.detail ?? data.fallback, 200)}`);
       break;
     case "follow_up":
-      log(data.mode === "answered"
-        ? `Answered from the report's sources (${excerpt(data.reason, 200)}).`
-        : `Researching it again: ${excerpt(data.reason, 200)}.`);
+      if (data.mode === "answered") log(`Answered from the report's sources (${excerpt(data.reason, 200)}).`);
+      else if (data.mode === "rerun") log(`Running the question again (${excerpt(data.reason, 200)}); the report will end with what changed.`);
+      else log(`Researching it again: ${excerpt(data.reason, 200)}.`);
       break;
     case "spend_cap":
       log("The run reached its spend cap; the report is partial.");
@@ -563,6 +563,13 @@ async function startResearch(question) {
   }
 }
 
+/** Asks the open thread's question again on the thread: researched afresh, its report ends
+ * with what changed since the last one. */
+async function rerunThread() {
+  if (!view.threadId || !view.question) return;
+  await runOnThread({ input: { messages: [{ type: "human", content: view.question }] } });
+}
+
 async function openThread(threadId) {
   view.following?.abort();
   hideAll();
@@ -616,7 +623,10 @@ async function loadHistory() {
     again.className = "secondary";
     again.textContent = "Run again";
     again.setAttribute("aria-label", `Run again: ${title}`);
-    again.addEventListener("click", () => startResearch(threadTitle(thread)));
+    again.addEventListener("click", async () => {
+      await openThread(thread.thread_id);
+      await rerunThread();
+    });
     const remove = document.createElement("button");
     remove.type = "button";
     remove.className = "secondary";
@@ -815,7 +825,7 @@ function wire() {
   for (const format of ["md", "html", "pdf", "docx"]) {
     $(`download-${format}`).addEventListener("click", () => download(format));
   }
-  $("rerun").addEventListener("click", () => startResearch(view.question));
+  $("rerun").addEventListener("click", () => rerunThread());
   $("new-research").addEventListener("click", () => {
     view.following?.abort();
     view.threadId = null;

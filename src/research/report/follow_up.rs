@@ -83,16 +83,67 @@ pub(in crate::research) fn asks_for_research(text: &str) -> bool {
     ASKS.iter().any(|a| text.contains(a))
 }
 
+/// Why this turn re-runs the thread's earlier question, if it does: the same question asked
+/// again (a cron on the thread sends it every time) or a request to run the research again.
+/// A re-run is researched afresh and its report ends with what changed (`what_changed.rs`).
+pub(in crate::research) fn reruns(state: &AgentState) -> Option<&'static str> {
+    let mut asked: Vec<String> = state
+        .messages
+        .iter()
+        .filter(|m| m.kind() == msg::Kind::Human)
+        .map(Message::text)
+        .collect();
+    let last = asked.pop()?;
+    let key = question_key(&last);
+    if !key.is_empty() && asked.iter().any(|a| question_key(a) == key) {
+        return Some("the thread's earlier question was asked again");
+    }
+    let text = last.to_lowercase();
+    const AGAIN: [&str; 9] = [
+        "run it again",
+        "run this again",
+        "run the research again",
+        "rerun",
+        "re-run",
+        "research it again",
+        "research this again",
+        "redo the research",
+        "update the report",
+    ];
+    AGAIN
+        .iter()
+        .any(|a| text.contains(a))
+        .then_some("the message asks to run the research again")
+}
+
+/// A question in a comparable form: its words, lower-cased.
+fn question_key(text: &str) -> String {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The record and the `custom` event of a choice to research, for the update that goes on to
 /// the brief.
 pub(in crate::research) fn researched(ctx: &NodeContext, reason: &str) -> FollowUpTurn {
+    turn(ctx, FollowUpMode::Researched, reason)
+}
+
+/// The record and the `custom` event of a re-run of the thread's question.
+pub(in crate::research) fn rerun(ctx: &NodeContext, reason: &str) -> FollowUpTurn {
+    turn(ctx, FollowUpMode::Rerun, reason)
+}
+
+fn turn(ctx: &NodeContext, mode: FollowUpMode, reason: &str) -> FollowUpTurn {
     ResearchEvent::FollowUp {
-        mode: FollowUpMode::Researched,
+        mode,
         reason: reason.to_owned(),
     }
     .send(ctx);
     FollowUpTurn {
-        mode: FollowUpMode::Researched,
+        mode,
         reason: reason.to_owned(),
         citations: None,
     }

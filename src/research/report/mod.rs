@@ -6,6 +6,7 @@
 mod by_source;
 mod by_topic;
 pub(super) mod follow_up;
+mod what_changed;
 
 use super::ResearchDeps;
 use super::citations::{self, normalize};
@@ -176,15 +177,23 @@ async fn whole_report(
             cfg.final_report_model_max_tokens
         ));
     }
+    let changed = what_changed::append(state, numbered, &mut checked.report);
     // Keep the streamed message's id so clients merge the tokens they saw with the final text.
     message.set_text(&checked.report);
     Command::write(AgentUpdate {
         final_report: Some(checked.report),
+        reported_at: Some(now()),
+        what_changed: Some(changed),
         messages: Some(vec![message]),
         notes: Some(Write::Replace(vec![])),
         citations: Some(checked.support),
         ..metered(ctx)
     })
+}
+
+/// When a report is written, as the state records it (RFC 3339, UTC).
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// The report in one of the short-call forms (`by_source`, `by_topic`): written and checked,
@@ -349,6 +358,7 @@ fn finished(
 ) -> Result<Command, NodeError> {
     let mut checked = check_citations(ctx, text, &state.sources, numbered, uncited);
     checked.report.push_str(appendix);
+    let changed = what_changed::append(state, numbered, &mut checked.report);
     let message = match streamed {
         Some(mut m) => {
             m.set_text(&checked.report);
@@ -358,6 +368,8 @@ fn finished(
     };
     Command::write(AgentUpdate {
         final_report: Some(checked.report),
+        reported_at: Some(now()),
+        what_changed: Some(changed),
         messages: Some(vec![message]),
         notes: Some(Write::Replace(vec![])),
         citations: Some(checked.support),
@@ -443,6 +455,9 @@ fn partial_report(
     };
     Command::write(AgentUpdate {
         final_report: Some(checked.report),
+        reported_at: Some(now()),
+        // A partial report is not compared: what it lacks is not what changed.
+        what_changed: Some(None),
         messages: Some(vec![message]),
         notes: Some(Write::Replace(vec![])),
         stopped_early: Some(stopped),

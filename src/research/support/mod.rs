@@ -16,11 +16,13 @@ use crate::lexical::{Words, terms};
 pub use crate::research::state::SupportCounts;
 use std::collections::{HashMap, HashSet};
 
+mod cited;
 mod layout;
 mod markers;
 #[cfg(test)]
 mod tests;
 
+pub use cited::{CitedSentence, Listed, cited_sentences, listed_sources, supports};
 use layout::{
     BlockKind, blocks, body_lines, is_about_itself, is_sources_heading, without_empty_sections,
 };
