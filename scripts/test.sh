@@ -60,6 +60,13 @@ else
 fi
 
 # ---------------------------------------------------------------------------
+section "DejaVu fonts (embedded in exported PDFs: src/export/pdf_fonts.rs)"
+if [ ! -e /usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf ]; then
+    apt_install fonts-dejavu-core
+fi
+echo "DejaVu fonts present"
+
+# ---------------------------------------------------------------------------
 section "The PostgreSQL 15 manual (the evaluation set's corpus: tests/real_model.rs, eval/)"
 export DR_PG_DOCS=${DR_PG_DOCS:-/usr/share/doc/postgresql-doc-15/html}
 if [ ! -e "$DR_PG_DOCS/index.html" ]; then

@@ -11,6 +11,7 @@ pub mod blocks;
 mod docx;
 mod html;
 mod pdf;
+mod pdf_fonts;
 
 use crate::research::state::{Source, SupportCounts};
 use crate::research::support::{self, Sources};
