@@ -3,11 +3,12 @@
 //! goes from `clarify_with_user` to `answer_follow_up` (`report/follow_up.rs`), which answers
 //! it or goes on to the brief.
 
-use super::config::FollowUp;
+use super::config::{FollowUp, SearchApi};
 use super::messages::{self as msg, Message};
 use super::metering::{metered, resume_meter};
 use super::model::{Caller, Deps, Role, prepare_run, run_config};
 use super::report::follow_up;
+use super::state::FollowUpMode;
 use super::state::{AgentState, AgentUpdate, SupervisorInput, SupervisorOutput};
 use super::stream_fields::FieldStreamer;
 use super::{plan_review, report, supervisor};
@@ -97,7 +98,6 @@ async fn clarify(deps: Deps, state: AgentState, ctx: NodeContext) -> Result<Comm
         {
             let upd = AgentUpdate {
                 follow_up: Some(follow_up::rerun(&ctx, why)),
-                sources: Some(Write::Replace(Vec::new())),
                 ..metered(&ctx)
             };
             return Ok(Command::write(upd)?.goto("write_research_brief"));
@@ -219,6 +219,11 @@ async fn research(
     ctx: NodeContext,
 ) -> Result<Command, NodeError> {
     resume_meter(&ctx, &state).await;
+    // A re-run reads every page again (`what_changed`): nothing of the last run is reused.
+    let rerun = state
+        .follow_up
+        .as_ref()
+        .is_some_and(|t| t.mode == FollowUpMode::Rerun);
     // Pages earlier runs on this thread summarised are not paid for again.
     // What the supervisor does not need (the conversation, earlier raw notes) is let go here,
     // not held while it researches.
@@ -231,19 +236,33 @@ async fn research(
         (s.sources, input)
     };
     let ledger = ctx.scope.local::<SummaryLedger>();
-    for source in sources {
+    for source in sources.into_iter().filter(|_| !rerun) {
         if let Some(summary) = source.summary {
             ledger.remember(&source.url, summary);
         }
     }
     let out: SupervisorOutput = ctx.typed_subgraph(&sup, &input).await?;
+    let sources = if !rerun {
+        Write::Add(out.sources)
+    } else if out.sources.is_empty() && run_config(&ctx)?.search_api != SearchApi::None {
+        // Failing here keeps the last report's sources: a re-run whose searches all failed
+        // must not leave the thread unable to answer questions on its report.
+        return Err(NodeError::new(
+            "NoSourcesError",
+            "research stage: the re-run of the thread's question gathered no sources (no \
+             search returned any result), so no new report was written; the last report and \
+             its sources are kept.",
+        ));
+    } else {
+        Write::Replace(out.sources)
+    };
     // Only what this round added flows back (ODR re-applied the whole subgraph state through
     // the parent's reducers, duplicating raw notes and supervisor messages on later turns).
     let upd = AgentUpdate {
         supervisor_messages: Some(Write::Replace(out.supervisor_messages)),
         notes: Some(Write::Replace(out.notes)),
         raw_notes: Some(Write::Add(out.raw_notes)),
-        sources: Some(Write::Add(out.sources)),
+        sources: Some(sources),
         ..metered(&ctx)
     };
     Command::write(upd)

@@ -197,6 +197,40 @@ async fn the_question_asked_again_is_researched_afresh_and_says_what_changed() {
     );
 }
 
+/// A re-run whose searches all fail writes no report and keeps the last one's sources, so
+/// questions on the report are still answered from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_run_that_finds_nothing_keeps_the_last_report_and_its_sources() {
+    let ra = start().await;
+    let tid = new_thread(&ra.app).await;
+    let first = last_values(&stream(&ra, &tid, QUESTION, json!({})).await);
+    ra.tavily
+        .fail_always(support::fake_tavily::Fault::Unauthorized);
+    let frames = stream(&ra, &tid, QUESTION, json!({})).await;
+    let error = frames
+        .iter()
+        .find(|f| f.event == "error")
+        .expect("the re-run fails");
+    assert!(
+        error.data["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("gathered no sources"),
+        "{}",
+        error.data
+    );
+    let state = ra.app.get_json(&format!("/threads/{tid}/state")).await;
+    let values = &state["values"];
+    assert_eq!(values["final_report"], first["final_report"]);
+    assert_eq!(
+        urls(&values["sources"]),
+        [
+            "https://docs.example/autovacuum",
+            "https://docs.example/vacuum"
+        ]
+    );
+}
+
 /// Under `follow_up = "answer"` nothing is researched again, the same question included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_answer_the_question_asked_again_is_not_researched() {
