@@ -564,15 +564,13 @@ pub const SETTINGS: [Setting; 31] = [
     ),
     Setting {
         name: "follow_up",
-        description: "What a question asked on a thread whose report is written does: auto \
-                      (answered in a few cited sentences from the sources the report was \
-                      written from when they support an answer, else researched again; a \
-                      message asking to research further is researched), answer (always \
-                      answered from those sources, saying so when they hold no answer) or \
-                      research (researched again from a new brief, the sources gathered kept, \
-                      as Open Deep Research does). Under auto and research the thread's \
-                      earlier question asked again (a cron on the thread) is researched \
-                      afresh, its report ending with what changed since the last one.",
+        description: "What a question on a thread whose report is written does: auto (answered \
+                      in a few cited sentences from the report's sources when they support an \
+                      answer, else researched again, as is a request to research further), \
+                      answer (always answered from those sources, saying when they cannot) or \
+                      research (a new brief, the sources kept, as Open Deep Research does). \
+                      Under auto and research the earlier question asked again (a cron on the \
+                      thread) is researched afresh, its report ending with what changed.",
         range: None,
         choices: &["auto", "answer", "research"],
     },
