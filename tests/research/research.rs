@@ -91,6 +91,10 @@ fn cited(text: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vague_question_is_clarified_then_researched_with_verified_citations() {
     let ra = r::start(scripted(Script::default()), "").await;
+    // Paced like a model generating tokens: deltas that land in one socket read are joined
+    // into one chunk (`llm/coalesce.rs`), so an unpaced answer may stream as a single chunk.
+    ra.llm
+        .set_chunk_interval(std::time::Duration::from_millis(3));
     let tid = new_thread(&ra.app).await;
 
     let first = stream(&ra, &tid, "Tell me about the vague thing", json!({})).await;
