@@ -2608,8 +2608,9 @@ fn shown_numbers(req: &Value) -> Vec<usize> {
 /// by a short call from its sources only, keeping the sentences they support (an added claim
 /// is dropped). A section no source bears on is named as not covered, not written. The answer
 /// comes first, from the sections' sentences, and only what a source supports is kept of it.
-/// No section is headed by a source's title, and neither the one-shot writer nor the
-/// by-source calls are made.
+/// Under a section's prose go the values its sources give that the prose leaves out, each
+/// where its source gives it. No section is headed by a source's title, and neither the
+/// one-shot writer nor the by-source calls are made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_can_be_written_topic_by_topic() {
     let (docs, index, config) = docs_corpus();
@@ -2628,18 +2629,25 @@ async fn a_report_can_be_written_topic_by_topic() {
                     {"heading": "Replication slots", "question": "How do replication slots hold back old segments?"},
                     {"heading": "Routine Vacuuming", "question": "Copied from a source's title"}
                 ]})),
+            // Each section's sentences, with the values its sources give: one the prose
+            // leaves out, one it gives, one no source gives.
             Role::Section => {
                 let n = shown_numbers(req);
                 let text = support::workload::all_text(req);
+                let facts = json!([
+                    {"name": "autovacuum launcher", "value": "60 seconds", "source": n[0]},
+                    {"name": "WAL segment files", "value": "16 MB", "source": n[0]},
+                    {"name": "VACUUM", "value": "64 MB", "source": n[0]},
+                ]);
                 if text.contains("This section is \"Reclaiming storage\"") {
-                    FakeReply::Text(format!(
-                        "VACUUM reclaims storage occupied by dead tuples [{0}]. The moon is made \
-                         of green cheese and orbits Jupiter every week [{0}]. The autovacuum \
-                         launcher starts a worker every 60 seconds by default [{0}].",
-                        n[0]
-                    ))
+                    FakeReply::Json(json!({"sentences": [
+                        format!("VACUUM reclaims storage occupied by dead tuples [{}].", n[0]),
+                        format!("The moon is made of green cheese and orbits Jupiter every week [{}].", n[0]),
+                    ], "facts": facts}))
                 } else {
-                    FakeReply::Text(format!("WAL segment files are 16 MB each [{}].", n[0]))
+                    FakeReply::Json(json!({"sentences": [
+                        format!("WAL segment files are 16 MB each [{}].", n[0]),
+                    ], "facts": facts}))
                 }
             }
             Role::Answer => {
@@ -2715,8 +2723,12 @@ async fn a_report_can_be_written_topic_by_topic() {
         "{report}"
     );
     assert!(
-        report.contains("The autovacuum launcher starts a worker every 60 seconds by default [1]."),
-        "{report}"
+        report.contains("\n- **autovacuum launcher**: 60 seconds [1]"),
+        "the value the prose left out is listed: {report}"
+    );
+    assert!(
+        !report.contains("- **WAL segment files**") && !report.contains("64 MB"),
+        "a value the prose gives is not listed again, one no source gives not at all: {report}"
     );
     assert!(
         report.contains("> Note: the sources found did not answer: How do replication slots hold back old segments?"),

@@ -27,7 +27,7 @@ pub enum Role {
     Overview,
     /// The report's outline (`report_form: "by_topic"`).
     Outline,
-    /// One section written from its sources.
+    /// One section written from its sources (its sentences and values, as JSON).
     Section,
     /// The answer above the sections, from what they kept.
     Answer,
@@ -43,6 +43,7 @@ pub fn role(req: &Value) -> Role {
         Some("ResearchPlan") => return Role::Plan,
         Some("Summary") => return Role::Summary,
         Some("ReportOutline") => return Role::Outline,
+        Some("ReportSection") => return Role::Section,
         _ => {}
     }
     let tools: Vec<&str> = req["tools"]

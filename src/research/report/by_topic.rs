@@ -18,6 +18,10 @@
 //!    nothing is not written (its question is named as not answered); under a written section
 //!    go its sources' own sentences on its question that the report does not say, as marked
 //!    quotations (`evidence`);
+//!    the same call lists the values its sources give (a setting and its default, a function
+//!    and its version), kept where the source gives that value after that name (`facts`) and
+//!    listed below the section's prose when it does not give them; the quotations are for
+//!    sections without;
 //! 4. the answer comes first: one more short call answers the question from the sections'
 //!    kept sentences, and only its sentences a section's source supports are kept, cited to
 //!    it (else the sections' first sentences are the key points);
@@ -33,6 +37,7 @@ use crate::research::fallbacks::{self, AgentFallback};
 use crate::research::messages::{self as msg, Message};
 use crate::research::model::{Caller, Role};
 use crate::research::support::{self, Sources};
+use facts::Fact;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::collections::HashSet;
@@ -199,6 +204,7 @@ struct Plan<'a> {
 struct Kept {
     planned: usize,
     sentences: Vec<String>,
+    facts: Vec<Fact>,
 }
 
 impl Plan<'_> {
@@ -230,16 +236,31 @@ impl Plan<'_> {
             .collect::<Vec<_>>()
             .join(" ");
         let mut text = String::new();
+        let mut listed = HashSet::new();
         for kept in sections {
             let planned = &self.outline.sections[kept.planned];
-            let mine = self.sources_of(kept.planned);
-            let quotes = evidence(mine, planned, &all_said, asked, said, numbered);
-            if kept.sentences.is_empty() && quotes.is_empty() {
+            // A value the prose gives, or an earlier section lists, is not listed again.
+            let facts: Vec<String> = kept
+                .facts
+                .iter()
+                .filter(|f| !f.said_in(&all_said) && listed.insert(f.name.to_ascii_lowercase()))
+                .map(Fact::line)
+                .collect();
+            let quotes = if facts.is_empty() {
+                let mine = self.sources_of(kept.planned);
+                evidence(mine, planned, &all_said, asked, said, numbered)
+            } else {
+                Vec::new()
+            };
+            if kept.sentences.is_empty() && quotes.is_empty() && facts.is_empty() {
                 continue;
             }
             text.push_str(&format!("## {}\n\n", planned.heading));
             if !kept.sentences.is_empty() {
                 text.push_str(&format!("{}\n\n", kept.sentences.join(" ")));
+            }
+            if !facts.is_empty() {
+                text.push_str(&format!("{}\n\n", facts.join("\n")));
             }
             for q in quotes {
                 text.push_str(&format!("{q}\n\n"));
@@ -253,21 +274,26 @@ impl Plan<'_> {
 /// source answered. A section whose every sentence an earlier one says is answered there.
 fn fresh_sections(
     outline: &Outline,
-    drafted: Vec<Vec<String>>,
+    drafted: Vec<Drafted>,
     said: &mut Said,
 ) -> (Vec<Kept>, Vec<String>) {
     let mut sections = Vec::new();
     let mut uncovered = Vec::new();
-    for (i, (planned, sentences)) in outline.sections.iter().zip(drafted).enumerate() {
-        if sentences.is_empty() {
+    for (i, (planned, drafted)) in outline.sections.iter().zip(drafted).enumerate() {
+        if drafted.sentences.is_empty() && drafted.facts.is_empty() {
             uncovered.push(planned.question.clone());
             continue;
         }
-        let fresh: Vec<String> = sentences.into_iter().filter(|s| said.add(s)).collect();
-        if !fresh.is_empty() {
+        let fresh: Vec<String> = drafted
+            .sentences
+            .into_iter()
+            .filter(|s| said.add(s))
+            .collect();
+        if !fresh.is_empty() || !drafted.facts.is_empty() {
             sections.push(Kept {
                 planned: i,
                 sentences: fresh,
+                facts: drafted.facts,
             });
         }
     }
@@ -507,28 +533,28 @@ pub(super) fn identifiers(question: &str) -> Vec<String> {
     out
 }
 
-/// One section's checked sentences: written by a short call from its sources' excerpts, kept
-/// where one of them supports them; nothing for a section no source bears on.
+/// What one section's calls gave: its checked sentences and the values its sources give.
+#[derive(Default)]
+struct Drafted {
+    sentences: Vec<String>,
+    facts: Vec<Fact>,
+}
+
+/// One section: its checked sentences and the values its sources give, from one short
+/// structured call shown its sources' excerpts. Sentences are kept where one of the sources
+/// supports them, values where a source gives them after their name (`facts::checked`);
+/// nothing for a section no source bears on or whose call failed.
 async fn section(
     caller: &Caller<'_>,
     question: &str,
     planned: &Planned,
     mine: &[&Part],
     numbered: &Sources,
-) -> Result<Vec<String>, NodeError> {
+) -> Result<Drafted, NodeError> {
     if mine.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Drafted::default());
     }
-    let query = format!("{} {}", planned.heading, planned.question);
-    let shown = mine
-        .iter()
-        .map(|p| {
-            let title = source(numbered, p.number).map_or("", |s| s.title.as_str());
-            let excerpt = crate::tools::excerpts::excerpts(&p.text, &query, EXCERPT_CHARS);
-            format!("[{}] {title}\n{excerpt}", p.number)
-        })
-        .collect::<Vec<_>>()
-        .join("\n\n");
+    let shown = shown(planned, mine, numbered);
     let prompt = caller.deps.prompts.render(
         "write_section",
         &[
@@ -543,26 +569,47 @@ async fn section(
     let answer = {
         // The process-wide cap of short calls (page summaries use it too).
         let _slot = caller.deps.summary_slots.acquire().await;
-        caller.call(req, false).await
+        caller
+            .structured::<facts::Drafting>(req, facts::schema(), None)
+            .await
     };
-    let numbers: Vec<usize> = mine.iter().map(|p| p.number).collect();
-    let written = match answer {
-        Ok(resp) => prose(&Message::from_model(resp.message).text()),
+    let drafting = match answer {
+        Ok(d) => d,
         Err(NodeError::Cancelled) => return Err(NodeError::Cancelled),
         Err(e) => {
             tracing::warn!(section = %planned.heading, error = %e, "writing a section failed");
-            String::new()
+            facts::Drafting::default()
         }
     };
+    let numbers: Vec<usize> = mine.iter().map(|p| p.number).collect();
+    let written = prose(&drafting.sentences.join(" "));
     // Nothing kept: the section's sources did not answer its question (or the call failed),
     // and the report says so rather than quoting pages that do not answer. Measured on six
     // questions, the quotations that stood for such sections were off-topic pages' sentences.
     let wanted = identifiers(question);
     let mut kept = readable(support::supported_among(&written, &numbers, numbered));
     kept.retain(|s| about_the_question(s, &wanted));
+    let facts = facts::checked(drafting.facts, mine);
     tracing::debug!(section = %planned.heading, sources = ?numbers, written = %written,
-        kept = kept.len(), "a section written");
-    Ok(kept)
+        kept = kept.len(), facts = facts.len(), "a section written");
+    Ok(Drafted {
+        sentences: kept,
+        facts,
+    })
+}
+
+/// The excerpts a section's call is shown: each source's stretches that bear most on the
+/// section's question, under its number and title.
+fn shown(planned: &Planned, mine: &[&Part], numbered: &Sources) -> String {
+    let query = format!("{} {}", planned.heading, planned.question);
+    mine.iter()
+        .map(|p| {
+            let title = source(numbered, p.number).map_or("", |s| s.title.as_str());
+            let excerpt = crate::tools::excerpts::excerpts(&p.text, &query, EXCERPT_CHARS);
+            format!("[{}] {title}\n{excerpt}", p.number)
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
 }
 
 /// What the section's sources say on its question that the report does not: for each source
@@ -701,13 +748,21 @@ async fn answer(
         .iter()
         .map(|k| {
             let heading = &plan.outline.sections[k.planned].heading;
-            format!("{heading}: {}", k.sentences.join(" "))
+            let values = k
+                .facts
+                .iter()
+                .map(|f| format!("{}: {} [{}].", f.name, f.value, f.source));
+            let said: Vec<String> = k.sentences.iter().cloned().chain(values).collect();
+            format!("{heading}: {}", said.join(" "))
         })
         .collect::<Vec<_>>()
         .join("\n\n");
     let numbers: Vec<usize> = sections
         .iter()
-        .flat_map(|k| k.sentences.iter().flat_map(|x| support::cited_numbers(x)))
+        .flat_map(|k| {
+            let cited = k.sentences.iter().flat_map(|x| support::cited_numbers(x));
+            cited.chain(k.facts.iter().map(|f| f.source))
+        })
         .collect();
     let prompt = caller.deps.prompts.render(
         "answer_from_sections",
@@ -782,6 +837,8 @@ fn consulted_list(numbers: &[usize], numbered: &Sources) -> String {
         format!("\n\n### Consulted, not cited\n\n{}\n", lines.join("\n"))
     }
 }
+
+mod facts;
 
 #[cfg(test)]
 mod tests;
