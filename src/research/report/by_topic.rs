@@ -27,7 +27,7 @@
 //!    it (else the sections' first sentences are the key points);
 //! 5. a sub-question no source answered is named in a note ("not covered").
 
-use super::by_source::{Part, heading, parts, prose, says_something, source, unsaid};
+use super::by_source::{Part, heading, parts, prose, source, unsaid};
 use crate::graph::{NodeContext, NodeError};
 use crate::lexical::{Terms, Words, bearing, plain_words, terms, word_pairs};
 use crate::llm::ResponseSchema;
@@ -671,69 +671,6 @@ fn holds_a_detail(sentence: &str, asked: &HashSet<String>) -> bool {
             .any(|n| !asked.contains(n))
 }
 
-/// The sentences a reader can read on their own: none that says nothing, that was cut off or
-/// pasted without what it leans on (an elision, a lead-in ending in `:`, code or brackets left
-/// open), that opens a section with a word pointing back ("This", "Therefore"), or that talks
-/// about the passage instead of its subject.
-pub(super) fn readable(sentences: Vec<String>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for s in sentences {
-        let text = support::without_markers(&s);
-        let points_back = points_back(&text);
-        // An elision at either end (a sentence cut out of its context) breaks it; one inside
-        // ("INSERT ... ON CONFLICT") is the manual's own.
-        let plain = text.trim().trim_end_matches(['.', '!', '?']);
-        let elided = |t: &str| {
-            t.starts_with(['…']) || t.starts_with("...") || t.ends_with('…') || t.ends_with("...")
-        };
-        let open_paren = text
-            .rfind('(')
-            .is_some_and(|o| text.rfind(')').is_none_or(|c| c < o));
-        let broken = elided(plain)
-            || text.contains("[…]")
-            || text.trim_end().ends_with(':')
-            || text.matches('`').count() % 2 == 1
-            || open_paren
-            || text.to_lowercase().contains("the passage");
-        if says_something(&s) && !broken && !(out.is_empty() && points_back) {
-            out.push(s);
-        }
-    }
-    out
-}
-
-/// Whether a sentence opens with a word pointing back at one before it ("It", "This",
-/// "However,"): it reads only after that one.
-fn points_back(text: &str) -> bool {
-    let first_word = text.split_whitespace().next().unwrap_or("");
-    [
-        "This",
-        "These",
-        "Therefore,",
-        "Thus,",
-        "However,",
-        "It",
-        "Its",
-        "Such",
-    ]
-    .contains(&first_word)
-}
-
-/// Whether a sentence is about what the question names: when the question names identifiers
-/// (`wanted`), a sentence naming identifiers but none of those is about another setting that a
-/// source it was written from also describes ("The server_version_num setting reports …" in a
-/// report on `shared_buffers`).
-pub(super) fn about_the_question(sentence: &str, wanted: &[String]) -> bool {
-    if wanted.is_empty() {
-        return true;
-    }
-    let named: Vec<String> = crate::lexical::names(&support::without_markers(sentence))
-        .into_iter()
-        .filter(|n| n.contains('_'))
-        .collect();
-    named.is_empty() || named.iter().any(|n| wanted.contains(n))
-}
-
 /// The answer above the sections: the answer call's sentences that a source of the sections
 /// supports, each cited to it, at most `ANSWER_SENTENCES`; when none is kept, the sections' first
 /// sentences as key points. The call streams, and its message is the report's.
@@ -839,6 +776,10 @@ fn consulted_list(numbers: &[usize], numbered: &Sources) -> String {
 }
 
 mod facts;
+mod sentences;
+
+use sentences::points_back;
+pub(super) use sentences::{about_the_question, readable};
 
 #[cfg(test)]
 mod tests;
