@@ -170,7 +170,8 @@ fn usable(name: &str, value: &str) -> bool {
 }
 
 /// The value as `text` writes it, where it follows an occurrence of `name` within `WINDOW`
-/// bytes and no name of `others` stands between them. A number and its word ("3", "three") are
+/// bytes and no name of `others` stands between them (nor, in the `WINDOW` before the value, an identifier that extends `name`: the value is
+/// that identifier's, whose paragraph may name the plain term again). A number and its word ("3", "three") are
 /// the same value.
 fn value_after_name(text: &str, name: &str, value: &str, others: &[&str]) -> Option<String> {
     let lower = text.to_ascii_lowercase();
@@ -193,12 +194,32 @@ fn value_after_name(text: &str, name: &str, value: &str, others: &[&str]) -> Opt
                 continue;
             };
             let between = theirs.iter().any(|&o| o > start && o < at);
-            if at - start <= WINDOW && !between {
+            if at - start <= WINDOW && !between && !extended_in(window_before(&lower, at), &name) {
                 return text.get(at..at + form.len()).map(str::to_owned);
             }
         }
     }
     None
+}
+
+/// The `WINDOW` bytes of `text` before `at` (fewer at a character's boundary).
+fn window_before(text: &str, at: usize) -> &str {
+    let mut from = at.saturating_sub(WINDOW);
+    while !text.is_char_boundary(from) {
+        from -= 1;
+    }
+    text.get(from..at).unwrap_or("")
+}
+
+/// Whether `text` holds an identifier that extends `name`, a plain term, by `_`-joined words.
+/// A value written after it belongs to it, not to the term: "autovacuum …
+/// autovacuum_max_workers … The default is three" gives the setting's default (a 1.5B model
+/// listed "`autovacuum`: three").
+fn extended_in(text: &str, name: &str) -> bool {
+    !name.contains('_')
+        && text
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|word| word.contains('_') && word.split('_').any(|part| part == name))
 }
 
 /// The forms a value may take in a text, lower-cased: itself, and a small number's digits or

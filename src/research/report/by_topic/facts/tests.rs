@@ -105,3 +105,18 @@ fn a_name_is_found_as_a_whole_word_and_a_call_by_its_name() {
         "a name inside another is not that name"
     );
 }
+
+#[test]
+fn a_value_after_a_setting_that_extends_a_term_is_not_the_terms() {
+    let text = "Autovacuum is run by a launcher. autovacuum_max_workers (integer) Specifies the \
+                maximum number of autovacuum processes. The default is three.";
+    assert_eq!(
+        value_after_name(text, "autovacuum_max_workers", "three", &[]),
+        Some("three".into())
+    );
+    assert_eq!(
+        value_after_name(text, "autovacuum", "three", &[]),
+        None,
+        "three is the setting's default, not autovacuum's"
+    );
+}
