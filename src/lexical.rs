@@ -2,7 +2,7 @@
 //! stop words dropped, stemmed (tantivy's analysers, as the corpus index reads documents), and
 //! text cut into sentences and passages.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 use tantivy::tokenizer::{
     Language, LowerCaser, RawTokenizer, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
     TokenStream,
@@ -14,7 +14,7 @@ pub struct Words {
     stem: TextAnalyzer,
     /// Stems already computed. Pages repeat most of their words, and stemming every
     /// occurrence was half of the report node's cost (8% of a run's server CPU).
-    stems: HashMap<String, String>,
+    stems: FxHashMap<String, String>,
 }
 
 impl Default for Words {
@@ -37,23 +37,32 @@ impl Words {
             stem: TextAnalyzer::builder(RawTokenizer::default())
                 .filter(Stemmer::new(Language::English))
                 .build(),
-            stems: HashMap::new(),
+            stems: FxHashMap::default(),
         }
     }
 
     /// The stem of one lower-cased word.
     pub fn stem<'a>(&'a mut self, word: &'a str) -> &'a str {
-        if !self.stems.contains_key(word) {
-            let mut stream = self.stem.token_stream(word);
-            let stem = if stream.advance() {
-                stream.token().text.clone()
-            } else {
-                word.to_owned()
-            };
-            self.stems.insert(word.to_owned(), stem);
-        }
-        self.stems.get(word).map_or(word, String::as_str)
+        stem_of(&mut self.stem, &mut self.stems, word)
     }
+}
+
+/// The stem of `word`, computed once and remembered in `known`.
+fn stem_of<'a>(
+    stemmer: &mut TextAnalyzer,
+    known: &'a mut FxHashMap<String, String>,
+    word: &'a str,
+) -> &'a str {
+    if !known.contains_key(word) {
+        let mut stream = stemmer.token_stream(word);
+        let stem = if stream.advance() {
+            stream.token().text.clone()
+        } else {
+            word.to_owned()
+        };
+        known.insert(word.to_owned(), stem);
+    }
+    known.get(word).map_or(word, String::as_str)
 }
 
 /// Digits and letters written together ("8kB", "v15") are read as separate words, as "8 kB"
@@ -119,21 +128,28 @@ fn spelled_number(token: &str) -> Option<&'static str> {
 
 /// The stemmed content words of `text`, and (separately) its numbers, digits or spelled out.
 pub fn terms(words: &mut Words, text: &str) -> Terms {
-    let mut stems = HashSet::new();
-    let mut numbers = HashSet::new();
-    let distinct: HashSet<String> = tokens(words, text).into_iter().collect();
-    for t in distinct {
-        if is_number(&t) {
+    let mut stems = WordSet::default();
+    let mut numbers = WordSet::default();
+    let spaced = spaced(text);
+    let Words {
+        split,
+        stem,
+        stems: known,
+    } = words;
+    // Each token read where the analyser holds it: a page's 2,000 words are mostly repeats, and
+    // copying each one out was a fifth of the citation check's cost.
+    let mut stream = split.token_stream(&spaced);
+    while stream.advance() {
+        let t = stream.token().text.as_str();
+        if is_number(t) {
             numbers.insert(t.trim_start_matches('0').to_owned());
-            continue;
-        }
-        if let Some(n) = spelled_number(&t) {
+        } else if let Some(n) = spelled_number(t) {
             numbers.insert(n.to_owned());
-            continue;
-        }
-        let stem = words.stem(&t);
-        if stem.chars().count() >= 2 && !stems.contains(stem) {
-            stems.insert(stem.to_owned());
+        } else {
+            let s = stem_of(stem, known, t);
+            if s.chars().count() >= 2 && !stems.contains(s) {
+                stems.insert(s.to_owned());
+            }
         }
     }
     (stems, numbers)
@@ -145,7 +161,7 @@ pub fn terms(words: &mut Words, text: &str) -> Terms {
 /// transaction block, CREATE INDEX CONCURRENTLY cannot" shares two thirds of its words with
 /// "a regular CREATE INDEX command differs from CREATE INDEX CONCURRENTLY, which waits for
 /// transactions" and a third of its pairs.
-pub fn word_pairs(words: &mut Words, text: &str) -> HashSet<(String, String)> {
+pub fn word_pairs(words: &mut Words, text: &str) -> FxHashSet<(String, String)> {
     let terms: Vec<String> = tokens(words, text)
         .iter()
         .map(|t| {
@@ -165,8 +181,8 @@ pub fn word_pairs(words: &mut Words, text: &str) -> HashSet<(String, String)> {
 /// The words of `text` as written, and the parts of each compound ("asyncio.TaskGroup" gives
 /// "asyncio.TaskGroup", "asyncio" and "TaskGroup"; "pg_stat_activity" stays whole): what a name
 /// of `names` is looked for in.
-pub fn raw_tokens(text: &str) -> HashSet<String> {
-    let mut out = HashSet::new();
+pub fn raw_tokens(text: &str) -> WordSet {
+    let mut out = WordSet::default();
     let mut opens = true;
     for written in text.split_whitespace() {
         let word = written.trim_matches(|c: char| !(c.is_alphanumeric() || c == '_'));
@@ -204,8 +220,8 @@ fn word_parts(word: &str) -> impl Iterator<Item = &str> {
 /// capital past their first letter (`WAL`, `TaskGroup`, `GEQO`) and capitalised words that
 /// do not open the sentence ("mode B", "in Python"). A passage that supports the sentence
 /// names them too: one that says the same of another name ("mode A") shares every other word.
-pub fn names(sentence: &str) -> HashSet<String> {
-    let mut out = HashSet::new();
+pub fn names(sentence: &str) -> WordSet {
+    let mut out = WordSet::default();
     let mut first = true;
     for word in sentence.split_whitespace() {
         // A list marker, a quotation mark or a number opens nothing: the word after it does.
@@ -265,7 +281,11 @@ pub fn plain_words(text: &str) -> String {
 }
 
 /// A text's word stems and numbers, as `terms` finds them.
-pub type Terms = (HashSet<String>, HashSet<String>);
+pub type Terms = (WordSet, WordSet);
+
+/// A set of words. The sets are many and their keys short, filled from text the service itself
+/// read: a fast hash rather than SipHash, whose cost was a tenth of a run's server CPU.
+pub type WordSet = FxHashSet<String>;
 
 /// How much each of `pieces` (the stretches, sentences or sources of one text) bears on a
 /// query: the summed rarity of the query's words the piece holds, ln((n + 1) / (df + 0.5)) for
@@ -408,7 +428,7 @@ mod tests {
             .filter(StopWordFilter::new(Language::English).unwrap())
             .filter(Stemmer::new(Language::English))
             .build();
-        let (mut words, mut numbers) = (HashSet::new(), HashSet::new());
+        let (mut words, mut numbers) = (WordSet::default(), WordSet::default());
         let spaced = spaced(text);
         let mut stream = pipeline.token_stream(&spaced);
         while stream.advance() {

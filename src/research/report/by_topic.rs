@@ -223,7 +223,7 @@ impl Plan<'_> {
         &self,
         sections: &[Kept],
         answer: &str,
-        asked: &HashSet<String>,
+        asked: &crate::lexical::WordSet,
         said: &mut Said,
         numbered: &Sources,
     ) -> String {
@@ -304,7 +304,7 @@ fn fresh_sections(
 #[derive(Default)]
 struct Said {
     words: Words,
-    pairs: HashSet<(String, String)>,
+    pairs: rustc_hash::FxHashSet<(String, String)>,
 }
 
 impl Said {
@@ -622,7 +622,7 @@ fn evidence<'a>(
     mine: impl Iterator<Item = &'a Part>,
     planned: &Planned,
     all_said: &str,
-    asked: &HashSet<String>,
+    asked: &crate::lexical::WordSet,
     said: &mut Said,
     numbered: &Sources,
 ) -> Vec<String> {
@@ -663,7 +663,7 @@ fn on_the_section(sentence: &str, query: &str) -> bool {
 /// setting, a command, a function) the question does not already name. A sentence of a page
 /// with neither ("Each of these reasons dictates performing VACUUM …") adds nothing a reader
 /// needs quoted.
-fn holds_a_detail(sentence: &str, asked: &HashSet<String>) -> bool {
+fn holds_a_detail(sentence: &str, asked: &crate::lexical::WordSet) -> bool {
     let plain = support::without_markers(sentence);
     plain.chars().any(|c| c.is_ascii_digit())
         || crate::lexical::names(&plain)

@@ -152,7 +152,7 @@ fn moved_figures(before: &[CitedSentence], after: &[CitedSentence]) -> Vec<Moved
     out
 }
 
-fn jaccard(a: &HashSet<String>, b: &HashSet<String>) -> f64 {
+fn jaccard(a: &crate::lexical::WordSet, b: &crate::lexical::WordSet) -> f64 {
     let union = a.union(b).count();
     if union == 0 {
         return 0.0;

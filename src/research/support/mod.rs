@@ -12,9 +12,9 @@
 //! half of the sources). The Sources section is then written from the citations that remain,
 //! numbered in order of first use, so a report never lists a reference nobody retrieved.
 
-use crate::lexical::{Words, terms};
+use crate::lexical::{WordSet, Words, terms};
 pub use crate::research::state::SupportCounts;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::FxHashMap;
 
 mod cited;
 mod layout;
@@ -55,16 +55,16 @@ pub struct Source {
     has_text: bool,
     /// Its words as written (`lexical::raw_tokens`) in any passage and in its title: where a
     /// claim's names other than the question's are looked for.
-    written: HashSet<String>,
+    written: WordSet,
 }
 
 /// The words and numbers of one passage of a source's text.
 #[derive(Clone, Debug)]
 struct Passage {
-    terms: HashSet<String>,
-    numbers: HashSet<String>,
+    terms: WordSet,
+    numbers: WordSet,
     /// Its words as written (`lexical::raw_tokens`), where a claim's names are looked for.
-    raw: HashSet<String>,
+    raw: WordSet,
     /// The identifiers (`effective_io_concurrency`) of the passage before it: a manual names a
     /// setting once, then says "this setting", so a passage may be about one it does not name.
     identifiers_before: Vec<String>,
@@ -79,16 +79,16 @@ fn is_identifier(word: &str) -> bool {
 #[derive(Clone, Debug, Default)]
 pub struct Sources {
     pub list: Vec<Source>,
-    by_key: HashMap<String, usize>,
+    by_key: FxHashMap<String, usize>,
     /// In how many sources with text each word appears.
-    document_frequency: HashMap<String, usize>,
+    document_frequency: FxHashMap<String, usize>,
     /// How many sources have text.
     with_text: usize,
     /// In how many sources with text each written word (`lexical::raw_tokens`) appears.
-    name_frequency: HashMap<String, usize>,
+    name_frequency: FxHashMap<String, usize>,
     /// The names of the question (`with_question`): a claim may name them without its passage
     /// doing so, unless the passage names another of them instead.
-    question_names: HashSet<String>,
+    question_names: WordSet,
 }
 
 /// Whether `text` cites anything by number (`[3]`, `[1, 2]`; a markdown link is no citation).
@@ -164,13 +164,23 @@ impl Sources {
                     .collect();
                 passages[i].identifiers_before = before;
             }
-            let in_source: HashSet<&String> = passages.iter().flat_map(|p| &p.terms).collect();
+            let in_source: rustc_hash::FxHashSet<&String> =
+                passages.iter().flat_map(|p| &p.terms).collect();
             for word in in_source {
-                *me.document_frequency.entry(word.clone()).or_insert(0) += 1;
+                match me.document_frequency.get_mut(word) {
+                    Some(n) => *n += 1,
+                    None => {
+                        me.document_frequency.insert(word.clone(), 1);
+                    }
+                }
             }
-            let mut written: HashSet<String> =
-                passages.iter().flat_map(|p| p.raw.clone()).collect();
-            written.extend(crate::lexical::raw_tokens(&e.title));
+            // Passages overlap by half: each word is copied once, not once per passage.
+            let mut written = crate::lexical::raw_tokens(&e.title);
+            for word in passages.iter().flat_map(|p| &p.raw) {
+                if !written.contains(word) {
+                    written.insert(word.clone());
+                }
+            }
             // A name a source uses is one it writes as a name, not a word opening a sentence.
             let named = crate::lexical::names(text);
             for name in named {
@@ -252,10 +262,10 @@ fn display_title(s: &Source) -> &str {
 
 /// A claim's words, in order, with repeats (a repeated word counts once in the score).
 struct Claim {
-    words: HashSet<String>,
-    numbers: HashSet<String>,
+    words: WordSet,
+    numbers: WordSet,
     /// What it is about by name (`lexical::names`): identifiers, acronyms, proper names.
-    names: HashSet<String>,
+    names: WordSet,
 }
 
 impl Claim {
@@ -278,7 +288,7 @@ impl Claim {
     /// others. A name no source uses is left to the words' weights: as often as not it is an
     /// abbreviation ("WAL" for the write-ahead log) or a synonym.
     fn names_match(&self, passage: &Passage, source: &Source, sources: &Sources) -> bool {
-        let holds = |words: &HashSet<String>, name: &String| {
+        let holds = |words: &WordSet, name: &String| {
             words.contains(name)
                 || (crate::lexical::capitalised_only(name) && words.contains(&name.to_lowercase()))
         };
@@ -704,7 +714,7 @@ fn repair_block(
 /// independent check): every citation in the body against the report's own Sources list.
 pub fn audit(report: &str, sources: &Sources) -> SupportCounts {
     // The report's numbers refer to its Sources section: map them to the run's sources.
-    let mut by_number: HashMap<usize, usize> = HashMap::new();
+    let mut by_number: FxHashMap<usize, usize> = FxHashMap::default();
     let mut in_list = false;
     for line in report.lines() {
         if is_sources_heading(line).is_some() {

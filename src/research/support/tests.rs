@@ -3,6 +3,7 @@
 use super::*;
 use crate::lexical::spaced;
 use serde_json::json;
+use std::collections::HashMap;
 
 /// The state's sources as JSON, the way a checkpoint holds them.
 fn from_json(list: &[serde_json::Value]) -> Sources {
