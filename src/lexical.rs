@@ -191,11 +191,12 @@ pub fn raw_tokens(text: &str) -> WordSet {
         }
         // "A" opening a sentence is the article, not a name.
         let article = |w: &str| opens && w.chars().count() == 1;
-        if !article(word) {
+        // Most words repeat: one is copied only the first time.
+        if !article(word) && !out.contains(word) {
             out.insert(name_key(word));
         }
         for part in word_parts(word) {
-            if !article(part) {
+            if !article(part) && !out.contains(part) {
                 out.insert(name_key(part));
             }
         }
