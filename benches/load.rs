@@ -905,10 +905,26 @@ async fn stream_run(
     stats
 }
 
-/// The JSON size of a thread's current `values`.
+/// The bytes of a thread's history as `useStream` loads it (`fetchStateHistory`: limit 1000).
+async fn history_bytes(client: &reqwest::Client, base: &str, tid: &str) -> Option<usize> {
+    let body = client
+        .get(format!("{base}/threads/{tid}/history?limit=1000"))
+        .send()
+        .await
+        .ok()?
+        .error_for_status()
+        .ok()?
+        .bytes()
+        .await
+        .ok()?;
+    Some(body.len())
+}
+
+/// The JSON size of a thread's current `values` as stored (the page texts clients are not sent
+/// included: what checkpoints are compared with).
 async fn state_bytes(client: &reqwest::Client, base: &str, tid: &str) -> Option<usize> {
     let state: Value = client
-        .get(format!("{base}/threads/{tid}/state"))
+        .get(format!("{base}/threads/{tid}/state?include_hidden=true"))
         .send()
         .await
         .ok()?
@@ -962,6 +978,8 @@ struct Outcome {
     ckpt_rows: f64,
     ckpt_bytes: f64,
     state_bytes: f64,
+    /// One thread's `/history` as `useStream` loads it.
+    history_bytes: Option<f64>,
     sse_bytes: f64,
     events: f64,
     event_rows: f64,
@@ -1064,7 +1082,8 @@ impl Outcome {
         let k = self.k as f64;
         format!(
             "    details: server CPU {:.2} s total; driver+fakes CPU {:.2} s ({:.1} ms/run); \
-             model calls/run {:.1}; searches/run {:.1}; SSE events/run {:.0}; stored events/run \
+             model calls/run {:.1}; searches/run {:.1}; SSE events/run {:.0}; one thread's \
+             /history?limit=1000 {}; stored events/run \
              {:.0} frames, {:.1} KB of pages; checkpoints on disk/run {}; all tables on disk/run {}; after VACUUM {}; \
              Postgres statements/run {}; \
              delivery lag max {} ms; first event was metadata in {}/{} runs{}",
@@ -1074,6 +1093,8 @@ impl Outcome {
             self.model_calls,
             self.searches,
             self.events,
+            self.history_bytes
+                .map_or("–".into(), |b| format!("{:.1} KB", b / 1024.0)),
             self.event_rows,
             self.event_bytes / 1024.0,
             self.ckpt_disk
@@ -1178,6 +1199,10 @@ async fn concurrent_runs(
         .filter_map(|s| async move { s })
         .collect()
         .await;
+    let history = match tids.first() {
+        Some(tid) => history_bytes(&client, &server.base, tid).await,
+        None => None,
+    };
     let storage = server.storage().await;
     let first_error = runs.iter().find_map(|r| r.error.clone());
     if first_error.is_some() || timed_out {
@@ -1220,6 +1245,7 @@ async fn concurrent_runs(
         ckpt_rows: ck_rows as f64 / kf,
         ckpt_bytes: ck_bytes as f64 / kf,
         state_bytes: states.iter().sum::<usize>() as f64 / states.len().max(1) as f64,
+        history_bytes: history.map(|b| b as f64),
         sse_bytes: runs.iter().map(|r| r.bytes).sum::<u64>() as f64 / kf,
         events: runs.iter().map(|r| r.events).sum::<u64>() as f64 / kf,
         event_rows: ev_rows as f64 / kf,

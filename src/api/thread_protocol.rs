@@ -433,6 +433,7 @@ async fn state_get(state: &AppState, thread_id: ThreadId, params: &Value) -> Ste
         .values(&head)
         .await
         .map_err(|e| Outcome::from(AppError::from(e)))?;
+    graph.channels.hide_in(&mut values);
     if let Some(keys) = params["keys"].as_array() {
         let keep: Vec<&str> = keys.iter().filter_map(Value::as_str).collect();
         values.retain(|k, _| keep.contains(&k.as_str()));

@@ -8,6 +8,7 @@ use super::error::{ApiResult, AppError, Params};
 use super::lookups;
 use super::params::Ids;
 use crate::export::{Format, Report};
+use crate::graph::state::View;
 use crate::ids::ThreadId;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -80,7 +81,8 @@ pub(super) async fn thread_report(
 ) -> ApiResult<Response> {
     let format = format_asked(&query, &headers)?;
     let thread = lookups::thread(&state, id, &who).await?;
-    let values = super::threads::state_of(&state, &thread, None).await?;
+    // The evidence appendix quotes the pages' texts, which clients are otherwise not sent.
+    let values = super::threads::state_of(&state, &thread, None, View::Everything).await?;
     let report = Report::from_values(&values["values"])
         .ok_or_else(|| AppError::NotFound(format!("Thread {id} has no report yet")))?;
     let bytes = report

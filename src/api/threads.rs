@@ -10,7 +10,7 @@ use super::query::{query_pairs, query_values};
 use super::response_bodies::sse_response;
 use super::{AppState, SearchParams, paged, project};
 use crate::graph::channels::writes_to_json;
-use crate::graph::state::{StateBuilder, empty_state};
+use crate::graph::state::{StateBuilder, View, empty_state};
 use crate::graph::{Graph, NullSink, RunScope, Start, update_state};
 use crate::ids::{CheckpointId, RunId, ThreadId};
 use crate::store::{
@@ -445,6 +445,7 @@ pub(super) async fn state_of(
     state: &AppState,
     thread: &Thread,
     checkpoint: Option<CheckpointId>,
+    view: View,
 ) -> ApiResult<Value> {
     let store = &*state.store;
     let cp = match checkpoint {
@@ -460,6 +461,7 @@ pub(super) async fn state_of(
         return Ok(empty_state());
     };
     Ok(StateBuilder::new(store, &graph, thread.thread_id)
+        .view(view)
         .thread_state(&cp)
         .await?)
 }
@@ -468,32 +470,54 @@ pub(super) async fn state_of(
 pub(super) struct StateQuery {
     #[allow(dead_code)]
     subgraphs: Option<String>,
+    /// Also the values clients are not sent (the research graph's page texts): for a tool that
+    /// re-reads what the research read, such as `deep-research eval`.
+    include_hidden: Option<bool>,
+}
+
+impl StateQuery {
+    fn view(&self) -> View {
+        if self.include_hidden == Some(true) {
+            View::Everything
+        } else {
+            View::Clients
+        }
+    }
 }
 
 /// The thread's current state.
-#[utoipa::path(get, path = "/threads/{thread_id}/state", tag = "state", params(("thread_id" = String, Path)),
+///
+/// Values a channel keeps from clients (the research graph's page texts) are left out unless
+/// `include_hidden=true`.
+#[utoipa::path(get, path = "/threads/{thread_id}/state", tag = "state",
+    params(("thread_id" = String, Path), ("include_hidden" = Option<bool>, Query, description = "Also the values clients are not sent (the sources' page texts)")),
     responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn get_state(
     State(state): State<AppState>,
     who: Principal,
     Ids(id): Ids<ThreadId>,
-    Params(_q): Params<StateQuery>,
+    Params(q): Params<StateQuery>,
 ) -> ApiResult<Json<Value>> {
     let thread = lookups::thread(&state, id, &who).await?;
-    Ok(Json(state_of(&state, &thread, None).await?))
+    Ok(Json(state_of(&state, &thread, None, q.view()).await?))
 }
 
 /// The thread's state at one checkpoint.
+///
+/// Hidden values as for the current state.
 #[utoipa::path(get, path = "/threads/{thread_id}/state/{checkpoint_id}", tag = "state",
-    params(("thread_id" = String, Path), ("checkpoint_id" = String, Path)),
+    params(("thread_id" = String, Path), ("checkpoint_id" = String, Path), ("include_hidden" = Option<bool>, Query, description = "Also the values clients are not sent (the sources' page texts)")),
     responses((status = 200), (status = 404), (status = 422)))]
 pub(super) async fn state_at(
     State(state): State<AppState>,
     who: Principal,
     Ids((id, checkpoint)): Ids<(ThreadId, CheckpointId)>,
+    Params(q): Params<StateQuery>,
 ) -> ApiResult<Json<Value>> {
     let thread = lookups::thread(&state, id, &who).await?;
-    Ok(Json(state_of(&state, &thread, Some(checkpoint)).await?))
+    Ok(Json(
+        state_of(&state, &thread, Some(checkpoint), q.view()).await?,
+    ))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -515,7 +539,7 @@ pub(super) async fn state_at_body(
 ) -> ApiResult<Json<Value>> {
     let thread = lookups::thread(&state, id, &who).await?;
     let cid = checkpoint_id_of(body.checkpoint.as_ref())?;
-    Ok(Json(state_of(&state, &thread, cid).await?))
+    Ok(Json(state_of(&state, &thread, cid, View::Clients).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

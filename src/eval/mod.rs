@@ -368,8 +368,8 @@ async fn run_one(
         (Ok(()), None) => "success",
     };
     if status == "success" {
-        // Streamed values leave out the sources' texts; the state API has them (the check of
-        // the citations reads them).
+        // Streamed values leave out the sources' texts; the state API gives them when asked
+        // (the check of the citations reads them).
         values = final_state(http, base_url, &thread_id).await?;
     }
     if !notes.is_null() && values["notes"].as_array().is_none_or(Vec::is_empty) {
@@ -380,14 +380,16 @@ async fn run_one(
     Ok(result)
 }
 
-/// The thread's values as `/state` shows them (with the texts of its sources).
+/// The thread's values with the texts of its sources (`/state?include_hidden=true`).
 async fn final_state(
     http: &reqwest::Client,
     base_url: &str,
     thread_id: &str,
 ) -> anyhow::Result<Value> {
     let state: Value = http
-        .get(format!("{base_url}/threads/{thread_id}/state"))
+        .get(format!(
+            "{base_url}/threads/{thread_id}/state?include_hidden=true"
+        ))
         .send()
         .await?
         .error_for_status()?

@@ -1,5 +1,8 @@
 //! Thread state as the API shows it (`/state`, `/history`): values rebuilt from checkpoint
-//! writes, plus next nodes, tasks and checkpoint links.
+//! writes, plus next nodes, tasks and checkpoint links. What a channel hides from clients
+//! (`Channel::hidden_keys`: the research graph's page texts) is left out unless the caller
+//! asks for it (`View::Everything`): a thread's history would otherwise carry every page's text
+//! once per checkpoint.
 
 use super::Graph;
 use super::channels::writes_from_json;
@@ -15,12 +18,22 @@ pub fn empty_state() -> Value {
            "checkpoint_id": null, "parent_checkpoint_id": null})
 }
 
+/// Which keys a rendered state holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// What clients are sent: the channels' hidden keys left out.
+    Clients,
+    /// Everything the checkpoints hold (`?include_hidden=true`, the report export).
+    Everything,
+}
+
 /// Rebuilds values of many checkpoints of one thread, sharing work along common lineages.
 pub struct StateBuilder<'a> {
     store: &'a dyn CheckpointStore,
     graph: &'a Graph,
     thread_id: ThreadId,
     cache: HashMap<CheckpointId, JsonMap>,
+    view: View,
 }
 
 impl<'a> StateBuilder<'a> {
@@ -30,7 +43,14 @@ impl<'a> StateBuilder<'a> {
             graph,
             thread_id,
             cache: HashMap::new(),
+            view: View::Clients,
         }
+    }
+
+    /// How `thread_state` renders values (by default as clients see them).
+    pub fn view(mut self, view: View) -> Self {
+        self.view = view;
+        self
     }
 
     /// The values at `cp`. Only the states asked for are cached (each later one replays from
@@ -61,9 +81,12 @@ impl<'a> StateBuilder<'a> {
         Ok(state)
     }
 
-    /// The full ThreadState document for `cp`.
+    /// The full ThreadState document for `cp`, in the builder's `View`.
     pub async fn thread_state(&mut self, cp: &Checkpoint) -> StoreResult<Value> {
-        let values = self.values(cp).await?;
+        let mut values = self.values(cp).await?;
+        if self.view == View::Clients {
+            self.graph.channels.hide_in(&mut values);
+        }
         Ok(render(cp, values))
     }
 

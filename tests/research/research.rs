@@ -1291,7 +1291,11 @@ async fn checkpoints_store_each_finding_once_and_grow_linearly() {
         let frames = stream(&ra, &tid, turn, json!({})).await;
         assert!(!last_values(&frames)["final_report"].is_null());
         stored.push(ra.app.store.checkpoint_bytes(thread_id).await.unwrap() as f64);
-        let state = ra.app.get_json(&format!("/threads/{tid}/state")).await;
+        // The state as stored: with the page texts clients are not sent.
+        let state = ra
+            .app
+            .get_json(&format!("/threads/{tid}/state?include_hidden=true"))
+            .await;
         state_size = state["values"].to_string().len();
         if stored.len() == 1 {
             let ratio = stored[0] / state_size as f64;
@@ -1801,8 +1805,9 @@ async fn research_over_local_documents_cites_the_sections_it_read() {
     let sources = values["sources"].as_array().unwrap();
     assert_eq!(sources[0]["url"], json!(section), "{sources:?}");
     assert_eq!(sources[0]["kind"], "document");
-    // Streamed events leave the page texts out (they went out in every values frame); the
-    // thread's values do too, and the state API shows them.
+    // Streamed events leave the page texts out (they went out in every values frame); so do
+    // the thread's values, its state at any step, its history and the thread protocol's
+    // state.get. The state API shows them only when asked.
     assert!(
         frames.iter().all(|f| !holds_page_text(&f.data)),
         "{frames:?}"
@@ -1812,7 +1817,54 @@ async fn research_over_local_documents_cites_the_sections_it_read() {
         thread["values"]["sources"][0].get("text").is_none(),
         "{thread}"
     );
-    let state = ra.app.get_json(&format!("/threads/{tid}/state")).await;
+    let shown = ra.app.get_json(&format!("/threads/{tid}/state")).await;
+    assert_eq!(shown["values"]["sources"][0]["url"], json!(section));
+    assert!(!holds_page_text(&shown), "{shown}");
+    let history = ra
+        .app
+        .get_json(&format!("/threads/{tid}/history?limit=100"))
+        .await;
+    assert!(history.as_array().unwrap().len() > 3, "{history}");
+    assert!(!holds_page_text(&history), "{history}");
+    let cid = shown["checkpoint"]["checkpoint_id"].as_str().unwrap();
+    let at = ra
+        .app
+        .get_json(&format!("/threads/{tid}/state/{cid}"))
+        .await;
+    assert!(!holds_page_text(&at), "{at}");
+    let got: Value = ra
+        .app
+        .client
+        .post(ra.app.url(&format!("/threads/{tid}/commands")))
+        .json(&json!({"id": 1, "method": "state.get", "params": {"namespace": []}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["result"]["values"]["sources"][0]["url"], json!(section));
+    assert!(!holds_page_text(&got), "{got}");
+    let bad = ra
+        .app
+        .client
+        .get(
+            ra.app
+                .url(&format!("/threads/{tid}/state?include_hidden=maybe")),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 422);
+    let at = ra
+        .app
+        .get_json(&format!("/threads/{tid}/state/{cid}?include_hidden=true"))
+        .await;
+    assert!(holds_page_text(&at), "{at}");
+    let state = ra
+        .app
+        .get_json(&format!("/threads/{tid}/state?include_hidden=true"))
+        .await;
     let text = state["values"]["sources"][0]["text"].as_str().unwrap();
     assert!(text.contains("dead tuples"), "{state}");
     assert!(!text.contains("Prev Next"), "navigation is not content");
@@ -2278,7 +2330,10 @@ async fn a_long_section_can_be_shown_by_its_excerpts_without_a_summary_call() {
     assert!(shown.contains("[…]"), "{shown}");
     assert!(!shown.contains("Sentence 15 of"), "{shown}");
     assert!(shown.chars().count() <= 600, "{shown}");
-    let state = ra.app.get_json(&format!("/threads/{tid}/state")).await;
+    let state = ra
+        .app
+        .get_json(&format!("/threads/{tid}/state?include_hidden=true"))
+        .await;
     let source = &state["values"]["sources"][0];
     assert!(
         source["text"].as_str().unwrap().contains("Sentence 15 of"),

@@ -171,7 +171,10 @@ async fn the_question_asked_again_is_researched_afresh_and_says_what_changed() {
     );
     assert!(report.contains("is now “The autovacuum launcher starts a worker every 120"));
     // The thread's sources are this run's pages, read again (not last week's texts).
-    let state = ra.app.get_json(&format!("/threads/{tid}/state")).await;
+    let state = ra
+        .app
+        .get_json(&format!("/threads/{tid}/state?include_hidden=true"))
+        .await;
     let sources = &state["values"]["sources"];
     assert_eq!(
         urls(sources),
