@@ -126,10 +126,17 @@ fn spelled_number(token: &str) -> Option<&'static str> {
     SPELLED.iter().find(|(w, _)| *w == token).map(|(_, n)| *n)
 }
 
-/// The stemmed content words of `text`, and (separately) its numbers, digits or spelled out.
-pub fn terms(words: &mut Words, text: &str) -> Terms {
-    let mut stems = WordSet::default();
-    let mut numbers = WordSet::default();
+/// One word of `for_each_term`: a stem of two letters or more, or a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Term<'a> {
+    Stem(&'a str),
+    /// Digits without their leading zeros, or the digits a spelled-out count stands for.
+    Number(&'a str),
+}
+
+/// Calls `f` with each stemmed content word and each number of `text`, in order, repeats
+/// included: what `terms` collects, for callers that keep the words in sets of their own.
+pub fn for_each_term(words: &mut Words, text: &str, mut f: impl FnMut(Term<'_>)) {
     let spaced = spaced(text);
     let Words {
         split,
@@ -142,16 +149,32 @@ pub fn terms(words: &mut Words, text: &str) -> Terms {
     while stream.advance() {
         let t = stream.token().text.as_str();
         if is_number(t) {
-            numbers.insert(t.trim_start_matches('0').to_owned());
+            f(Term::Number(t.trim_start_matches('0')));
         } else if let Some(n) = spelled_number(t) {
-            numbers.insert(n.to_owned());
+            f(Term::Number(n));
         } else {
             let s = stem_of(stem, known, t);
-            if s.chars().count() >= 2 && !stems.contains(s) {
-                stems.insert(s.to_owned());
+            if s.chars().count() >= 2 {
+                f(Term::Stem(s));
             }
         }
     }
+}
+
+/// The stemmed content words of `text`, and (separately) its numbers, digits or spelled out.
+pub fn terms(words: &mut Words, text: &str) -> Terms {
+    let mut stems = WordSet::default();
+    let mut numbers = WordSet::default();
+    for_each_term(words, text, |term| {
+        let (set, word) = match term {
+            Term::Stem(s) => (&mut stems, s),
+            Term::Number(n) => (&mut numbers, n),
+        };
+        // Most words repeat: one is copied only the first time.
+        if !set.contains(word) {
+            set.insert(word.to_owned());
+        }
+    });
     (stems, numbers)
 }
 
@@ -183,6 +206,17 @@ pub fn word_pairs(words: &mut Words, text: &str) -> FxHashSet<(String, String)> 
 /// of `names` is looked for in.
 pub fn raw_tokens(text: &str) -> WordSet {
     let mut out = WordSet::default();
+    for_each_raw_token(text, |word| {
+        // Most words repeat: one is copied only the first time.
+        if !out.contains(word) {
+            out.insert(name_key(word));
+        }
+    });
+    out
+}
+
+/// Calls `f` with each word of `text` that `raw_tokens` collects, in order, repeats included.
+pub fn for_each_raw_token(text: &str, mut f: impl FnMut(&str)) {
     let mut opens = true;
     for written in text.split_whitespace() {
         let word = written.trim_matches(|c: char| !(c.is_alphanumeric() || c == '_'));
@@ -191,18 +225,16 @@ pub fn raw_tokens(text: &str) -> WordSet {
         }
         // "A" opening a sentence is the article, not a name.
         let article = |w: &str| opens && w.chars().count() == 1;
-        // Most words repeat: one is copied only the first time.
-        if !article(word) && !out.contains(word) {
-            out.insert(name_key(word));
+        if !article(word) {
+            f(word);
         }
         for part in word_parts(word) {
-            if !article(part) && !out.contains(part) {
-                out.insert(name_key(part));
+            if !article(part) {
+                f(part);
             }
         }
         opens = ends_sentence(written);
     }
-    out
 }
 
 /// How a name is compared: as written. "Read Committed" is not the "data committed" of a

@@ -12,9 +12,9 @@
 //! half of the sources). The Sources section is then written from the citations that remain,
 //! numbered in order of first use, so a report never lists a reference nobody retrieved.
 
-use crate::lexical::{WordSet, Words, terms};
+use crate::lexical::{Term, WordSet, Words, terms};
 pub use crate::research::state::SupportCounts;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 mod cited;
 mod layout;
@@ -55,19 +55,54 @@ pub struct Source {
     has_text: bool,
     /// Its words as written (`lexical::raw_tokens`) in any passage and in its title: where a
     /// claim's names other than the question's are looked for.
-    written: WordSet,
+    written: Ids,
+}
+
+/// Words by their number in the run's `Vocabulary`.
+type Ids = FxHashSet<u32>;
+
+/// Every distinct word of the run's sources (stems, numbers and words as written) stored once,
+/// each with a number: the passages' sets hold numbers, not copies of the words. Building
+/// those sets from copied strings was most of the check's cost (14% of a run's server CPU).
+#[derive(Clone, Debug, Default)]
+struct Vocabulary {
+    ids: FxHashMap<String, u32>,
+    words: Vec<String>,
+}
+
+impl Vocabulary {
+    fn intern(&mut self, word: &str) -> u32 {
+        if let Some(&id) = self.ids.get(word) {
+            return id;
+        }
+        let id = u32::try_from(self.words.len()).unwrap_or(u32::MAX);
+        self.ids.insert(word.to_owned(), id);
+        self.words.push(word.to_owned());
+        id
+    }
+
+    /// The number of `word`; none when no source holds it.
+    fn id(&self, word: &str) -> Option<u32> {
+        self.ids.get(word).copied()
+    }
+
+    fn word(&self, id: u32) -> &str {
+        self.words.get(id as usize).map_or("", String::as_str)
+    }
 }
 
 /// The words and numbers of one passage of a source's text.
 #[derive(Clone, Debug)]
 struct Passage {
-    terms: WordSet,
-    numbers: WordSet,
+    terms: Ids,
+    numbers: Ids,
     /// Its words as written (`lexical::raw_tokens`), where a claim's names are looked for.
-    raw: WordSet,
-    /// The identifiers (`effective_io_concurrency`) of the passage before it: a manual names a
-    /// setting once, then says "this setting", so a passage may be about one it does not name.
-    identifiers_before: Vec<String>,
+    raw: Ids,
+    /// Those of `raw` that are identifiers (`effective_io_concurrency`).
+    identifiers: Vec<u32>,
+    /// The identifiers of the passage before it: a manual names a setting once, then says
+    /// "this setting", so a passage may be about one it does not name.
+    identifiers_before: Vec<u32>,
 }
 
 /// Whether a written word is an identifier: letters joined by `_` (`shared_buffers`).
@@ -80,8 +115,9 @@ fn is_identifier(word: &str) -> bool {
 pub struct Sources {
     pub list: Vec<Source>,
     by_key: FxHashMap<String, usize>,
-    /// In how many sources with text each word appears.
-    document_frequency: FxHashMap<String, usize>,
+    vocabulary: Vocabulary,
+    /// In how many sources with text each word (by its `vocabulary` number) appears.
+    document_frequency: FxHashMap<u32, usize>,
     /// How many sources have text.
     with_text: usize,
     /// In how many sources with text each written word (`lexical::raw_tokens`) appears.
@@ -142,45 +178,22 @@ impl Sources {
                 continue;
             }
             let text = e.text.as_str();
+            let vocabulary = &mut me.vocabulary;
             let mut passages: Vec<Passage> = crate::lexical::passages(text, PASSAGE_WORDS)
                 .into_iter()
-                .map(|p| {
-                    let (terms, numbers) = terms(&mut words, p);
-                    let raw = crate::lexical::raw_tokens(p);
-                    Passage {
-                        terms,
-                        numbers,
-                        raw,
-                        identifiers_before: Vec::new(),
-                    }
-                })
+                .map(|p| Passage::of(&mut words, vocabulary, p))
                 .collect();
             for i in 1..passages.len() {
-                let before: Vec<String> = passages[i - 1]
-                    .raw
-                    .iter()
-                    .filter(|w| is_identifier(w))
-                    .cloned()
-                    .collect();
-                passages[i].identifiers_before = before;
+                passages[i].identifiers_before = passages[i - 1].identifiers.clone();
             }
-            let in_source: rustc_hash::FxHashSet<&String> =
-                passages.iter().flat_map(|p| &p.terms).collect();
-            for word in in_source {
-                match me.document_frequency.get_mut(word) {
-                    Some(n) => *n += 1,
-                    None => {
-                        me.document_frequency.insert(word.clone(), 1);
-                    }
-                }
+            let in_source: Ids = passages.iter().flat_map(|p| &p.terms).copied().collect();
+            for id in in_source {
+                *me.document_frequency.entry(id).or_insert(0) += 1;
             }
-            // Passages overlap by half: each word is copied once, not once per passage.
-            let mut written = crate::lexical::raw_tokens(&e.title);
-            for word in passages.iter().flat_map(|p| &p.raw) {
-                if !written.contains(word) {
-                    written.insert(word.clone());
-                }
-            }
+            let mut written: Ids = passages.iter().flat_map(|p| &p.raw).copied().collect();
+            crate::lexical::for_each_raw_token(&e.title, |word| {
+                written.insert(vocabulary.intern(word));
+            });
             // A name a source uses is one it writes as a name, not a word opening a sentence.
             let named = crate::lexical::names(text);
             for name in named {
@@ -197,6 +210,11 @@ impl Sources {
             });
         }
         me
+    }
+
+    /// Whether `set` holds `word`.
+    fn has(&self, set: &Ids, word: &str) -> bool {
+        self.vocabulary.id(word).is_some_and(|id| set.contains(&id))
     }
 
     /// The same sources, read with the names of the question the report answers (see
@@ -230,19 +248,22 @@ impl Sources {
     /// for one they all use. A word no source has weighs as one a single source has: it is
     /// as often an abbreviation or a synonym ("WAL") as an unsupported detail.
     fn weight(&self, word: &str) -> f64 {
-        let df = self
-            .document_frequency
-            .get(word)
-            .copied()
-            .unwrap_or(0)
-            .max(1) as f64;
+        let df = self.frequency(word).max(1) as f64;
         ((self.with_text as f64 + 1.0) / (df + 0.5)).ln()
     }
 
     /// A word in at most half of the sources (any word, with one or two sources).
     fn is_distinctive(&self, word: &str) -> bool {
-        let df = self.document_frequency.get(word).copied().unwrap_or(0);
-        df * 2 <= self.with_text.max(2)
+        self.frequency(word) * 2 <= self.with_text.max(2)
+    }
+
+    /// In how many sources with text `word` appears.
+    fn frequency(&self, word: &str) -> usize {
+        self.vocabulary
+            .id(word)
+            .and_then(|id| self.document_frequency.get(&id))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The list the writer is shown: `[n] Title — location`, one a line.
@@ -253,6 +274,35 @@ impl Sources {
             .map(|(i, s)| format!("[{}] {} — {}", i + 1, display_title(s), s.url))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+impl Passage {
+    /// The words of one passage, numbered in `vocabulary`.
+    fn of(words: &mut Words, vocabulary: &mut Vocabulary, text: &str) -> Self {
+        let (mut terms, mut numbers) = (Ids::default(), Ids::default());
+        crate::lexical::for_each_term(words, text, |term| match term {
+            Term::Stem(stem) => {
+                terms.insert(vocabulary.intern(stem));
+            }
+            Term::Number(number) => {
+                numbers.insert(vocabulary.intern(number));
+            }
+        });
+        let (mut raw, mut identifiers) = (Ids::default(), Vec::new());
+        crate::lexical::for_each_raw_token(text, |word| {
+            let id = vocabulary.intern(word);
+            if raw.insert(id) && is_identifier(word) {
+                identifiers.push(id);
+            }
+        });
+        Self {
+            terms,
+            numbers,
+            raw,
+            identifiers,
+            identifiers_before: Vec::new(),
+        }
     }
 }
 
@@ -288,13 +338,14 @@ impl Claim {
     /// others. A name no source uses is left to the words' weights: as often as not it is an
     /// abbreviation ("WAL" for the write-ahead log) or a synonym.
     fn names_match(&self, passage: &Passage, source: &Source, sources: &Sources) -> bool {
-        let holds = |words: &WordSet, name: &String| {
-            words.contains(name)
-                || (crate::lexical::capitalised_only(name) && words.contains(&name.to_lowercase()))
+        let holds = |words: &Ids, name: &String| {
+            sources.has(words, name)
+                || (crate::lexical::capitalised_only(name)
+                    && sources.has(words, &name.to_lowercase()))
         };
         let mut question_name_missing = false;
         for name in &self.names {
-            if passage.raw.contains(name) || sources.is_common_name(name) {
+            if sources.has(&passage.raw, name) || sources.is_common_name(name) {
                 continue;
             }
             if sources.question_names.contains(name) {
@@ -330,9 +381,9 @@ impl Claim {
     /// the question's.
     fn passage_names_another_identifier(&self, passage: &Passage, sources: &Sources) -> bool {
         let before = passage.identifiers_before.iter();
-        passage.raw.iter().chain(before).any(|word| {
-            is_identifier(word)
-                && !self.names.contains(word)
+        passage.identifiers.iter().chain(before).any(|&id| {
+            let word = sources.vocabulary.word(id);
+            !self.names.contains(word)
                 && !sources.question_names.contains(word)
                 && !sources.is_common_name(word)
         })
@@ -356,25 +407,34 @@ impl Claim {
         if !source.has_text || self.words.is_empty() {
             return None;
         }
-        let weighted: Vec<(&String, f64, bool)> = self
+        // A word no source holds has no number, and is in no passage.
+        let weighted: Vec<(Option<u32>, f64, bool)> = self
             .words
             .iter()
-            .map(|w| (w, sources.weight(w), sources.is_distinctive(w)))
+            .map(|w| {
+                let id = sources.vocabulary.id(w);
+                (id, sources.weight(w), sources.is_distinctive(w))
+            })
             .collect();
         let total: f64 = weighted.iter().map(|(_, weight, _)| weight).sum();
         if total <= 0.0 {
             return None;
         }
+        let numbers: Vec<u32> = self
+            .numbers
+            .iter()
+            .map(|n| sources.vocabulary.id(n))
+            .collect::<Option<_>>()?;
         let mut best: Option<(usize, f64)> = None;
         for (i, passage) in source.passages.iter().enumerate() {
-            if !self.numbers.iter().all(|n| passage.numbers.contains(n))
+            if !numbers.iter().all(|n| passage.numbers.contains(n))
                 || !self.names_match(passage, source, sources)
             {
                 continue;
             }
             let (mut found, mut distinctive) = (0.0, false);
-            for (word, weight, rare) in &weighted {
-                if passage.terms.contains(*word) {
+            for (id, weight, rare) in &weighted {
+                if id.is_some_and(|id| passage.terms.contains(&id)) {
                     found += weight;
                     distinctive |= rare;
                 }
