@@ -12,13 +12,15 @@
 //! half of the sources). The Sources section is then written from the citations that remain,
 //! numbered in order of first use, so a report never lists a reference nobody retrieved.
 
-use crate::lexical::{Term, WordSet, Words, terms};
+use crate::lexical::{WordSet, Words, terms};
 pub use crate::research::state::SupportCounts;
-use rustc_hash::{FxHashMap, FxHashSet};
+use passages::{Ids, Passage, Vocabulary};
+use rustc_hash::FxHashMap;
 
 mod cited;
 mod layout;
 mod markers;
+mod passages;
 #[cfg(test)]
 mod tests;
 
@@ -56,53 +58,6 @@ pub struct Source {
     /// Its words as written (`lexical::raw_tokens`) in any passage and in its title: where a
     /// claim's names other than the question's are looked for.
     written: Ids,
-}
-
-/// Words by their number in the run's `Vocabulary`.
-type Ids = FxHashSet<u32>;
-
-/// Every distinct word of the run's sources (stems, numbers and words as written) stored once,
-/// each with a number: the passages' sets hold numbers, not copies of the words. Building
-/// those sets from copied strings was most of the check's cost (14% of a run's server CPU).
-#[derive(Clone, Debug, Default)]
-struct Vocabulary {
-    ids: FxHashMap<String, u32>,
-    words: Vec<String>,
-}
-
-impl Vocabulary {
-    fn intern(&mut self, word: &str) -> u32 {
-        if let Some(&id) = self.ids.get(word) {
-            return id;
-        }
-        let id = u32::try_from(self.words.len()).unwrap_or(u32::MAX);
-        self.ids.insert(word.to_owned(), id);
-        self.words.push(word.to_owned());
-        id
-    }
-
-    /// The number of `word`; none when no source holds it.
-    fn id(&self, word: &str) -> Option<u32> {
-        self.ids.get(word).copied()
-    }
-
-    fn word(&self, id: u32) -> &str {
-        self.words.get(id as usize).map_or("", String::as_str)
-    }
-}
-
-/// The words and numbers of one passage of a source's text.
-#[derive(Clone, Debug)]
-struct Passage {
-    terms: Ids,
-    numbers: Ids,
-    /// Its words as written (`lexical::raw_tokens`), where a claim's names are looked for.
-    raw: Ids,
-    /// Those of `raw` that are identifiers (`effective_io_concurrency`).
-    identifiers: Vec<u32>,
-    /// The identifiers of the passage before it: a manual names a setting once, then says
-    /// "this setting", so a passage may be about one it does not name.
-    identifiers_before: Vec<u32>,
 }
 
 /// Whether a written word is an identifier: letters joined by `_` (`shared_buffers`).
@@ -274,35 +229,6 @@ impl Sources {
             .map(|(i, s)| format!("[{}] {} — {}", i + 1, display_title(s), s.url))
             .collect::<Vec<_>>()
             .join("\n")
-    }
-}
-
-impl Passage {
-    /// The words of one passage, numbered in `vocabulary`.
-    fn of(words: &mut Words, vocabulary: &mut Vocabulary, text: &str) -> Self {
-        let (mut terms, mut numbers) = (Ids::default(), Ids::default());
-        crate::lexical::for_each_term(words, text, |term| match term {
-            Term::Stem(stem) => {
-                terms.insert(vocabulary.intern(stem));
-            }
-            Term::Number(number) => {
-                numbers.insert(vocabulary.intern(number));
-            }
-        });
-        let (mut raw, mut identifiers) = (Ids::default(), Vec::new());
-        crate::lexical::for_each_raw_token(text, |word| {
-            let id = vocabulary.intern(word);
-            if raw.insert(id) && is_identifier(word) {
-                identifiers.push(id);
-            }
-        });
-        Self {
-            terms,
-            numbers,
-            raw,
-            identifiers,
-            identifiers_before: Vec::new(),
-        }
     }
 }
 
