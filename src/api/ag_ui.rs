@@ -90,7 +90,7 @@ struct RunInput {
     text: Option<String>,
     /// The answer to the pending interrupt (`resume[0]`), when the input resumes.
     resume: Option<Resume>,
-    configurable: Option<Value>,
+    configurable: Option<Map<String, Value>>,
     /// The client's copy of the state (what this endpoint streamed it, unless the UI edited it).
     state: Map<String, Value>,
     /// Input fields the research agent has no use for, reported back in a `CUSTOM` event.
@@ -145,7 +145,7 @@ impl RunInput {
         }
         let configurable = match &input["forwardedProps"]["configurable"] {
             Value::Null => None,
-            c @ Value::Object(_) => Some(c.clone()),
+            Value::Object(c) => Some(c.clone()),
             _ => {
                 return Err(invalid(
                     "forwardedProps.configurable must be an object of research settings",

@@ -150,9 +150,26 @@ where
                 "Invalid request body: expected a JSON object".into(),
             ));
         }
-        serde_json::from_slice(text)
-            .map(Body)
-            .map_err(|e| AppError::Invalid(format!("Invalid request body: {e}")))
+        parse(text).map(Body)
+    }
+}
+
+/// Reads a whole body (nothing may follow the value), naming the field an error is about.
+fn parse<T: DeserializeOwned>(text: &[u8]) -> Result<T, AppError> {
+    let mut json = serde_json::Deserializer::from_slice(text);
+    let value = serde_path_to_error::deserialize(&mut json)
+        .map_err(|e| AppError::Invalid(format!("Invalid request body: {}", at(&e))))?;
+    json.end()
+        .map_err(|e| AppError::Invalid(format!("Invalid request body: {e}")))?;
+    Ok(value)
+}
+
+/// A body's error with the field it is about (`multitask_strategy: unknown variant …`); one
+/// about the whole body is given as it is.
+pub(crate) fn at(error: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    match error.path().to_string().as_str() {
+        "." => error.inner().to_string(),
+        path => format!("{path}: {}", error.inner()),
     }
 }
 
@@ -209,9 +226,7 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         check_content_type(&req)?;
         let bytes = read_body(req, state).await?;
-        serde_json::from_slice(&bytes)
-            .map(BodyList)
-            .map_err(|e| AppError::Invalid(format!("Invalid request body: {e}")))
+        parse(&bytes).map(BodyList)
     }
 }
 

@@ -13,7 +13,7 @@ use super::error::AppError;
 use super::turns::{self, Outcome, Turn};
 use crate::ids::{AssistantId, RunId, ThreadId};
 use crate::research::progress::{LineId, RunProgress};
-use crate::store::{Assistant, AssistantQuery, CancelAction, Run, SortOrder};
+use crate::store::{Assistant, AssistantQuery, CancelAction, JsonMap, Run, SortOrder};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
@@ -83,14 +83,14 @@ async fn read_call_context(
 }
 
 /// The call's context: an object, or none.
-fn call_context(context: &RequestContext<RoleServer>) -> Result<Option<Value>, String> {
+fn call_context(context: &RequestContext<RoleServer>) -> Result<Option<JsonMap>, String> {
     let sent = context
         .extensions
         .get::<axum::http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<CallContext>());
     match sent.map(|c| &c.0) {
         None | Some(Value::Null) => Ok(None),
-        Some(c @ Value::Object(_)) => Ok(Some(c.clone())),
+        Some(Value::Object(c)) => Ok(Some(c.clone())),
         Some(_) => Err("params.context must be an object (the run's context)".into()),
     }
 }
@@ -423,7 +423,7 @@ fn parse_arguments(assistant_id: AssistantId, arguments: &JsonObject) -> Result<
     };
     let configurable = match arguments.get("configurable") {
         None | Some(Value::Null) => None,
-        Some(c @ Value::Object(_)) => Some(c.clone()),
+        Some(Value::Object(c)) => Some(c.clone()),
         Some(_) => return Err("configurable must be an object of research settings".into()),
     };
     Ok(Turn {

@@ -8,10 +8,10 @@
 
 use super::AppState;
 use super::auth::Principal;
-use super::error::AppError;
+use super::error::{ApiResult, AppError};
 use super::params::parse_id;
 use super::response_bodies::sse_response;
-use super::runs::start_on_thread;
+use super::runs::{RunRequest, start_on_thread};
 use crate::graph::state::StateBuilder;
 use crate::ids::{CheckpointId, ThreadId};
 use crate::runs::RunKwargs;
@@ -213,13 +213,15 @@ fn refuse(code: &'static str, message: impl Into<String>) -> Outcome {
 
 /// A run body with the protocol's fixed settings: every channel's mode, subgraphs, and frames
 /// stored so every connection can replay them.
-fn run_body(assistant_id: Value, extra: Map<String, Value>) -> Value {
+/// The run a command starts, read from the command's params as a request body is (the error
+/// names the field).
+fn run_body(assistant_id: Value, extra: Map<String, Value>) -> ApiResult<RunRequest> {
     let mut body = json!({"assistant_id": assistant_id, "stream_mode": RUN_MODES,
         "stream_subgraphs": true, "stream_resumable": true, "if_not_exists": "create"});
     if let Some(map) = body.as_object_mut() {
         map.extend(extra);
     }
-    body
+    RunRequest::from_json(body)
 }
 
 fn copy_fields(params: &Value, fields: &[(&str, &str)]) -> Map<String, Value> {
@@ -280,7 +282,7 @@ async fn run_start(
     if let Some(cid) = params["config"]["configurable"]["checkpoint_id"].as_str() {
         extra.insert("checkpoint_id".into(), json!(cid));
     }
-    let run = start_on_thread(state, who, thread_id, run_body(assistant.clone(), extra)).await?;
+    let run = start_on_thread(state, who, thread_id, run_body(assistant.clone(), extra)?).await?;
     Ok(json!({"run_id": run.run_id}))
 }
 
@@ -356,7 +358,7 @@ async fn input_respond(
     }
     let mut extra = copy_fields(params, &[("config", "config"), ("metadata", "metadata")]);
     extra.insert("command".into(), command);
-    start_on_thread(state, who, thread_id, run_body(assistant, extra)).await?;
+    start_on_thread(state, who, thread_id, run_body(assistant, extra)?).await?;
     Ok(json!({}))
 }
 
@@ -520,7 +522,7 @@ async fn fork(
     }
     let mut extra = copy_fields(params, &[("input", "input"), ("config", "config")]);
     extra.insert("checkpoint_id".into(), json!(cid));
-    let run = start_on_thread(state, who, thread_id, run_body(assistant, extra)).await?;
+    let run = start_on_thread(state, who, thread_id, run_body(assistant, extra)?).await?;
     Ok(json!({"run_id": run.run_id, "thread_id": thread_id}))
 }
 

@@ -6,10 +6,12 @@
 use super::AppState;
 use super::auth::Principal;
 use super::error::ApiResult;
-use super::runs::start_on_thread;
+use super::runs::{RunConfig, RunRequest, start_on_thread};
+use crate::graph::interrupts::{Resume, ResumeCommand};
 use crate::ids::{AssistantId, RunId, ThreadId};
-use crate::store::{Run, RunStatus, StoreResult, Thread, ThreadStatus};
-use crate::stream::{Frame, STORE_POLL, follow_run};
+use crate::runs::options::IfNotExists;
+use crate::store::{JsonMap, MultitaskStrategy, Run, RunStatus, StoreResult, Thread, ThreadStatus};
+use crate::stream::{Frame, STORE_POLL, StreamMode, StreamModes, follow_run};
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -18,7 +20,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 /// The stream modes a turn's run records, so a protocol can follow it live.
-pub(super) const RUN_MODES: [&str; 3] = ["values", "updates", "custom"];
+fn run_modes() -> StreamModes {
+    StreamModes::of(&[StreamMode::Values, StreamMode::Updates, StreamMode::Custom])
+}
 
 /// What a protocol hands over to start a turn.
 pub(super) struct Turn {
@@ -29,10 +33,10 @@ pub(super) struct Turn {
     /// A structured answer to an interrupt (a plan review), used instead of `text` there.
     pub(super) data: Option<Value>,
     /// Research settings for this run.
-    pub(super) configurable: Option<Value>,
+    pub(super) configurable: Option<JsonMap>,
     /// The run's `context` (LangGraph's newer name for its settings), as the protocol's
     /// caller sent it; with `configurable` too, the run is refused as on `POST /runs`.
-    pub(super) context: Option<Value>,
+    pub(super) context: Option<JsonMap>,
     /// Recorded in the run's metadata (`{"a2a": true}`), so runs say where they came from.
     pub(super) protocol: &'static str,
 }
@@ -48,21 +52,30 @@ pub(super) async fn start(state: &AppState, who: &Principal, turn: Turn) -> ApiR
         None => ThreadId::new(),
     };
     let thread = state.store.get_thread(thread_id).await?;
-    let mut body = json!({"assistant_id": turn.assistant_id.to_string(),
-        "stream_mode": RUN_MODES, "stream_subgraphs": true, "stream_resumable": true,
-        "if_not_exists": "create", "multitask_strategy": "reject",
-        "metadata": { turn.protocol: true }});
+    let mut body = RunRequest {
+        stream_mode: Some(run_modes()),
+        stream_subgraphs: Some(true),
+        stream_resumable: Some(true),
+        if_not_exists: Some(IfNotExists::Create),
+        multitask_strategy: Some(MultitaskStrategy::Reject),
+        metadata: Some(Map::from_iter([(turn.protocol.to_owned(), json!(true))])),
+        context: turn.context,
+        ..RunRequest::for_assistant(turn.assistant_id.to_string())
+    };
     if thread.as_ref().is_some_and(waits_for_input) {
         let answer = turn.data.unwrap_or_else(|| json!(turn.text));
-        body["command"] = json!({ "resume": answer });
+        body.command = Some(ResumeCommand {
+            resume: Some(Resume::Value(answer)),
+            ..ResumeCommand::default()
+        });
     } else {
-        body["input"] = json!({"messages": [{"type": "human", "content": turn.text}]});
+        body.input = Some(json!({"messages": [{"type": "human", "content": turn.text}]}));
     }
     if let Some(configurable) = turn.configurable {
-        body["config"] = json!({ "configurable": configurable });
-    }
-    if let Some(context) = turn.context {
-        body["context"] = context;
+        body.config = Some(RunConfig {
+            configurable: Some(configurable),
+            ..RunConfig::default()
+        });
     }
     start_on_thread(state, who, thread_id, body).await
 }

@@ -96,7 +96,8 @@ impl NodeSet {
 }
 
 impl NodeSet {
-    /// A set read back from a stored run: its nodes must still be the graph's.
+    /// The set's nodes must be the graph's (a request's, or a stored run's after the graph
+    /// changed).
     fn check(&self, graph: &Graph, field: &str) -> Result<(), String> {
         match self {
             Self::All => Ok(()),
@@ -120,19 +121,35 @@ impl serde::Serialize for NodeSet {
 
 impl<'de> serde::Deserialize<'de> for NodeSet {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(serde::Deserialize)]
-        #[serde(untagged)]
-        enum Stored {
-            Star(String),
-            Nodes(Vec<String>),
-        }
-        match Stored::deserialize(d)? {
-            Stored::Star(s) if s == "*" => Ok(Self::All),
-            Stored::Star(s) => Err(serde::de::Error::custom(format!(
-                "expected \"*\" or a list of node names, got '{s}'"
+        d.deserialize_any(NodeSetVisitor)
+    }
+}
+
+/// `"*"` or a list of names; anything else is refused naming what was sent.
+struct NodeSetVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NodeSetVisitor {
+    type Value = NodeSet;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("\"*\" or a list of node names")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<NodeSet, E> {
+        match text {
+            "*" => Ok(NodeSet::All),
+            other => Err(E::custom(format!(
+                "expected \"*\" or a list of node names, got '{other}'"
             ))),
-            Stored::Nodes(nodes) => Ok(Self::Nodes(nodes)),
         }
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<NodeSet, A::Error> {
+        let mut nodes = Vec::new();
+        while let Some(name) = seq.next_element::<String>()? {
+            nodes.push(name);
+        }
+        Ok(NodeSet::Nodes(nodes))
     }
 }
 
@@ -160,7 +177,8 @@ impl Breakpoints {
         })
     }
 
-    /// Breakpoints read back from a stored run: their nodes must still be the graph's.
+    /// Breakpoints of a request, or read back from a stored run: their nodes must be the
+    /// graph's.
     pub fn check(&self, graph: &Graph) -> Result<(), String> {
         for (set, field) in [
             (&self.before, "interrupt_before"),
@@ -196,7 +214,11 @@ pub enum Resume {
 }
 
 /// A run's `command`: answers, a state update and where to go, applied before the graph goes on.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Read from a request as `{resume?, update?, goto?}` (the shape is checked then); the nodes
+/// `goto` names are checked against the graph with `check`. Stored with the run in the same
+/// shape.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(try_from = "CommandFields", into = "CommandFields")]
 pub struct ResumeCommand {
     pub resume: Option<Resume>,
     pub update: Option<JsonMap>,
@@ -204,40 +226,72 @@ pub struct ResumeCommand {
     pub goto: Vec<String>,
 }
 
-impl ResumeCommand {
-    /// Parses `{resume?, update?, goto?}` against the graph; the error names what is wrong.
-    pub fn parse(value: &Value, graph: &Graph) -> Result<Self, String> {
-        let Value::Object(map) = value else {
-            return Err(format!(
-                "command must be an object with resume, update or goto, got {value}"
-            ));
-        };
-        if let Some(key) = map
-            .keys()
-            .find(|k| !["resume", "update", "goto"].contains(&k.as_str()))
-        {
-            return Err(format!(
-                "command: unknown field '{key}' (expected resume, update or goto)"
-            ));
-        }
+/// A command as the wire carries it.
+#[derive(Deserialize, Serialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an object with resume, update or goto"
+)]
+struct CommandFields {
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    resume: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    update: Value,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    goto: Value,
+}
+
+impl TryFrom<CommandFields> for ResumeCommand {
+    type Error = String;
+
+    fn try_from(fields: CommandFields) -> Result<Self, String> {
         let command = Self {
-            resume: map.get("resume").filter(|v| !v.is_null()).map(parse_resume),
-            update: map
-                .get("update")
-                .filter(|v| !v.is_null())
-                .map(parse_update)
-                .transpose()?,
-            goto: map
-                .get("goto")
-                .filter(|v| !v.is_null())
-                .map(|g| parse_goto(g, graph))
-                .transpose()?
-                .unwrap_or_default(),
+            resume: (!fields.resume.is_null()).then(|| parse_resume(&fields.resume)),
+            update: match &fields.update {
+                Value::Null => None,
+                update => Some(parse_update(update)?),
+            },
+            goto: match &fields.goto {
+                Value::Null => Vec::new(),
+                goto => parse_goto(goto)?,
+            },
         };
         if command == Self::default() {
             return Err("command must set resume, update or goto".into());
         }
         Ok(command)
+    }
+}
+
+impl From<ResumeCommand> for CommandFields {
+    fn from(command: ResumeCommand) -> Self {
+        let resume = match command.resume {
+            None => Value::Null,
+            Some(Resume::Value(value)) => value,
+            Some(Resume::ById(map)) => json!(map),
+        };
+        Self {
+            resume,
+            update: command.update.map_or(Value::Null, Value::Object),
+            goto: match command.goto.is_empty() {
+                true => Value::Null,
+                false => json!(command.goto),
+            },
+        }
+    }
+}
+
+impl ResumeCommand {
+    /// The nodes `goto` names must be the graph's (or `__end__`).
+    pub fn check(&self, graph: &Graph) -> Result<(), String> {
+        match self
+            .goto
+            .iter()
+            .find(|name| *name != END && graph.node(name).is_none())
+        {
+            Some(name) => Err(unknown_node("command.goto", name, graph)),
+            None => Ok(()),
+        }
     }
 }
 
@@ -274,30 +328,23 @@ fn parse_update(value: &Value) -> Result<JsonMap, String> {
     }
 }
 
-fn parse_goto(value: &Value, graph: &Graph) -> Result<Vec<String>, String> {
+fn parse_goto(value: &Value) -> Result<Vec<String>, String> {
     let targets = match value {
         Value::Array(items) => items.iter().collect(),
         single => vec![single],
     };
-    let mut nodes = Vec::with_capacity(targets.len());
-    for target in targets {
-        let name = match target {
-            Value::String(name) => name.as_str(),
-            Value::Object(send) if send.contains_key("node") => {
-                return Err(
-                    "command.goto: sending input to a node ({node, input}) is not supported; \
-                     name the node, and put state changes in command.update"
-                        .into(),
-                );
-            }
-            other => return Err(format!("command.goto: expected a node name, got {other}")),
-        };
-        if name != END && graph.node(name).is_none() {
-            return Err(unknown_node("command.goto", name, graph));
-        }
-        nodes.push(name.to_owned());
-    }
-    Ok(nodes)
+    targets
+        .into_iter()
+        .map(|target| match target {
+            Value::String(name) => Ok(name.clone()),
+            Value::Object(send) if send.contains_key("node") => Err(
+                "command.goto: sending input to a node ({node, input}) is not supported; \
+                 name the node, and put state changes in command.update"
+                    .into(),
+            ),
+            other => Err(format!("command.goto: expected a node name, got {other}")),
+        })
+        .collect()
 }
 
 /// The interrupts waiting in a checkpoint's task list, by task id.

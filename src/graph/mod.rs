@@ -106,6 +106,8 @@ pub struct Graph {
     state_check: Option<StateCheck>,
     /// Run once when a run of this graph starts, before its first step.
     prepare: Option<PrepareRun>,
+    /// State keys copied to a run's metadata when the run ends with them set.
+    run_marks: Vec<String>,
 }
 
 /// Readies what a run's nodes share (its parsed settings, say) in the run's scope, once,
@@ -140,9 +142,23 @@ impl Graph {
                 config_check: None,
                 state_check: None,
                 prepare: None,
+                run_marks: Vec::new(),
             },
             channels: Vec::new(),
         }
+    }
+
+    /// What a run's final values say about the run as a whole (a research run stopped early,
+    /// say): the marked keys that are set, for the run's metadata, where a client listing runs
+    /// sees them.
+    pub fn run_marks(&self, values: &JsonMap) -> JsonMap {
+        self.run_marks
+            .iter()
+            .filter_map(|key| {
+                let value = values.get(key).filter(|v| !v.is_null())?;
+                Some((key.clone(), value.clone()))
+            })
+            .collect()
     }
 
     pub(crate) fn node(&self, name: &str) -> Option<&NodeFn> {
@@ -249,6 +265,12 @@ impl GraphBuilder {
     /// Sets what is done once when a run of this graph starts (see `PrepareRun`).
     pub fn prepare(mut self, prepare: PrepareRun) -> Self {
         self.graph.prepare = Some(prepare);
+        self
+    }
+
+    /// Marks a state key whose value, when a run ends with it set, goes on the run's metadata.
+    pub fn run_mark(mut self, key: &str) -> Self {
+        self.graph.run_marks.push(key.to_owned());
         self
     }
 

@@ -59,6 +59,8 @@ pub fn build(id: &str, deps: Deps) -> Graph {
         .edge("final_report_generation", END)
         .schemas(super::schemas(&deps))
         .config_check(super::config_check(&deps))
+        // A report cut short by a spend cap says so in the run list too.
+        .run_mark("stopped_early")
         .prepare(Arc::new(move |scope| prepare_run(&deps, scope)))
         .build()
 }

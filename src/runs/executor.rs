@@ -60,9 +60,12 @@ fn human_input(
     resumed: bool,
 ) -> Result<(Option<ResumeCommand>, Breakpoints), RunError> {
     let command = match &kwargs.command {
-        Value::Null => None,
-        _ if resumed => None,
-        value => Some(ResumeCommand::parse(value, graph).map_err(RunError::Input)?),
+        Some(_) if resumed => None,
+        Some(command) => {
+            command.check(graph).map_err(RunError::Input)?;
+            Some(command.clone())
+        }
+        None => None,
     };
     let breakpoints = Breakpoints {
         before: kwargs.interrupt_before.clone(),
@@ -369,7 +372,8 @@ impl Runner {
             record_spend(&*self.store, run.run_id, owner, &scope).await;
         }
         if let Ok(outcome) = &result {
-            self.mark_stopped_early(run.run_id, &outcome.values).await;
+            self.mark_run(run.run_id, graph.run_marks(&outcome.values))
+                .await;
         }
         self.ending(result, &cancel)
     }
@@ -403,12 +407,7 @@ impl Runner {
         let mut config = kwargs.config.clone();
         if kwargs.run_keys {
             let keys = self.keys.get(run.run_id).ok_or(RunError::KeysUnavailable)?;
-            if let Some(configurable) = config
-                .get_mut("configurable")
-                .and_then(Value::as_object_mut)
-            {
-                configurable.insert("apiKeys".into(), keys.to_config());
-            }
+            keys.put_into(&mut config);
         }
         let scope = RunScope::new(
             self.store.clone(),
@@ -471,17 +470,14 @@ impl Runner {
         }
     }
 
-    /// A graph that stopped early (a spend cap) says so in its values; the mark goes on the
-    /// run's metadata too, so a client listing runs sees which reports are partial.
-    async fn mark_stopped_early(&self, run_id: RunId, values: &JsonMap) {
-        let Some(stopped) = values.get("stopped_early").filter(|v| !v.is_null()) else {
+    /// Puts what the graph marks in its final values (`Graph::run_marks`) on the run's
+    /// metadata.
+    async fn mark_run(&self, run_id: RunId, marks: JsonMap) {
+        if marks.is_empty() {
             return;
-        };
-        let mark: JsonMap = [("stopped_early".to_owned(), stopped.clone())]
-            .into_iter()
-            .collect();
-        if let Err(error) = self.store.merge_run_metadata(run_id, &mark).await {
-            tracing::warn!(%error, "could not mark the run as stopped early");
+        }
+        if let Err(error) = self.store.merge_run_metadata(run_id, &marks).await {
+            tracing::warn!(%error, "could not put the graph's marks on the run");
         }
     }
 

@@ -16,14 +16,20 @@ impl RunKeys {
         Self(keys.into_iter().map(|(k, v)| (k, v.into())).collect())
     }
 
-    /// The `apiKeys` object the run's nodes read from their config.
-    pub fn to_config(&self) -> Value {
-        Value::Object(
-            self.0
-                .iter()
-                .map(|(k, v)| (k.clone(), Value::String(v.expose_secret().to_owned())))
-                .collect(),
-        )
+    /// Hands the keys to the run's nodes: they read them from `configurable.apiKeys`, where
+    /// ODR's runs carry them.
+    pub fn put_into(&self, config: &mut Value) {
+        let keys = self
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.expose_secret().to_owned())))
+            .collect();
+        if let Some(configurable) = config
+            .get_mut("configurable")
+            .and_then(Value::as_object_mut)
+        {
+            configurable.insert("apiKeys".into(), Value::Object(keys));
+        }
     }
 }
 

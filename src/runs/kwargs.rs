@@ -2,8 +2,9 @@
 //! `run.kwargs` (the reference server's key names) and executed as this type.
 
 use super::options;
-use crate::graph::interrupts::NodeSet;
+use crate::graph::interrupts::{NodeSet, ResumeCommand};
 use crate::ids::CheckpointId;
+use crate::store::JsonMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -12,10 +13,11 @@ use serde_json::Value;
 #[serde(default)]
 pub struct RunKwargs {
     pub input: Value,
-    pub command: Value,
+    /// Checked against the graph again when the run starts (the graph may have changed).
+    pub command: Option<ResumeCommand>,
     /// `configurable` carries run_id, thread_id, graph_id, assistant_id and checkpoint_id.
     pub config: Value,
-    pub context: Value,
+    pub context: JsonMap,
     pub stream_mode: crate::stream::StreamModes,
     pub interrupt_before: Option<NodeSet>,
     pub interrupt_after: Option<NodeSet>,

@@ -238,7 +238,7 @@ mod tests {
 
     fn enc(modes: Value, subgraphs: bool) -> Encoder {
         Encoder::new(
-            StreamModes::from_json(Some(&modes)).unwrap(),
+            serde_json::from_value::<StreamModes>(modes).unwrap(),
             subgraphs,
             false,
         )

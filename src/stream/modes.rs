@@ -1,7 +1,5 @@
 //! Stream modes a client may ask for, parsed from every encoding the SDKs send.
 
-use serde_json::Value;
-
 /// One requested stream mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StreamMode {
@@ -67,28 +65,6 @@ impl StreamMode {
 pub struct StreamModes(Vec<StreamMode>);
 
 impl StreamModes {
-    /// From a run body's `stream_mode`: a string, a list of strings, or null.
-    pub fn from_json(value: Option<&Value>) -> Result<Self, String> {
-        let names: Vec<String> = match value {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|v| {
-                    v.as_str()
-                        .map(str::to_owned)
-                        .ok_or_else(|| format!("stream_mode entries must be strings, got {v}"))
-                })
-                .collect::<Result<_, _>>()?,
-            Some(other) => {
-                return Err(format!(
-                    "stream_mode must be a string or a list, got {other}"
-                ));
-            }
-        };
-        Self::from_names(names.iter().map(String::as_str))
-    }
-
     /// From query-string values: repeated keys, a JSON array, comma lists or empty values.
     pub fn from_query(values: &[String]) -> Result<Option<Self>, String> {
         let mut names = Vec::new();
@@ -123,6 +99,20 @@ impl StreamModes {
         Ok(Self(modes))
     }
 
+    /// These modes (a server-made run's); none is `values`.
+    pub fn of(modes: &[StreamMode]) -> Self {
+        let mut unique: Vec<StreamMode> = Vec::with_capacity(modes.len());
+        for mode in modes {
+            if !unique.contains(mode) {
+                unique.push(*mode);
+            }
+        }
+        if unique.is_empty() {
+            unique.push(StreamMode::Values);
+        }
+        Self(unique)
+    }
+
     /// Just `values`, the default.
     pub fn values_only() -> Self {
         Self(vec![StreamMode::Values])
@@ -151,10 +141,32 @@ impl serde::Serialize for StreamModes {
     }
 }
 
+/// A request's `stream_mode` (a name or a list of names) and the stored list alike.
 impl<'de> serde::Deserialize<'de> for StreamModes {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let names = Vec::<String>::deserialize(d)?;
-        Self::from_names(names.iter().map(String::as_str)).map_err(serde::de::Error::custom)
+        d.deserialize_any(ModesVisitor)
+    }
+}
+
+struct ModesVisitor;
+
+impl<'de> serde::de::Visitor<'de> for ModesVisitor {
+    type Value = StreamModes;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a stream mode or a list of them")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<StreamModes, E> {
+        StreamModes::from_names(std::iter::once(name)).map_err(E::custom)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<StreamModes, A::Error> {
+        let mut names = Vec::new();
+        while let Some(name) = seq.next_element::<String>()? {
+            names.push(name);
+        }
+        StreamModes::from_names(names.iter().map(String::as_str)).map_err(serde::de::Error::custom)
     }
 }
 
@@ -179,9 +191,9 @@ mod tests {
 
     #[test]
     fn parses_every_sdk_encoding() {
-        let m = StreamModes::from_json(Some(&json!("updates"))).unwrap();
+        let m = serde_json::from_value::<StreamModes>(json!("updates")).unwrap();
         assert_eq!(m.names(), ["updates"]);
-        assert_eq!(StreamModes::from_json(None).unwrap().names(), ["values"]);
+        assert_eq!(StreamModes::default().names(), ["values"]);
         let q = |v: &[&str]| {
             StreamModes::from_query(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
         };
@@ -199,8 +211,10 @@ mod tests {
         );
         assert_eq!(q(&[""]).unwrap(), None);
         assert!(q(&["bogus"]).is_err());
-        assert!(StreamModes::from_json(Some(&json!(["values", "lifecycle"]))).is_err());
-        let events = StreamModes::from_json(Some(&json!(["values", "events"]))).unwrap_err();
+        assert!(serde_json::from_value::<StreamModes>(json!(["values", "lifecycle"])).is_err());
+        let events = serde_json::from_value::<StreamModes>(json!(["values", "events"]))
+            .unwrap_err()
+            .to_string();
         assert!(
             events.contains("'events'") && events.contains("not supported"),
             "{events}"
@@ -209,7 +223,7 @@ mod tests {
 
     #[test]
     fn join_filter_matches_suffixed_and_legacy_names() {
-        let m = StreamModes::from_json(Some(&json!(["messages"]))).unwrap();
+        let m = serde_json::from_value::<StreamModes>(json!(["messages"])).unwrap();
         assert!(m.matches_event("messages/partial"));
         assert!(m.matches_event("messages|child:1"));
         assert!(m.matches_event("metadata"));

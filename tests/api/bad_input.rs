@@ -178,6 +178,28 @@ async fn bad_run_bodies_are_rejected_and_write_nothing() {
             r#"{"assistant_id":"agent","checkpoint_id":"xyz"}"#,
             "checkpoint ID",
         ),
+        // Each field is read as its type, and the error names the field.
+        (
+            r#"{"assistant_id":"agent","command":{"resume":1,"jump":"x"}}"#,
+            "command.jump: unknown field `jump`",
+        ),
+        (
+            r#"{"assistant_id":"agent","interrupt_before":5}"#,
+            "interrupt_before",
+        ),
+        (
+            r#"{"assistant_id":"agent","if_not_exists":"sometimes"}"#,
+            "if_not_exists: unknown variant `sometimes`",
+        ),
+        (r#"{"assistant_id":"agent","context":[1]}"#, "context"),
+        (
+            r#"{"assistant_id":"agent","config":{"configurable":"x"}}"#,
+            "config.configurable",
+        ),
+        (
+            r#"{"assistant_id":"agent","feedback_keys":"x"}"#,
+            "feedback_keys",
+        ),
     ] {
         let (status, v) = call(&app, Method::POST, &path, Some(body)).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {v}");

@@ -254,9 +254,9 @@ struct Incoming {
     return_immediately: bool,
     history_length: Option<usize>,
     /// Research settings for the run (`metadata.configurable`).
-    configurable: Option<Value>,
+    configurable: Option<Map<String, Value>>,
     /// The run's `context` (`params.context`, as LangGraph's server reads it).
-    context: Option<Value>,
+    context: Option<Map<String, Value>>,
 }
 
 fn uuid_field<T: From<Uuid>>(value: Option<&Value>, field: &str) -> RpcResult<Option<T>> {
@@ -334,7 +334,7 @@ impl Incoming {
         check_configuration(&configuration)?;
         let configurable = match params.get("metadata").map(|m| &m["configurable"]) {
             None | Some(Value::Null) => None,
-            Some(c @ Value::Object(_)) => Some(c.clone()),
+            Some(Value::Object(c)) => Some(c.clone()),
             Some(_) => {
                 return Err(RpcError::invalid_params(
                     "metadata.configurable must be an object of research settings",
@@ -343,7 +343,7 @@ impl Incoming {
         };
         let context = match params.get("context") {
             None | Some(Value::Null) => None,
-            Some(c @ Value::Object(_)) => Some(c.clone()),
+            Some(Value::Object(c)) => Some(c.clone()),
             Some(_) => {
                 return Err(RpcError::invalid_params(
                     "params.context must be an object (the run's context)",

@@ -13,7 +13,7 @@ use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body};
 use super::lookups;
 use super::params::{Ids, parse_id};
-use super::runs::{Target, check_run_request};
+use super::runs::{RunRequest, Target, check_run_request};
 use super::{AppState, SearchParams, paged, project};
 use crate::ids::{AssistantId, CronId, ThreadId};
 use crate::store::{Cron, CronQuery, JsonMap};
@@ -251,8 +251,8 @@ async fn create(
         return Err(AppError::Invalid("assistant_id is required".into()));
     }
     let target = thread_id.map_or(Target::Stateless, Target::Thread);
-    let payload = Value::Object(body.run.clone());
-    let assistant = check_run_request(state, &who.owner, target, payload).await?;
+    let request = RunRequest::from_json(Value::Object(body.run.clone()))?;
+    let assistant = check_run_request(state, &who.owner, target, &request).await?;
     let now = Timestamp::now();
     let mut cron = Cron {
         cron_id: CronId::new(),
@@ -345,13 +345,8 @@ pub(super) async fn update(
             cron.payload.insert(key, value);
         }
     }
-    let assistant = check_run_request(
-        &state,
-        &who.owner,
-        target_of(&cron),
-        Value::Object(cron.payload.clone()),
-    )
-    .await?;
+    let request = RunRequest::from_json(Value::Object(cron.payload.clone()))?;
+    let assistant = check_run_request(&state, &who.owner, target_of(&cron), &request).await?;
     cron.assistant_id = assistant.assistant_id;
     let now = Timestamp::now();
     if reschedule {

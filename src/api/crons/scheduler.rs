@@ -5,11 +5,12 @@
 
 use super::schedule::Schedule;
 use crate::api::AppState;
-use crate::api::error::AppError;
-use crate::api::runs::{Target, start_for_cron};
+use crate::api::error::{ApiResult, AppError};
+use crate::api::runs::{RunRequest, Target, start_for_cron};
+use crate::runs::options::OnCompletion;
 use crate::store::{Cron, CronTick, StoreError};
 use crate::time::Timestamp;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::time::Duration;
 
 /// Ticks are whole minutes; polling every second starts a run within a second of its time.
@@ -62,8 +63,13 @@ async fn fire(state: &AppState, cron: Cron, now: Timestamp) {
         }
         return;
     }
-    let (target, payload) = run_request(&cron);
-    match start_for_cron(state, &cron.owner, target, payload, tick.clone()).await {
+    let started = match run_request(&cron) {
+        Ok((target, request)) => {
+            start_for_cron(state, &cron.owner, target, request, tick.clone()).await
+        }
+        Err(error) => Err(error),
+    };
+    match started {
         Ok(run) => {
             tracing::info!(cron_id = %cron.cron_id, run_id = %run.run_id, "cron started a run")
         }
@@ -85,15 +91,19 @@ async fn fire(state: &AppState, cron: Cron, now: Timestamp) {
 
 /// The run a tick creates: on the cron's thread, or stateless with the cron's choice of what
 /// happens to the thread afterwards.
-fn run_request(cron: &Cron) -> (Target, Value) {
-    let mut payload = cron.payload.clone();
+fn run_request(cron: &Cron) -> ApiResult<(Target, RunRequest)> {
+    let mut request = RunRequest::from_json(Value::Object(cron.payload.clone()))?;
     let target = match cron.thread_id {
         Some(id) => Target::Thread(id),
         None => {
             let on_completion = cron.on_run_completed.as_deref().unwrap_or("delete");
-            payload.insert("on_completion".into(), json!(on_completion));
+            request.on_completion = Some(
+                on_completion
+                    .parse::<OnCompletion>()
+                    .map_err(AppError::Invalid)?,
+            );
             Target::Stateless
         }
     };
-    (target, Value::Object(payload))
+    Ok((target, request))
 }

@@ -198,15 +198,14 @@ fn run_fields() -> Vec<Override> {
                                  {"type": "null"}],
                        "description": "\"*\" or node names of the assistant's graph"});
     vec![
+        // `exit` is a `Durability` but refused (every step is checkpointed).
+        ("NewRun", "durability", choice(&["sync", "async"])),
         (
             "NewRun",
-            "multitask_strategy",
-            choice(&["reject", "interrupt", "rollback", "enqueue"]),
+            "feedback_keys",
+            json!({"type": ["array", "null"], "items": {"type": "string"}, "maxItems": 0,
+            "description": "Feedback needs LangSmith, which this server does not use"}),
         ),
-        ("NewRun", "if_not_exists", choice(&["reject", "create"])),
-        ("NewRun", "on_disconnect", choice(&["cancel", "continue"])),
-        ("NewRun", "on_completion", choice(&["delete", "keep"])),
-        ("NewRun", "durability", choice(&["sync", "async"])),
         (
             "NewRun",
             "checkpoint_during",

@@ -5,23 +5,21 @@
 use super::super::AppState;
 use super::super::assistants::{resolve, settings_of};
 use super::super::error::{ApiResult, AppError};
-use super::super::lookups::checkpoint_id_of;
-use super::super::params::parse_id;
-use super::super::params::{check_recursion_limit, parse_enum};
+use super::super::params::check_recursion_limit;
+use super::request::RunRequest;
 use crate::graph::Graph;
-use crate::graph::interrupts::{Breakpoints, ResumeCommand, ResumeError, check_resume};
+use crate::graph::interrupts::{Breakpoints, NodeSet, ResumeCommand, ResumeError, check_resume};
 use crate::ids::{CheckpointId, RunId, ThreadId};
 use crate::runs::RunKwargs;
 use crate::runs::keys::RunKeys;
-use crate::runs::options::{Durability, IfNotExists, OnCompletion, OnDisconnect};
+use crate::runs::options::{IfNotExists, OnCompletion, OnDisconnect};
 use crate::runs::webhook;
 use crate::store::{
     Assistant, CancelAction, CronTick, JsonMap, MultitaskStrategy, Owner, Run, RunInsert,
     RunStatus, StoreError,
 };
-use crate::stream::{StreamModes, bus::Subscription};
+use crate::stream::bus::Subscription;
 use crate::time::Timestamp;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -61,43 +59,6 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for IdempotencyKey {
         }
         Ok(Self(Some(key.to_owned())))
     }
-}
-
-/// A run request (`RunCreate` in the reference), with every field the SDKs may send.
-#[derive(Clone, Deserialize, utoipa::ToSchema)]
-pub(in crate::api) struct NewRun {
-    assistant_id: String,
-    #[schema(value_type = Option<Object>)]
-    input: Option<Value>,
-    #[schema(value_type = Option<Object>)]
-    command: Option<Value>,
-    #[schema(value_type = Option<Object>)]
-    config: Option<Value>,
-    #[schema(value_type = Option<Object>)]
-    context: Option<Value>,
-    #[schema(value_type = Option<Object>)]
-    metadata: Option<JsonMap>,
-    #[schema(value_type = Option<Object>)]
-    stream_mode: Option<Value>,
-    stream_subgraphs: Option<bool>,
-    stream_resumable: Option<bool>,
-    #[schema(value_type = Option<Object>)]
-    interrupt_before: Option<Value>,
-    #[schema(value_type = Option<Object>)]
-    interrupt_after: Option<Value>,
-    multitask_strategy: Option<String>,
-    if_not_exists: Option<String>,
-    on_disconnect: Option<String>,
-    on_completion: Option<String>,
-    after_seconds: Option<f64>,
-    #[schema(value_type = Option<Object>)]
-    checkpoint: Option<Value>,
-    checkpoint_id: Option<String>,
-    durability: Option<String>,
-    checkpoint_during: Option<bool>,
-    webhook: Option<String>,
-    #[schema(value_type = Option<Object>)]
-    feedback_keys: Option<Value>,
 }
 
 /// The input's values must fit the graph's state (`{"notes": 5}` would fail the run's first
@@ -144,81 +105,24 @@ pub(super) struct Started {
     pub(super) stateless: bool,
 }
 
-pub(super) fn object(value: Option<Value>, field: &str) -> ApiResult<JsonMap> {
-    match value {
-        None | Some(Value::Null) => Ok(JsonMap::new()),
-        Some(Value::Object(map)) => Ok(map),
-        Some(_) => Err(AppError::Invalid(format!("{field} must be an object"))),
-    }
-}
-
-/// Checks everything that can be checked without touching the store.
-pub(super) fn validate(body: &NewRun, target: Target) -> ApiResult<()> {
-    if matches!(target, Target::Stateless) && body.command.as_ref().is_some_and(|c| !c.is_null()) {
-        return Err(AppError::BadRequest(
-            "You must provide a thread_id when resuming.".into(),
-        ));
-    }
-    if body
-        .after_seconds
-        .is_some_and(|s| !(0.0..=86_400.0 * 365.0).contains(&s))
-    {
-        return Err(AppError::Invalid(
-            "after_seconds must be between 0 and one year".into(),
-        ));
-    }
-    // LangGraph Platform mints LangSmith feedback tokens for these; this server has no
-    // LangSmith, so it would return none.
-    if body
-        .feedback_keys
-        .as_ref()
-        .is_some_and(|k| !k.is_null() && k.as_array().is_none_or(|a| !a.is_empty()))
-    {
-        return Err(AppError::Invalid(
-            "feedback_keys needs LangSmith, which this server does not use".into(),
-        ));
-    }
-    // Every step is checkpointed before the next one starts (LangGraph's `sync`, which also
-    // gives what `async` promises); that is what lets a run survive a crash, so skipping the
-    // steps' checkpoints is refused rather than accepted and not done.
-    if body.durability.as_deref() == Some("exit") || body.checkpoint_during == Some(false) {
-        return Err(AppError::Invalid(
-            "durability 'exit' (checkpoint_during: false) is not served: this server checkpoints              every step so that runs survive a crash; use 'sync' or 'async'"
-                .into(),
-        ));
-    }
-    if matches!(target, Target::Stateless)
-        && (body.checkpoint.is_some() || body.checkpoint_id.is_some())
-    {
-        return Err(AppError::Invalid(
-            "checkpoint needs a thread: use /threads/{thread_id}/runs".into(),
-        ));
-    }
-    Ok(())
-}
-
 /// Builds the run's config: the assistant's (its `context` included), the request's, and the
 /// ids nodes may read. The run's values beat the assistant's, which beat the defaults.
-pub(super) fn run_config(assistant: &Assistant, body: &NewRun, ids: &JsonMap) -> ApiResult<Value> {
+fn run_config(assistant: &Assistant, body: &RunRequest, ids: &JsonMap) -> ApiResult<Value> {
     let mut config = settings_of(&assistant.config, &assistant.context);
-    let request = object(body.config.clone(), "config")?;
     let mut configurable = config
         .get("configurable")
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let request_configurable = object(request.get("configurable").cloned(), "config.configurable")?;
-    let context = object(body.context.clone(), "context")?;
+    let request = body.config.clone().unwrap_or_default();
+    let request_configurable = request.configurable.unwrap_or_default();
+    let context = body.context.clone().unwrap_or_default();
     if !request_configurable.is_empty() && !context.is_empty() {
         return Err(AppError::BadRequest(
             "Cannot specify both configurable and context. Prefer setting context alone.".into(),
         ));
     }
-    for (k, v) in request {
-        if k != "configurable" {
-            config.insert(k, v);
-        }
-    }
+    config.extend(request.rest);
     configurable.extend(request_configurable);
     configurable.extend(context);
     configurable.extend(ids.clone());
@@ -227,52 +131,13 @@ pub(super) fn run_config(assistant: &Assistant, body: &NewRun, ids: &JsonMap) ->
     Ok(Value::Object(config))
 }
 
-/// The options of a run request, parsed once.
-struct Options {
-    modes: StreamModes,
-    strategy: MultitaskStrategy,
-    if_not_exists: IfNotExists,
-    on_disconnect: OnDisconnect,
-    on_completion: OnCompletion,
-    durability: Durability,
-}
-
-impl Options {
-    fn parse(body: &NewRun) -> ApiResult<Self> {
-        Ok(Self {
-            modes: StreamModes::from_json(body.stream_mode.as_ref()).map_err(AppError::Invalid)?,
-            strategy: parse_enum(
-                body.multitask_strategy.as_deref(),
-                "multitask_strategy",
-                MultitaskStrategy::Enqueue,
-            )?,
-            if_not_exists: parse_enum(
-                body.if_not_exists.as_deref(),
-                "if_not_exists",
-                IfNotExists::Reject,
-            )?,
-            on_disconnect: parse_enum(
-                body.on_disconnect.as_deref(),
-                "on_disconnect",
-                OnDisconnect::Continue,
-            )?,
-            on_completion: parse_enum(
-                body.on_completion.as_deref(),
-                "on_completion",
-                OnCompletion::Delete,
-            )?,
-            durability: parse_enum(body.durability.as_deref(), "durability", Durability::Async)?,
-        })
-    }
-}
-
 /// Validates the request, inserts the run (applying its multitask strategy) and returns it with
 /// its stream already subscribed.
 pub(super) async fn start(
     state: &AppState,
     owner: &Owner,
     target: Target,
-    body: NewRun,
+    body: RunRequest,
     key: IdempotencyKey,
 ) -> ApiResult<Started> {
     start_ticked(state, owner, target, body, key, None).await
@@ -291,11 +156,12 @@ pub(super) async fn start_ticked(
     state: &AppState,
     owner: &Owner,
     target: Target,
-    body: NewRun,
+    body: RunRequest,
     key: IdempotencyKey,
     cron_tick: Option<CronTick>,
 ) -> ApiResult<Started> {
-    validate(&body, target)?;
+    let stateless = matches!(target, Target::Stateless);
+    body.validate(stateless)?;
     check_target(state, owner, target).await?;
     // A cron's webhook was checked when the cron was saved, and delivery checks it again
     // before every attempt: no DNS lookup in the scheduler's loop, where one slow resolver
@@ -303,35 +169,28 @@ pub(super) async fn start_ticked(
     if cron_tick.is_none() {
         check_webhook(state, &body).await?;
     }
-    let options = Options::parse(&body)?;
     let assistant = resolve(state, &body.assistant_id, owner)
         .await
         .map_err(|e| match e {
             AppError::NotFound(_) => AppError::NotFound("Thread or assistant not found.".into()),
             other => other,
         })?;
-    let (thread_id, stateless) = match target {
-        Target::Thread(id) => (id, false),
-        Target::Stateless => (ThreadId::new(), true),
+    let thread_id = match target {
+        Target::Thread(id) => id,
+        Target::Stateless => ThreadId::new(),
     };
     let checkpoint_id = start_checkpoint(state, &body, thread_id).await?;
-    let graph = state.registry.get(&assistant.graph_id).ok_or_else(|| {
-        AppError::NotFound(format!("Graph '{}' is not registered", assistant.graph_id))
-    })?;
+    let graph = registered(state, &assistant)?;
     let human = HumanInput::parse(&body, &assistant, &graph)?;
     if let Some(command) = &human.command {
         check_command(state, command, thread_id, checkpoint_id).await?;
     }
-    let (mut run, run_keys) = build_run(
-        &human,
-        state,
-        &body,
-        &options,
-        &assistant,
+    let place = Placement {
         thread_id,
         stateless,
         checkpoint_id,
-    )?;
+    };
+    let (mut run, run_keys) = build_run(state, &body, human, &assistant, place)?;
     if let Some(tick) = &cron_tick {
         run.metadata.insert("cron_id".into(), json!(tick.cron_id));
     }
@@ -339,17 +198,17 @@ pub(super) async fn start_ticked(
         run,
         owner: owner.clone(),
         thread_metadata: thread_metadata(&assistant),
-        create_thread: stateless || options.if_not_exists == IfNotExists::Create,
+        create_thread: stateless || body.if_not_exists() == IfNotExists::Create,
         idempotency_key: key.scoped_to(owner),
         cron_tick,
     };
     super::admission::admit(state, owner).await?;
-    let resumable = body.stream_resumable.unwrap_or(false);
+    let resumable = body.resumable();
     // Held before the insert: a worker here may claim the run the moment it is committed.
     if let Some(keys) = run_keys {
         state.runner.keys.hold(insert.run.run_id, keys);
     }
-    let inserted = insert_subscribed(state, &insert, options.strategy, resumable).await;
+    let inserted = insert_subscribed(state, &insert, body.strategy(), resumable).await;
     let (subscription, result) = inserted.inspect_err(|_| {
         state.runner.keys.drop_keys(insert.run.run_id);
     })?;
@@ -358,8 +217,15 @@ pub(super) async fn start_ticked(
         subscription,
         result,
         resumable,
-        cancel_on_disconnect: options.on_disconnect == OnDisconnect::Cancel,
+        cancel_on_disconnect: body.on_disconnect() == OnDisconnect::Cancel,
         stateless,
+    })
+}
+
+/// The assistant's graph, which must be registered in this server.
+fn registered(state: &AppState, assistant: &Assistant) -> ApiResult<std::sync::Arc<Graph>> {
+    state.registry.get(&assistant.graph_id).ok_or_else(|| {
+        AppError::NotFound(format!("Graph '{}' is not registered", assistant.graph_id))
     })
 }
 
@@ -374,7 +240,7 @@ async fn check_target(state: &AppState, owner: &Owner, target: Target) -> ApiRes
 }
 
 /// A `webhook` must pass the outbound policy (and the server must be able to sign it).
-async fn check_webhook(state: &AppState, body: &NewRun) -> ApiResult<()> {
+async fn check_webhook(state: &AppState, body: &RunRequest) -> ApiResult<()> {
     if let Some(url) = &body.webhook {
         webhook::vet(url, &state.settings.webhooks)
             .await
@@ -389,28 +255,21 @@ pub(super) async fn check(
     state: &AppState,
     owner: &Owner,
     target: Target,
-    body: &NewRun,
+    body: &RunRequest,
 ) -> ApiResult<Assistant> {
-    validate(body, target)?;
+    let stateless = matches!(target, Target::Stateless);
+    body.validate(stateless)?;
     check_target(state, owner, target).await?;
     check_webhook(state, body).await?;
-    let options = Options::parse(body)?;
     let assistant = resolve(state, &body.assistant_id, owner).await?;
-    let graph = state.registry.get(&assistant.graph_id).ok_or_else(|| {
-        AppError::NotFound(format!("Graph '{}' is not registered", assistant.graph_id))
-    })?;
+    let graph = registered(state, &assistant)?;
     let human = HumanInput::parse(body, &assistant, &graph)?;
-    let stateless = matches!(target, Target::Stateless);
-    let (_, run_keys) = build_run(
-        &human,
-        state,
-        body,
-        &options,
-        &assistant,
-        ThreadId::new(),
+    let place = Placement {
+        thread_id: ThreadId::new(),
         stateless,
-        None,
-    )?;
+        checkpoint_id: None,
+    };
+    let (_, run_keys) = build_run(state, body, human, &assistant, place)?;
     if run_keys.is_some() {
         return Err(AppError::Invalid(
             "config.configurable.apiKeys: a cron's run request is stored, and provider keys \
@@ -425,13 +284,10 @@ pub(super) async fn check(
 /// which must exist on the thread.
 async fn start_checkpoint(
     state: &AppState,
-    body: &NewRun,
+    body: &RunRequest,
     thread_id: ThreadId,
 ) -> ApiResult<Option<CheckpointId>> {
-    let checkpoint_id = match body.checkpoint_id.as_deref() {
-        Some(raw) => Some(parse_id::<CheckpointId>(raw)?),
-        None => checkpoint_id_of(body.checkpoint.as_ref())?,
-    };
+    let checkpoint_id = body.start_checkpoint();
     if let Some(cid) = checkpoint_id
         && state
             .store
@@ -450,31 +306,31 @@ async fn start_checkpoint(
 /// request, else from the assistant's config (`interrupt_before` / `interrupt_after` keys).
 struct HumanInput {
     command: Option<ResumeCommand>,
-    command_json: Value,
     breakpoints: Breakpoints,
 }
 
 impl HumanInput {
-    fn parse(body: &NewRun, assistant: &Assistant, graph: &Graph) -> ApiResult<Self> {
-        let command_json = body.command.clone().unwrap_or(Value::Null);
-        let command = match &command_json {
-            Value::Null => None,
-            value => Some(ResumeCommand::parse(value, graph).map_err(AppError::Invalid)?),
+    fn parse(body: &RunRequest, assistant: &Assistant, graph: &Graph) -> ApiResult<Self> {
+        if let Some(command) = &body.command {
+            command.check(graph).map_err(AppError::Invalid)?;
+        }
+        let from_assistant = |key: &str| {
+            let value = assistant.config.get(key).unwrap_or(&Value::Null);
+            NodeSet::parse(value, graph, key).map_err(AppError::Invalid)
         };
-        let pick = |field: &Option<Value>, key: &str| {
-            field
-                .clone()
-                .filter(|v| !v.is_null())
-                .or_else(|| assistant.config.get(key).cloned())
-                .unwrap_or(Value::Null)
+        let breakpoints = Breakpoints {
+            before: match &body.interrupt_before {
+                Some(set) => Some(set.clone()),
+                None => from_assistant("interrupt_before")?,
+            },
+            after: match &body.interrupt_after {
+                Some(set) => Some(set.clone()),
+                None => from_assistant("interrupt_after")?,
+            },
         };
-        let interrupt_before = pick(&body.interrupt_before, "interrupt_before");
-        let interrupt_after = pick(&body.interrupt_after, "interrupt_after");
-        let breakpoints = Breakpoints::parse(&interrupt_before, &interrupt_after, graph)
-            .map_err(AppError::Invalid)?;
+        breakpoints.check(graph).map_err(AppError::Invalid)?;
         Ok(Self {
-            command,
-            command_json,
+            command: body.command.clone(),
             breakpoints,
         })
     }
@@ -510,85 +366,103 @@ async fn check_command(
     })
 }
 
-/// The pending run: its config (checked by the graph), metadata and stored parameters.
-#[allow(clippy::too_many_arguments)]
-fn build_run(
-    human: &HumanInput,
-    state: &AppState,
-    body: &NewRun,
-    options: &Options,
-    assistant: &Assistant,
+/// Where a run goes: its thread (a new temporary one when stateless) and the checkpoint it
+/// starts from.
+#[derive(Clone, Copy)]
+struct Placement {
     thread_id: ThreadId,
     stateless: bool,
     checkpoint_id: Option<CheckpointId>,
+}
+
+impl Placement {
+    /// The ids the run's nodes read from `configurable`.
+    fn ids(&self, run_id: RunId, assistant: &Assistant) -> JsonMap {
+        let mut ids = JsonMap::new();
+        ids.insert("run_id".into(), json!(run_id));
+        ids.insert("thread_id".into(), json!(self.thread_id));
+        ids.insert("graph_id".into(), json!(assistant.graph_id));
+        ids.insert("assistant_id".into(), json!(assistant.assistant_id));
+        if let Some(cid) = self.checkpoint_id {
+            ids.insert("checkpoint_id".into(), json!(cid));
+            ids.insert("checkpoint_ns".into(), json!(""));
+        }
+        ids
+    }
+}
+
+/// The pending run: its config (checked by the graph), metadata and stored parameters.
+fn build_run(
+    state: &AppState,
+    body: &RunRequest,
+    human: HumanInput,
+    assistant: &Assistant,
+    place: Placement,
 ) -> ApiResult<(Run, Option<RunKeys>)> {
     let run_id = RunId::new();
-    let mut id_fields = JsonMap::new();
-    id_fields.insert("run_id".into(), json!(run_id));
-    id_fields.insert("thread_id".into(), json!(thread_id));
-    id_fields.insert("graph_id".into(), json!(assistant.graph_id));
-    id_fields.insert("assistant_id".into(), json!(assistant.assistant_id));
-    if let Some(cid) = checkpoint_id {
-        id_fields.insert("checkpoint_id".into(), json!(cid));
-        id_fields.insert("checkpoint_ns".into(), json!(""));
-    }
-    let mut config = run_config(assistant, body, &id_fields)?;
+    let mut config = run_config(assistant, body, &place.ids(run_id, assistant))?;
     // Checked with the run's keys still in: a missing server key is fine when the run brings it.
     if let Some(graph) = state.registry.get(&assistant.graph_id) {
         graph.check_config(&config).map_err(AppError::Invalid)?;
         check_input(&graph, body.input.as_ref())?;
     }
     let run_keys = take_run_keys(&mut config, state.settings.allow_run_keys)?;
-    let mut metadata = object(config.get("metadata").cloned(), "config.metadata")?;
-    metadata.extend(object(
-        body.metadata.clone().map(Value::Object),
-        "metadata",
-    )?);
-    for reserved in ["thread_id", "assistant_id", "run_id", "cron_id"] {
-        metadata.remove(reserved);
-    }
-    metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
     let kwargs = RunKwargs {
         input: body.input.clone().unwrap_or(Value::Null),
-        command: human.command_json.clone(),
+        command: human.command,
         config,
         // Keys sent in `context` went into `configurable` and were taken out above.
-        context: Value::Object({
-            let mut context = object(body.context.clone(), "context")?;
+        context: {
+            let mut context = body.context.clone().unwrap_or_default();
             context.remove("apiKeys");
             context
-        }),
-        stream_mode: options.modes.clone(),
-        interrupt_before: human.breakpoints.before.clone(),
-        interrupt_after: human.breakpoints.after.clone(),
+        },
+        stream_mode: body.modes(),
+        interrupt_before: human.breakpoints.before,
+        interrupt_after: human.breakpoints.after,
         webhook: body.webhook.clone(),
         // Only an empty list gets this far (see `validate`).
-        feedback_keys: body
-            .feedback_keys
-            .as_ref()
-            .and_then(Value::as_array)
-            .map(|_| Vec::new()),
-        temporary: stateless,
-        delete_on_completion: stateless && options.on_completion == OnCompletion::Delete,
+        feedback_keys: body.feedback_keys.as_ref().map(|_| Vec::new()),
+        temporary: place.stateless,
+        delete_on_completion: place.stateless && body.on_completion() == OnCompletion::Delete,
         subgraphs: body.stream_subgraphs.unwrap_or(false),
-        resumable: body.stream_resumable.unwrap_or(false),
+        resumable: body.resumable(),
         checkpoint_during: body.checkpoint_during.unwrap_or(true),
-        durability: options.durability,
+        durability: body.durability(),
         run_keys: run_keys.is_some(),
     };
     let now = Timestamp::now();
     let run = Run {
         run_id,
-        thread_id,
+        thread_id: place.thread_id,
         assistant_id: assistant.assistant_id,
         created_at: now.plus_secs(body.after_seconds.unwrap_or(0.0)),
         updated_at: now,
         status: RunStatus::Pending,
-        metadata,
-        multitask_strategy: options.strategy,
+        metadata: run_metadata(&kwargs.config, body, assistant)?,
+        multitask_strategy: body.strategy(),
         kwargs: serde_json::to_value(&kwargs).map_err(|e| AppError::Internal(e.into()))?,
     };
     Ok((run, run_keys))
+}
+
+/// The run's metadata: its config's, then the request's, less the ids the server sets.
+fn run_metadata(config: &Value, body: &RunRequest, assistant: &Assistant) -> ApiResult<JsonMap> {
+    let mut metadata = match config.get("metadata") {
+        None | Some(Value::Null) => JsonMap::new(),
+        Some(Value::Object(map)) => map.clone(),
+        Some(_) => {
+            return Err(AppError::Invalid(
+                "config.metadata must be an object".into(),
+            ));
+        }
+    };
+    metadata.extend(body.metadata.clone().unwrap_or_default());
+    for reserved in ["thread_id", "assistant_id", "run_id", "cron_id"] {
+        metadata.remove(reserved);
+    }
+    metadata.insert("assistant_id".into(), json!(assistant.assistant_id));
+    Ok(metadata)
 }
 
 /// Takes `configurable.apiKeys` (provider keys a run brings, ODR's per-run keys) out of the

@@ -3,6 +3,7 @@
 
 pub(crate) mod admission;
 mod create;
+mod request;
 mod waiting;
 
 use super::AppState;
@@ -22,12 +23,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use create::{IdempotencyKey, Started, start, validate};
+use create::{IdempotencyKey, Started, start};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use waiting::{result_body, wait_body};
 
-pub(super) use create::{NewRun, Target};
+pub(super) use create::Target;
+pub(crate) use request::{RunConfig, RunRequest};
 
 pub(super) fn router() -> Router<AppState> {
     Router::new()
@@ -51,34 +53,27 @@ pub(super) fn router() -> Router<AppState> {
         .route("/runs/cancel", post(cancel_many))
 }
 
-/// Creates a run on a thread from a request body built by another API (the thread-centric
-/// protocol's commands), with the same validation as `POST /threads/{id}/runs`.
+/// Creates a run on a thread for another API (the agent protocols' turns, the thread-centric
+/// protocol's commands), with the same checks as `POST /threads/{id}/runs`.
 pub(super) async fn start_on_thread(
     state: &AppState,
     who: &Principal,
     thread_id: ThreadId,
-    body: Value,
+    body: RunRequest,
 ) -> ApiResult<Run> {
-    let body: NewRun =
-        serde_json::from_value(body).map_err(|e| AppError::Invalid(format!("Invalid run: {e}")))?;
     let target = Target::Thread(thread_id);
     let started = start(state, &who.owner, target, body, IdempotencyKey(None)).await?;
     Ok(started.run)
 }
 
-fn parse_new_run(body: Value) -> ApiResult<NewRun> {
-    serde_json::from_value(body).map_err(|e| AppError::Invalid(format!("Invalid run: {e}")))
-}
-
-/// Checks a run request built by another API (a cron's payload) without creating anything;
-/// returns the assistant it names.
+/// Checks a cron's run request without creating anything; returns the assistant it names.
 pub(super) async fn check_run_request(
     state: &AppState,
     owner: &Owner,
     target: Target,
-    body: Value,
+    body: &RunRequest,
 ) -> ApiResult<crate::store::Assistant> {
-    create::check(state, owner, target, &parse_new_run(body)?).await
+    create::check(state, owner, target, body).await
 }
 
 /// Creates the run of a cron's tick: nothing when another replica already started it
@@ -87,10 +82,9 @@ pub(super) async fn start_for_cron(
     state: &AppState,
     owner: &Owner,
     target: Target,
-    body: Value,
+    body: RunRequest,
     tick: crate::store::CronTick,
 ) -> ApiResult<Run> {
-    let body = parse_new_run(body)?;
     let started =
         create::start_ticked(state, owner, target, body, IdempotencyKey(None), Some(tick)).await?;
     Ok(started.run)
@@ -171,14 +165,14 @@ fn created(run: Run, stateless: bool) -> Response {
 }
 
 /// Creates a run in the background.
-#[utoipa::path(post, path = "/threads/{thread_id}/runs", tag = "runs", request_body = NewRun,
+#[utoipa::path(post, path = "/threads/{thread_id}/runs", tag = "runs", request_body = RunRequest,
     params(("thread_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")), responses((status = 200, body = Run), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn create(
     State(state): State<AppState>,
     who: Principal,
     Ids(tid): Ids<ThreadId>,
     key: IdempotencyKey,
-    Body(body): Body<NewRun>,
+    Body(body): Body<RunRequest>,
 ) -> ApiResult<Response> {
     let target = Target::Thread(tid);
     let started = start(&state, &who.owner, target, body, key).await?;
@@ -186,7 +180,7 @@ pub(super) async fn create(
 }
 
 /// Creates a run and streams its events.
-#[utoipa::path(post, path = "/threads/{thread_id}/runs/stream", tag = "runs", request_body = NewRun,
+#[utoipa::path(post, path = "/threads/{thread_id}/runs/stream", tag = "runs", request_body = RunRequest,
     params(("thread_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")),
     responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn stream(
@@ -194,7 +188,7 @@ pub(super) async fn stream(
     who: Principal,
     Ids(tid): Ids<ThreadId>,
     key: IdempotencyKey,
-    Body(body): Body<NewRun>,
+    Body(body): Body<RunRequest>,
 ) -> ApiResult<Response> {
     let target = Target::Thread(tid);
     let started = start(&state, &who.owner, target, body, key).await?;
@@ -202,14 +196,14 @@ pub(super) async fn stream(
 }
 
 /// Creates a run and returns its final values.
-#[utoipa::path(post, path = "/threads/{thread_id}/runs/wait", tag = "runs", request_body = NewRun,
+#[utoipa::path(post, path = "/threads/{thread_id}/runs/wait", tag = "runs", request_body = RunRequest,
     params(("thread_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")), responses((status = 200), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn wait(
     State(state): State<AppState>,
     who: Principal,
     Ids(tid): Ids<ThreadId>,
     key: IdempotencyKey,
-    Body(body): Body<NewRun>,
+    Body(body): Body<RunRequest>,
 ) -> ApiResult<Response> {
     let target = Target::Thread(tid);
     Ok(wait_started(
@@ -232,42 +226,42 @@ fn wait_started(state: &AppState, started: Started) -> Response {
 }
 
 /// Creates a stateless run (on a temporary thread).
-#[utoipa::path(post, path = "/runs", tag = "stateless runs", request_body = NewRun,
+#[utoipa::path(post, path = "/runs", tag = "stateless runs", request_body = RunRequest,
     params(("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")),
     responses((status = 200, body = Run), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn create_stateless(
     State(state): State<AppState>,
     who: Principal,
     key: IdempotencyKey,
-    Body(body): Body<NewRun>,
+    Body(body): Body<RunRequest>,
 ) -> ApiResult<Response> {
     let started = start(&state, &who.owner, Target::Stateless, body, key).await?;
     Ok(created(started.run, true))
 }
 
 /// Creates a stateless run and streams it.
-#[utoipa::path(post, path = "/runs/stream", tag = "stateless runs", request_body = NewRun,
+#[utoipa::path(post, path = "/runs/stream", tag = "stateless runs", request_body = RunRequest,
     params(("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")),
     responses((status = 200, content_type = "text/event-stream"), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn stream_stateless(
     State(state): State<AppState>,
     who: Principal,
     key: IdempotencyKey,
-    Body(body): Body<NewRun>,
+    Body(body): Body<RunRequest>,
 ) -> ApiResult<Response> {
     let started = start(&state, &who.owner, Target::Stateless, body, key).await?;
     Ok(stream_started(&state, started))
 }
 
 /// Creates a stateless run and returns its final values.
-#[utoipa::path(post, path = "/runs/wait", tag = "stateless runs", request_body = NewRun,
+#[utoipa::path(post, path = "/runs/wait", tag = "stateless runs", request_body = RunRequest,
     params(("Idempotency-Key" = Option<String>, Header, description = "Retrying with the same key starts no second run: 409 names the first")),
     responses((status = 200), (status = 404), (status = 409), (status = 422)))]
 pub(super) async fn wait_stateless(
     State(state): State<AppState>,
     who: Principal,
     key: IdempotencyKey,
-    Body(body): Body<NewRun>,
+    Body(body): Body<RunRequest>,
 ) -> ApiResult<Response> {
     Ok(wait_started(
         &state,
@@ -276,13 +270,13 @@ pub(super) async fn wait_stateless(
 }
 
 /// Creates several stateless runs.
-#[utoipa::path(post, path = "/runs/batch", tag = "stateless runs", request_body = Vec<NewRun>,
+#[utoipa::path(post, path = "/runs/batch", tag = "stateless runs", request_body = Vec<RunRequest>,
     responses((status = 200, body = Vec<Run>), (status = 422)))]
 pub(super) async fn batch(
     State(state): State<AppState>,
     who: Principal,
     key: IdempotencyKey,
-    BodyList(bodies): BodyList<NewRun>,
+    BodyList(bodies): BodyList<RunRequest>,
 ) -> ApiResult<Json<Vec<Run>>> {
     if key.0.is_some() {
         return Err(AppError::Invalid(
@@ -294,7 +288,7 @@ pub(super) async fn batch(
         return Err(AppError::Invalid("a batch holds at most 100 runs".into()));
     }
     for body in &bodies {
-        validate(body, Target::Stateless)?;
+        body.validate(true)?;
     }
     let mut runs = Vec::with_capacity(bodies.len());
     for body in bodies {
