@@ -409,19 +409,6 @@ fn content_text(content: &Value) -> String {
     }
 }
 
-/// The characters of a request's prompt (what an abandoned call is charged for).
-pub fn prompt_chars(messages: &[Value]) -> usize {
-    messages
-        .iter()
-        .map(|m| content_text(&m["content"]).chars().count())
-        .sum()
-}
-
-/// The values for a model request.
-pub fn to_values(messages: Vec<Message>) -> Vec<Value> {
-    messages.into_iter().map(Message::into_value).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,8 +18,8 @@ use super::endpoint::EndpointSettings;
 use super::endpoint::ToolCalling;
 use super::text_calls;
 use super::{
-    ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError, ModelName,
-    OnDelta, ToolChoice, ToolSpec,
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError,
+    ModelName, ModelTurn, OnDelta, ToolChoice, ToolSpec,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -343,99 +343,70 @@ fn recover_text_calls(
 /// The conversation for prompted tools: the tools described in the system message, earlier
 /// calls written back as the JSON the model is asked to write, and tool results as user turns
 /// (servers reject `tool` messages whose call is not in a `tool_calls` field).
-fn prompted_messages(req: &ChatRequest, single_call: bool) -> Vec<Value> {
+fn prompted_messages(req: &ChatRequest, single_call: bool) -> Vec<ChatMessage> {
     let instructions = tools_prompt(req, single_call);
     let mut out = flatten_history(&req.messages);
     match out.first_mut() {
-        Some(first) if kind(first) == "system" => {
-            let text = format!(
-                "{}\n\n{instructions}",
-                super::history::content_text(&first["content"])
-            );
-            *first = json!({"type": "system", "content": text});
-        }
-        _ => out.insert(0, json!({"type": "system", "content": instructions})),
+        Some(ChatMessage::System(text)) => *text = format!("{text}\n\n{instructions}"),
+        _ => out.insert(0, ChatMessage::System(instructions)),
     }
     out
 }
 
 /// Whether any earlier assistant turn carries tool calls.
-fn has_calls(messages: &[Value]) -> bool {
-    messages.iter().any(|m| {
-        ["tool_calls", "invalid_tool_calls"]
-            .iter()
-            .any(|k| m[*k].as_array().is_some_and(|a| !a.is_empty()))
-    })
+fn has_calls(messages: &[ChatMessage]) -> bool {
+    messages
+        .iter()
+        .any(|m| matches!(m, ChatMessage::Ai(turn) if !turn.calls.is_empty()))
 }
 
 /// The history with earlier calls written as the JSON the model would write, and tool results
 /// as user turns: nothing left for a server's tool-call parser to choke on.
-fn flatten_history(messages: &[Value]) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+fn flatten_history(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());
+    // Results of one turn's calls share one user turn.
+    let mut in_results = false;
     for message in messages {
-        match kind(message) {
-            "ai" => out.push(json!({"type": "ai", "content": calls_as_text(message)})),
-            "tool" => {
-                let result = format!(
+        match message {
+            ChatMessage::Ai(turn) => out.push(ChatMessage::ai_text(calls_as_text(turn))),
+            ChatMessage::Tool(result) => {
+                let said = format!(
                     "Result of your `{}` call:\n{}",
-                    message["name"].as_str().unwrap_or("tool"),
-                    super::history::content_text(&message["content"])
+                    result.name.as_deref().unwrap_or("tool"),
+                    result.text
                 );
-                // Results of one turn's calls share one user turn.
                 match out.last_mut() {
-                    Some(last) if last["tool_results"] == true => {
-                        let joined =
-                            format!("{}\n\n{result}", last["content"].as_str().unwrap_or(""));
-                        last["content"] = json!(joined);
+                    Some(ChatMessage::Human(text)) if in_results => {
+                        *text = format!("{text}\n\n{said}");
                     }
-                    _ => {
-                        out.push(json!({"type": "human", "content": result, "tool_results": true}))
-                    }
+                    _ => out.push(ChatMessage::Human(said)),
                 }
+                in_results = true;
+                continue;
             }
-            _ => out.push(message.clone()),
+            other => out.push(other.clone()),
         }
-    }
-    for message in &mut out {
-        if let Some(map) = message.as_object_mut() {
-            map.remove("tool_results");
-        }
+        in_results = false;
     }
     out
 }
 
-fn kind(message: &Value) -> &str {
-    match message
-        .get("type")
-        .or_else(|| message.get("role"))
-        .and_then(Value::as_str)
-    {
-        Some("ai" | "assistant" | "AIMessage" | "AIMessageChunk") => "ai",
-        Some("tool" | "ToolMessage") => "tool",
-        Some("system" | "developer" | "SystemMessage") => "system",
-        Some(other) => other,
-        None => "",
-    }
-}
-
 /// An earlier assistant turn as text: what it said, then its calls as JSON.
-fn calls_as_text(message: &Value) -> String {
-    let text = super::history::content_text(&message["content"]);
-    let list = |key: &str| message[key].as_array().cloned().unwrap_or_default();
-    let calls: Vec<Value> = list("tool_calls")
-        .into_iter()
-        .chain(list("invalid_tool_calls"))
-        .map(|c| json!({"name": c["name"], "arguments": c["args"]}))
+fn calls_as_text(turn: &ModelTurn) -> String {
+    let calls: Vec<Value> = turn
+        .calls
+        .iter()
+        .map(|c| json!({"name": c.name, "arguments": c.args.as_written()}))
         .collect();
     let written = match calls.len() {
-        0 => return text,
+        0 => return turn.text.clone(),
         1 => calls[0].to_string(),
         _ => Value::Array(calls).to_string(),
     };
-    if text.trim().is_empty() {
+    if turn.text.trim().is_empty() {
         written
     } else {
-        format!("{}\n{written}", text.trim())
+        format!("{}\n{written}", turn.text.trim())
     }
 }
 
@@ -467,19 +438,14 @@ fn tools_prompt(req: &ChatRequest, single_call: bool) -> String {
 }
 
 /// Adds `text` to the last user message (or appends one).
-fn append_to_last_human(messages: &mut Vec<Value>, text: &str) {
-    let last_human = messages
-        .iter()
-        .rposition(|m| matches!(kind(m), "human" | "user" | "HumanMessage"));
+fn append_to_last_human(messages: &mut Vec<ChatMessage>, text: &str) {
+    let last_human = messages.iter_mut().rev().find_map(|m| match m {
+        ChatMessage::Human(said) => Some(said),
+        _ => None,
+    });
     match last_human {
-        Some(i) => {
-            let joined = format!(
-                "{}{text}",
-                super::history::content_text(&messages[i]["content"])
-            );
-            messages[i] = json!({"type": "human", "content": joined});
-        }
-        None => messages.push(json!({"type": "human", "content": text.trim()})),
+        Some(said) => said.push_str(text),
+        None => messages.push(ChatMessage::human(text.trim())),
     }
 }
 
@@ -496,6 +462,10 @@ mod tests {
     }
 
     fn request(messages: Vec<Value>) -> ChatRequest {
+        let messages = messages
+            .into_iter()
+            .map(|m| ChatMessage::from_langchain(m).unwrap())
+            .collect();
         let mut req = ChatRequest::new(ModelName::parse("local:m").unwrap(), messages, 100);
         req.tools = vec![search_tool()];
         req
@@ -513,18 +483,20 @@ mod tests {
         ]);
         let out = prompted_messages(&req, true);
         assert_eq!(out.len(), 4, "{out:#?}");
-        let system = out[0]["content"].as_str().unwrap();
+        let ChatMessage::System(system) = &out[0] else {
+            panic!("the tools are described in the system message: {out:#?}");
+        };
         assert!(system.starts_with("You research."));
         assert!(system.contains("- tavily_search: Search the web."));
         assert!(system.contains("one tool per reply"));
         assert_eq!(
-            out[2]["content"],
-            r#"{"name":"tavily_search","arguments":{"queries":["q"]}}"#
+            out[2],
+            ChatMessage::ai_text(r#"{"name":"tavily_search","arguments":{"queries":["q"]}}"#)
         );
-        let results = out[3]["content"].as_str().unwrap();
-        assert_eq!(out[3]["type"], "human");
+        let ChatMessage::Human(results) = &out[3] else {
+            panic!("tool results are one user turn: {out:#?}");
+        };
         assert!(results.contains("found A") && results.contains("noted"));
-        assert!(out.iter().all(|m| m.get("tool_results").is_none()));
     }
 
     #[test]
@@ -532,8 +504,9 @@ mod tests {
         let mut req = request(vec![json!({"type": "human", "content": "go"})]);
         req.tool_choice = ToolChoice::Required;
         let out = prompted_messages(&req, false);
-        assert_eq!(out[0]["type"], "system");
-        let text = out[0]["content"].as_str().unwrap();
+        let ChatMessage::System(text) = &out[0] else {
+            panic!("a system message first: {out:#?}");
+        };
         assert!(text.contains("you must call a tool"));
         assert!(text.contains("JSON list"));
     }

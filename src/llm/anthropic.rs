@@ -3,15 +3,16 @@
 
 use super::coalesce::Coalescer;
 use super::endpoint::{Endpoint, ErrorContext, classify, exact_body};
-use super::history::{AiTurn, RawToolCall, Role, content_text, identifier, role, runaway_limit};
+use super::history::{AiTurn, RawToolCall, identifier, runaway_limit};
 use super::{
-    ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
-    ToolChoice, Usage,
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, ModelTurn,
+    NativeTool, OnDelta, ToolChoice, Usage,
 };
 use crate::sse_decoder::SseStream;
 use async_trait::async_trait;
 use bytes::Bytes;
 use secrecy::ExposeSecret;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -92,11 +93,7 @@ impl AnthropicModel {
     }
 
     fn body(&self, req: &ChatRequest, stream: bool) -> Result<Value, LlmError> {
-        let (system, messages) =
-            convert_messages(&req.messages).map_err(|message| LlmError::BadRequest {
-                provider: self.endpoint.name.clone(),
-                message,
-            })?;
+        let (system, messages) = convert_messages(&req.messages);
         let mut body =
             json!({"model": self.model, "max_tokens": req.max_tokens, "messages": messages});
         if !system.is_empty() {
@@ -198,76 +195,87 @@ fn tool_choice(choice: &ToolChoice) -> Value {
     }
 }
 
-/// LangChain message dicts → the top-level system prompt and alternating user/assistant turns.
-/// Consecutive messages of one role are merged, so a run of tool results becomes one user turn.
-fn convert_messages(messages: &[Value]) -> Result<(String, Vec<Value>), String> {
-    let mut system: Vec<String> = Vec::new();
-    let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
+/// One turn of a Messages request.
+#[derive(Serialize)]
+struct Turn<'a> {
+    role: &'static str,
+    content: Vec<InBlock<'a>>,
+}
+
+/// A content block of a turn sent.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum InBlock<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+/// The conversation as Anthropic's system text and turns; consecutive messages of one role
+/// share a turn (parallel tool results go together).
+fn convert_messages(messages: &[ChatMessage]) -> (String, Vec<Turn<'_>>) {
+    let mut system: Vec<&str> = Vec::new();
+    let mut turns: Vec<Turn<'_>> = Vec::new();
     for message in messages {
-        let (turn_role, blocks) = match role(message)? {
-            Role::System => {
-                system.push(content_text(&message["content"]));
+        let (role, blocks) = match message {
+            ChatMessage::System(text) => {
+                system.push(text);
                 continue;
             }
-            Role::Human => ("user", text_blocks(&message["content"])),
-            Role::Ai => ("assistant", assistant_blocks(message)),
-            Role::Tool => ("user", vec![tool_result(message)]),
+            ChatMessage::Human(text) => ("user", text_blocks(text)),
+            ChatMessage::Ai(turn) => ("assistant", assistant_blocks(turn)),
+            ChatMessage::Tool(result) => (
+                "user",
+                vec![InBlock::ToolResult {
+                    tool_use_id: &result.call_id,
+                    content: &result.text,
+                    is_error: result.failed,
+                }],
+            ),
         };
         match turns.last_mut() {
-            Some((last, existing)) if *last == turn_role => existing.extend(blocks),
-            _ => turns.push((turn_role, blocks)),
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => turns.push(Turn {
+                role,
+                content: blocks,
+            }),
         }
     }
-    let turns = turns
-        .into_iter()
-        // Anthropic rejects empty turns (e.g. an AI message with neither text nor calls).
-        .filter(|(_, blocks)| !blocks.is_empty())
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect();
-    Ok((system.join("\n\n"), turns))
+    // Anthropic rejects empty turns (e.g. an AI message with neither text nor calls).
+    turns.retain(|turn| !turn.content.is_empty());
+    (system.join("\n\n"), turns)
 }
 
 /// Anthropic rejects empty text blocks, so empty text gives no block.
-fn text_blocks(content: &Value) -> Vec<Value> {
-    let text = content_text(content);
+fn text_blocks(text: &str) -> Vec<InBlock<'_>> {
     if text.is_empty() {
         Vec::new()
     } else {
-        vec![json!({"type": "text", "text": text})]
+        vec![InBlock::Text { text }]
     }
 }
 
-fn assistant_blocks(message: &Value) -> Vec<Value> {
-    let mut blocks = text_blocks(&message["content"]);
-    let calls = |key: &str| message[key].as_array().cloned().unwrap_or_default();
-    for call in calls("tool_calls") {
-        let input = if call["args"].is_object() {
-            call["args"].clone()
-        } else {
-            json!({})
-        };
-        blocks.push(
-            json!({"type": "tool_use", "id": call["id"], "name": call["name"], "input": input}),
-        );
-    }
-    // Invalid calls keep their ids so a tool result answering them still matches a call.
-    for call in calls("invalid_tool_calls") {
-        blocks
-            .push(json!({"type": "tool_use", "id": call["id"], "name": call["name"], "input": {}}));
-    }
+/// What the model said and the calls it made; invalid calls keep their ids (with no input) so
+/// a tool result answering them still matches a call.
+fn assistant_blocks(turn: &ModelTurn) -> Vec<InBlock<'_>> {
+    let mut blocks = text_blocks(&turn.text);
+    blocks.extend(turn.calls.iter().map(|call| InBlock::ToolUse {
+        id: &call.id,
+        name: &call.name,
+        input: call.args.as_object(),
+    }));
     blocks
-}
-
-fn tool_result(message: &Value) -> Value {
-    let mut block = json!({
-        "type": "tool_result",
-        "tool_use_id": message["tool_call_id"].as_str().unwrap_or_default(),
-        "content": content_text(&message["content"]),
-    });
-    if message["status"] == "error" {
-        block["is_error"] = json!(true);
-    }
-    block
 }
 
 /// A mid-stream `error` event, classified like the HTTP status it stands for.
@@ -595,9 +603,14 @@ mod tests {
             json!({"type": "tool", "content": "A", "tool_call_id": "t1"}),
             json!({"type": "tool", "content": "B", "tool_call_id": "t2", "status": "error"}),
         ];
-        let (system, turns) = convert_messages(&messages).unwrap();
+        let messages: Vec<ChatMessage> = messages
+            .into_iter()
+            .map(|m| ChatMessage::from_langchain(m).unwrap())
+            .collect();
+        let (system, turns) = convert_messages(&messages);
+        let turns = serde_json::to_value(turns).unwrap();
         assert_eq!(system, "rules");
-        assert_eq!(turns.len(), 3);
+        assert_eq!(turns.as_array().unwrap().len(), 3);
         assert_eq!(turns[1]["content"][0]["type"], "tool_use");
         assert_eq!(turns[1]["content"].as_array().unwrap().len(), 2);
         assert_eq!(turns[2]["role"], "user");

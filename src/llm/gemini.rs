@@ -5,16 +5,18 @@
 
 use super::coalesce::Coalescer;
 use super::endpoint::{Endpoint, ErrorContext, exact_body};
-use super::history::{AiTurn, RawToolCall, Role, content_str, role, search_metadata};
+use super::history::{AiTurn, RawToolCall, search_metadata};
 use super::{
-    ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
-    ToolChoice, Usage,
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, ModelTurn,
+    NativeTool, OnDelta, ToolChoice, Usage,
 };
 use crate::sse_decoder::SseStream;
 use async_trait::async_trait;
 use reqwest::header::CONTENT_TYPE;
 use secrecy::ExposeSecret;
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 pub(super) struct GeminiModel {
@@ -52,10 +54,7 @@ impl GeminiModel {
         key: Option<&str>,
         on_delta: Option<OnDelta<'_>>,
     ) -> Result<ChatResponse, LlmError> {
-        let body = body(req).map_err(|message| LlmError::BadRequest {
-            provider: self.endpoint.name.clone(),
-            message,
-        })?;
+        let body = body(req);
         let bytes = serde_json::to_vec(&body).map_err(|e| LlmError::BadRequest {
             provider: self.endpoint.name.clone(),
             message: format!("cannot encode the request: {e}"),
@@ -272,28 +271,89 @@ impl Turn {
     }
 }
 
+/// One content of a request: a role and its parts.
+#[derive(Serialize)]
+struct Content<'a> {
+    role: &'static str,
+    parts: Vec<Part<'a>>,
+}
+
+/// A part of a content sent (`{"text": …}`, `{"functionCall": …}`, `{"functionResponse": …}`).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+enum Part<'a> {
+    Text(&'a str),
+    FunctionCall {
+        name: &'a str,
+        args: Value,
+    },
+    FunctionResponse {
+        name: &'a str,
+        response: FunctionOutput<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct FunctionOutput<'a> {
+    content: &'a str,
+}
+
 /// A model turn's parts: its text, then its calls (each call's name kept by id, for the
 /// results that name only the id); at least one part, if only an empty text.
-fn model_parts(message: &Value, text: String, call_names: &mut Map<String, Value>) -> Vec<Value> {
+fn model_parts<'a>(
+    turn: &'a ModelTurn,
+    call_names: &mut HashMap<&'a str, &'a str>,
+) -> Vec<Part<'a>> {
     let mut parts = Vec::new();
-    if !text.is_empty() {
-        parts.push(json!({"text": text}));
+    if !turn.text.is_empty() {
+        parts.push(Part::Text(&turn.text));
     }
-    for call in message["tool_calls"].as_array().into_iter().flatten() {
-        if let Some(id) = call["id"].as_str() {
-            call_names.insert(id.to_owned(), call["name"].clone());
-        }
-        let args = match &call["args"] {
-            Value::Object(_) => call["args"].clone(),
-            Value::String(raw) => serde_json::from_str(raw).unwrap_or(json!({})),
-            _ => json!({}),
-        };
-        parts.push(json!({"functionCall": {"name": call["name"], "args": args}}));
+    for call in &turn.calls {
+        call_names.insert(&call.id, &call.name);
+        parts.push(Part::FunctionCall {
+            name: &call.name,
+            args: call.args.as_object(),
+        });
     }
     if parts.is_empty() {
-        parts.push(json!({"text": ""}));
+        parts.push(Part::Text(""));
     }
     parts
+}
+
+/// The conversation as Gemini's system parts and contents; consecutive turns of one role are
+/// one content (parallel results go together).
+fn contents(messages: &[ChatMessage]) -> (Vec<Part<'_>>, Vec<Content<'_>>) {
+    let mut system = Vec::new();
+    let mut contents: Vec<Content<'_>> = Vec::new();
+    // Tool results name their function; a call's id finds it when the message does not.
+    let mut call_names: HashMap<&str, &str> = HashMap::new();
+    for message in messages {
+        let (role, parts) = match message {
+            ChatMessage::System(text) => {
+                system.push(Part::Text(text));
+                continue;
+            }
+            ChatMessage::Human(text) => ("user", vec![Part::Text(text)]),
+            ChatMessage::Ai(turn) => ("model", model_parts(turn, &mut call_names)),
+            ChatMessage::Tool(result) => {
+                let name = result
+                    .name
+                    .as_deref()
+                    .or_else(|| call_names.get(result.call_id.as_str()).copied())
+                    .unwrap_or("tool");
+                let response = FunctionOutput {
+                    content: &result.text,
+                };
+                ("user", vec![Part::FunctionResponse { name, response }])
+            }
+        };
+        match contents.last_mut() {
+            Some(last) if last.role == role => last.parts.extend(parts),
+            _ => contents.push(Content { role, parts }),
+        }
+    }
+    (system, contents)
 }
 
 /// The request's functions with the choice among them, and its native tools (Google Search).
@@ -327,47 +387,8 @@ fn add_tools(req: &ChatRequest, body: &mut Value) {
 }
 
 /// The request body.
-fn body(req: &ChatRequest) -> Result<Value, String> {
-    let mut system = Vec::new();
-    let mut contents: Vec<Value> = Vec::new();
-    // Tool results name their function; a call's id finds it when the message does not.
-    let mut call_names: Map<String, Value> = Map::new();
-    for message in &req.messages {
-        let text = content_str(&message["content"]).into_owned();
-        let (role_name, parts) = match role(message)? {
-            Role::System => {
-                system.push(json!({"text": text}));
-                continue;
-            }
-            Role::Human => ("user", vec![json!({"text": text})]),
-            Role::Ai => ("model", model_parts(message, text, &mut call_names)),
-            Role::Tool => {
-                let name = message["name"]
-                    .as_str()
-                    .map(|n| json!(n))
-                    .or_else(|| {
-                        message["tool_call_id"]
-                            .as_str()
-                            .and_then(|id| call_names.get(id).cloned())
-                    })
-                    .unwrap_or(json!("tool"));
-                (
-                    "user",
-                    vec![json!({"functionResponse": {"name": name,
-                                                      "response": {"content": text}}})],
-                )
-            }
-        };
-        // Consecutive turns of one role are one content (parallel results go together).
-        match contents.last_mut() {
-            Some(last) if last["role"] == role_name => {
-                if let Some(existing) = last["parts"].as_array_mut() {
-                    existing.extend(parts);
-                }
-            }
-            _ => contents.push(json!({"role": role_name, "parts": parts})),
-        }
-    }
+fn body(req: &ChatRequest) -> Value {
+    let (system, contents) = contents(&req.messages);
     let mut body = json!({"contents": contents,
                           "generationConfig": {"maxOutputTokens": req.max_tokens}});
     if !system.is_empty() {
@@ -378,7 +399,7 @@ fn body(req: &ChatRequest) -> Result<Value, String> {
         body["generationConfig"]["responseMimeType"] = json!("application/json");
         body["generationConfig"]["responseJsonSchema"] = schema.schema.clone();
     }
-    Ok(body)
+    body
 }
 
 #[cfg(test)]
@@ -397,6 +418,10 @@ mod tests {
             json!({"type": "tool", "content": "noted", "tool_call_id": "c1", "name": "think_tool"}),
             json!({"type": "tool", "content": "found", "tool_call_id": "c2"}),
         ];
+        let messages = messages
+            .into_iter()
+            .map(|m| ChatMessage::from_langchain(m).unwrap())
+            .collect();
         let mut req = ChatRequest::new(ModelName::parse("gemini:g").unwrap(), messages, 64);
         req.tools = vec![ToolSpec {
             name: "lookup".into(),
@@ -410,7 +435,7 @@ mod tests {
             description: "s".into(),
             schema: json!({"type": "object"}),
         });
-        let b = body(&req).unwrap();
+        let b = body(&req);
         assert_eq!(
             b["systemInstruction"],
             json!({"parts": [{"text": "be brief"}]})

@@ -1,10 +1,12 @@
 //! Chat models: one trait over OpenAI (and every OpenAI-compatible endpoint) and Anthropic, with
 //! tool calls, structured output, token streaming, usage, classified errors and retries.
-//! Messages go in and out as LangChain-style dicts (`{"type": "human"|"ai"|"system"|"tool", …}`),
-//! the shape graph state stores, so nodes never convert. Knows nothing about graphs or research.
+//! A request's conversation is typed (`ChatMessage`, read once from the LangChain-style dicts
+//! graph state stores); an answer comes back as such a dict (`{"type": "ai", …}`), ready for
+//! the state. Knows nothing about graphs or research.
 
 mod adaptive;
 mod anthropic;
+mod chat;
 mod coalesce;
 mod context;
 mod endpoint;
@@ -19,6 +21,7 @@ mod retry;
 mod structured;
 pub mod text_calls;
 
+pub use chat::{CallArgs, ChatMessage, ModelTurn, SentCall, ToolResult, prompt_chars};
 pub use endpoint::http_client;
 pub use providers::{ProviderConfig, ProviderKind, Providers, ToolCalling};
 pub use retry::{RetryPolicy, chat_with_retry};
@@ -124,8 +127,8 @@ pub struct ResponseSchema {
 #[derive(Clone, Debug)]
 pub struct ChatRequest {
     pub model: ModelName,
-    /// LangChain-style message dicts; `system` messages may appear first.
-    pub messages: Vec<Value>,
+    /// The conversation; `system` messages may appear first.
+    pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,
     pub native_tools: Vec<NativeTool>,
     pub tool_choice: ToolChoice,
@@ -144,7 +147,7 @@ pub struct ChatRequest {
 
 impl ChatRequest {
     /// A plain request with defaults: no tools, no streaming, 120 s timeout.
-    pub fn new(model: ModelName, messages: Vec<Value>, max_tokens: u32) -> Self {
+    pub fn new(model: ModelName, messages: Vec<ChatMessage>, max_tokens: u32) -> Self {
         Self {
             model,
             messages,

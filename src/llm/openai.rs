@@ -2,13 +2,11 @@
 
 use super::coalesce::Coalescer;
 use super::endpoint::{Endpoint, ErrorContext, ProviderKind, classify, exact_body};
-use super::history::{
-    AiTurn, RawToolCall, Role, content_str, content_text, identifier, role, runaway_limit,
-};
+use super::history::{AiTurn, RawToolCall, content_text, identifier, runaway_limit};
 use super::loop_guard;
 use super::{
-    ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason, LlmError, OnDelta,
-    ToolChoice, ToolSpec, Usage,
+    CallArgs, ChatMessage, ChatModel, ChatRequest, ChatResponse, Delta, Fallback, FinishReason,
+    LlmError, ModelTurn, OnDelta, ToolChoice, ToolSpec, Usage,
 };
 use crate::sse_decoder::SseStream;
 use async_trait::async_trait;
@@ -118,10 +116,7 @@ impl OpenAiModel {
     /// message text is borrowed, not copied (a burst of page summaries holds thousands of
     /// these at once).
     fn body(&self, req: &ChatRequest, stream: bool) -> Result<Bytes, LlmError> {
-        let messages = convert_messages(&req.messages).map_err(|message| LlmError::BadRequest {
-            provider: self.endpoint.name.clone(),
-            message,
-        })?;
+        let messages = convert_messages(&req.messages);
         let completion_field = self.uses_max_completion_tokens();
         let with_tools = !req.tools.is_empty();
         let body = Body {
@@ -406,14 +401,14 @@ struct OutMessage<'a> {
     role: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
-    content: Option<Cow<'a, str>>,
+    content: Option<&'a str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<OutCall<'a>>,
 }
 
 #[derive(Serialize)]
 struct OutCall<'a> {
-    id: &'a Value,
+    id: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
     function: OutFunction<'a>,
@@ -421,68 +416,56 @@ struct OutCall<'a> {
 
 #[derive(Serialize)]
 struct OutFunction<'a> {
-    name: &'a Value,
-    arguments: Cow<'a, str>,
+    name: &'a str,
+    arguments: String,
 }
 
-/// LangChain message dicts → OpenAI chat messages.
-fn convert_messages(messages: &[Value]) -> Result<Vec<OutMessage<'_>>, String> {
+/// The conversation as OpenAI chat messages.
+fn convert_messages(messages: &[ChatMessage]) -> Vec<OutMessage<'_>> {
     messages.iter().map(convert_message).collect()
 }
 
-fn convert_message(message: &Value) -> Result<OutMessage<'_>, String> {
-    let text = content_str(&message["content"]);
-    let plain = |role| OutMessage {
+fn convert_message(message: &ChatMessage) -> OutMessage<'_> {
+    let plain = |role, text| OutMessage {
         role,
         tool_call_id: None,
-        content: Some(text.clone()),
+        content: Some(text),
         tool_calls: Vec::new(),
     };
-    Ok(match role(message)? {
-        Role::System => plain("system"),
-        Role::Human => plain("user"),
-        Role::Ai => assistant_message(message, text),
-        Role::Tool => OutMessage {
-            tool_call_id: Some(message["tool_call_id"].as_str().unwrap_or_default()),
-            ..plain("tool")
+    match message {
+        ChatMessage::System(text) => plain("system", text),
+        ChatMessage::Human(text) => plain("user", text),
+        ChatMessage::Ai(turn) => assistant_message(turn),
+        ChatMessage::Tool(result) => OutMessage {
+            tool_call_id: Some(&result.call_id),
+            ..plain("tool", &result.text)
         },
-    })
+    }
 }
 
-fn assistant_message<'a>(message: &'a Value, text: Cow<'a, str>) -> OutMessage<'a> {
-    let as_list = |key: &str| {
-        message[key]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-    };
+fn assistant_message(turn: &ModelTurn) -> OutMessage<'_> {
     // Invalid calls go back too: a tool message may answer them, and its id must match a call.
     // Their text is wrapped in valid JSON: llama.cpp parses the arguments of every earlier call
     // to render its template, and answers 500 for the whole request when one is malformed.
-    let call = |call: &'a Value, invalid: bool| OutCall {
-        id: &call["id"],
-        kind: "function",
-        function: OutFunction {
-            name: &call["name"],
-            arguments: match &call["args"] {
-                Value::String(raw) if invalid => {
-                    Cow::Owned(json!({ "invalid_arguments": raw }).to_string())
-                }
-                Value::String(raw) => Cow::Borrowed(raw.as_str()),
-                Value::Null => Cow::Borrowed("{}"),
-                args => Cow::Owned(args.to_string()),
-            },
-        },
-    };
-    let tool_calls: Vec<OutCall<'a>> = as_list("tool_calls")
+    let tool_calls: Vec<OutCall<'_>> = turn
+        .calls
         .iter()
-        .map(|c| call(c, false))
-        .chain(as_list("invalid_tool_calls").iter().map(|c| call(c, true)))
+        .map(|call| OutCall {
+            id: &call.id,
+            kind: "function",
+            function: OutFunction {
+                name: &call.name,
+                arguments: match &call.args {
+                    CallArgs::Invalid(raw) => json!({ "invalid_arguments": raw }).to_string(),
+                    parsed => parsed.as_json_text(),
+                },
+            },
+        })
         .collect();
-    let content = if !tool_calls.is_empty() && text.is_empty() {
+    let content = if !tool_calls.is_empty() && turn.text.is_empty() {
         None
     } else {
-        Some(text)
+        Some(turn.text.as_str())
     };
     OutMessage {
         role: "assistant",
@@ -708,7 +691,11 @@ mod tests {
             json!({"type": "ai", "content": "", "invalid_tool_calls": [
                 {"name": "search", "args": "{\"q\": \"cut", "id": "c2", "type": "invalid_tool_call"}]}),
         ];
-        let out = serde_json::to_value(convert_messages(&messages).unwrap()).unwrap();
+        let messages: Vec<ChatMessage> = messages
+            .into_iter()
+            .map(|m| ChatMessage::from_langchain(m).unwrap())
+            .collect();
+        let out = serde_json::to_value(convert_messages(&messages)).unwrap();
         assert_eq!(out[0], json!({"role": "system", "content": "be brief"}));
         assert_eq!(out[1], json!({"role": "user", "content": "hi there"}));
         assert_eq!(out[2]["content"], Value::Null);
@@ -729,7 +716,6 @@ mod tests {
             json!({"invalid_arguments": "{\"q\": \"cut"}),
             "sent as valid JSON"
         );
-        assert!(convert_messages(&[json!({"type": "remove", "id": "x"})]).is_err());
     }
 
     #[test]

@@ -5,13 +5,14 @@
 
 use super::coalesce::Coalescer;
 use super::endpoint::{Endpoint, ErrorContext, classify, exact_body};
-use super::history::{AiTurn, RawToolCall, Role, content_str, identifier, role, search_metadata};
+use super::history::{AiTurn, RawToolCall, identifier, search_metadata};
 use super::{
-    ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta, ToolChoice,
-    Usage,
+    ChatMessage, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, NativeTool, OnDelta,
+    ToolChoice, Usage,
 };
 use crate::sse_decoder::SseStream;
 use reqwest::header::CONTENT_TYPE;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 /// One call through the Responses API. `key` is the request's or the provider's.
@@ -22,10 +23,7 @@ pub(super) async fn call(
     key: Option<&str>,
     on_delta: Option<OnDelta<'_>>,
 ) -> Result<ChatResponse, LlmError> {
-    let body = body(model, req, on_delta.is_some()).map_err(|message| LlmError::BadRequest {
-        provider: endpoint.name.clone(),
-        message,
-    })?;
+    let body = body(model, req, on_delta.is_some());
     let bytes = serde_json::to_vec(&body).map_err(|e| LlmError::BadRequest {
         provider: endpoint.name.clone(),
         message: format!("cannot encode the request: {e}"),
@@ -51,11 +49,8 @@ pub(super) async fn call(
 
 /// The request body. `store: false`: nothing is kept at OpenAI between calls, so the whole
 /// history is sent each time, as with chat completions.
-fn body(model: &str, req: &ChatRequest, stream: bool) -> Result<Value, String> {
-    let mut input = Vec::new();
-    for message in &req.messages {
-        input.extend(items(message)?);
-    }
+fn body(model: &str, req: &ChatRequest, stream: bool) -> Value {
+    let input: Vec<Item<'_>> = req.messages.iter().flat_map(items).collect();
     let mut tools: Vec<Value> = req
         .tools
         .iter()
@@ -92,40 +87,62 @@ fn body(model: &str, req: &ChatRequest, stream: bool) -> Result<Value, String> {
     if stream {
         body["stream"] = json!(true);
     }
-    Ok(body)
+    body
 }
 
-/// One LangChain message as Responses input items: a message, or an assistant's text and its
-/// function calls, or a function call's output.
-fn items(message: &Value) -> Result<Vec<Value>, String> {
-    let text = content_str(&message["content"]).into_owned();
-    Ok(match role(message)? {
-        Role::System => vec![json!({"role": "system", "content": text})],
-        Role::Human => vec![json!({"role": "user", "content": text})],
-        Role::Tool => vec![json!({"type": "function_call_output",
-            "call_id": message["tool_call_id"].as_str().unwrap_or_default(), "output": text})],
-        Role::Ai => {
+/// One input item of a Responses request.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Item<'a> {
+    /// A message: `{"role", "content"}`.
+    Said {
+        role: &'static str,
+        content: &'a str,
+    },
+    /// A call the model made or a call's output: `{"type", …}`.
+    Tool(ToolItem<'a>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ToolItem<'a> {
+    FunctionCall {
+        call_id: &'a str,
+        name: &'a str,
+        arguments: String,
+    },
+    FunctionCallOutput {
+        call_id: &'a str,
+        output: &'a str,
+    },
+}
+
+/// One message as Responses input items: a message, or an assistant's text and its function
+/// calls, or a function call's output.
+fn items(message: &ChatMessage) -> Vec<Item<'_>> {
+    let said = |role, content| Item::Said { role, content };
+    match message {
+        ChatMessage::System(text) => vec![said("system", text)],
+        ChatMessage::Human(text) => vec![said("user", text)],
+        ChatMessage::Tool(result) => vec![Item::Tool(ToolItem::FunctionCallOutput {
+            call_id: &result.call_id,
+            output: &result.text,
+        })],
+        ChatMessage::Ai(turn) => {
             let mut out = Vec::new();
-            if !text.is_empty() {
-                out.push(json!({"role": "assistant", "content": text}));
+            if !turn.text.is_empty() {
+                out.push(said("assistant", &turn.text));
             }
-            let calls = message["tool_calls"].as_array().into_iter().flatten();
-            let invalid = message["invalid_tool_calls"]
-                .as_array()
-                .into_iter()
-                .flatten();
-            for call in calls.chain(invalid) {
-                let arguments = match &call["args"] {
-                    Value::String(raw) => raw.clone(),
-                    Value::Null => "{}".to_owned(),
-                    args => args.to_string(),
-                };
-                out.push(json!({"type": "function_call", "call_id": call["id"],
-                                "name": call["name"], "arguments": arguments}));
-            }
+            out.extend(turn.calls.iter().map(|call| {
+                Item::Tool(ToolItem::FunctionCall {
+                    call_id: &call.id,
+                    name: &call.name,
+                    arguments: call.args.as_json_text(),
+                })
+            }));
             out
         }
-    })
+    }
 }
 
 /// A finished response object (the body, or the `response` of `response.completed`).
@@ -317,6 +334,10 @@ mod tests {
                 {"name": "think_tool", "args": {"reflection": "r"}, "id": "c1", "type": "tool_call"}]}),
             json!({"type": "tool", "content": "Reflection recorded", "tool_call_id": "c1"}),
         ];
+        let messages = messages
+            .into_iter()
+            .map(|m| ChatMessage::from_langchain(m).unwrap())
+            .collect();
         let mut req = ChatRequest::new(ModelName::parse("openai:gpt-4.1").unwrap(), messages, 100);
         req.tools = vec![ToolSpec {
             name: "think_tool".into(),
@@ -324,7 +345,7 @@ mod tests {
             parameters: json!({"type": "object"}),
         }];
         req.native_tools = vec![NativeTool::WebSearch { max_uses: 5 }];
-        let b = body("gpt-4.1", &req, false).unwrap();
+        let b = body("gpt-4.1", &req, false);
         assert_eq!(
             b["input"][0],
             json!({"role": "system", "content": "be brief"})

@@ -3,7 +3,8 @@
 
 use super::history::content_text;
 use super::{
-    ChatModel, ChatRequest, ChatResponse, Fallback, LlmError, OnDelta, RetryPolicy, chat_with_retry,
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, Fallback, LlmError, OnDelta, RetryPolicy,
+    chat_with_retry,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -62,15 +63,12 @@ pub async fn structured<T: DeserializeOwned>(
 
 /// Appends the bad answer and the correction. The answer goes back as text only: a tool call
 /// left without a tool result would make the next request invalid.
-fn push_feedback(messages: &mut Vec<Value>, answer: String, error: &str) {
-    messages.push(json!({"type": "ai", "content": answer}));
-    messages.push(json!({
-        "type": "human",
-        "content": format!(
-            "Your previous answer did not match the required JSON schema: {error}. \
-             Answer again with only a JSON object that matches the schema."
-        ),
-    }));
+fn push_feedback(messages: &mut Vec<ChatMessage>, answer: String, error: &str) {
+    messages.push(ChatMessage::ai_text(answer));
+    messages.push(ChatMessage::human(format!(
+        "Your previous answer did not match the required JSON schema: {error}. \
+         Answer again with only a JSON object that matches the schema."
+    )));
 }
 
 /// Reads `T` from a model's text, tolerating a ```json fence and prose around the object.

@@ -3,7 +3,7 @@
 //! code reads and builds them only through `Message`, so no node indexes a dict by a string.
 //! Here: what the research prompts make of them.
 
-pub use crate::graph::messages::{Kind, Message, ToolCall, prompt_chars, to_values};
+pub use crate::graph::messages::{Kind, Message, ToolCall};
 
 /// The conversation as `Human: …` / `AI: …` lines, as prompts quote it.
 pub fn buffer_string(messages: &[Message]) -> String {

@@ -10,6 +10,7 @@ use super::messages::{self as msg, Message};
 use super::replay;
 use super::stream_fields::FieldStreamer;
 use crate::graph::{NodeContext, NodeError, RunScope};
+use crate::llm::ChatMessage;
 use crate::llm::{
     ChatRequest, ChatResponse, Delta, LlmError, ModelName, NativeTool, ResponseSchema, RetryPolicy,
     ToolChoice, ToolSpec, chat_with_retry, structured,
@@ -68,7 +69,12 @@ impl<'a> Caller<'a> {
     pub fn request(&self, role: Role, messages: Vec<Message>) -> Result<ChatRequest, NodeError> {
         let (model, max_tokens) = self.model_for(role);
         let name = ModelName::parse(model).map_err(|e| NodeError::new("ConfigurationError", e))?;
-        let mut req = ChatRequest::new(name, msg::to_values(messages), max_tokens);
+        let messages = messages
+            .into_iter()
+            .map(|m| ChatMessage::from_langchain(m.into_value()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| NodeError::new("InvalidMessage", e))?;
+        let mut req = ChatRequest::new(name, messages, max_tokens);
         req.timeout = self.deps.model_timeout;
         req.api_key = self.run_key(&req.model.provider);
         Ok(req)
@@ -163,8 +169,8 @@ impl<'a> Caller<'a> {
             .prompts
             .render("corrective_turn", &[("tools", &names.join(", "))]);
         let mut again = req;
-        again.messages.push(Message::ai_text(said).into_value());
-        again.messages.push(Message::human(nudge).into_value());
+        again.messages.push(ChatMessage::ai_text(said));
+        again.messages.push(ChatMessage::human(nudge));
         again.tool_choice = ToolChoice::Required;
         self.call(again, false).await
     }
@@ -306,7 +312,7 @@ struct Abandoned<'a> {
 
 impl<'a> Abandoned<'a> {
     fn new(caller: &'a Caller<'a>, req: &ChatRequest) -> Self {
-        let prompt_chars = msg::prompt_chars(&req.messages);
+        let prompt_chars = crate::llm::prompt_chars(&req.messages);
         Self {
             caller,
             model: req.model.to_string(),

@@ -33,20 +33,10 @@ fn digest(req: &ChatRequest) -> u64 {
     let mut hasher = DefaultHasher::new();
     hasher.write(req.model.to_string().as_bytes());
     let mut out = HashWriter(&mut hasher);
-    // Serializing values that are JSON already cannot fail. A message's id is left out: a
-    // prompt built afresh gets a new one each time.
+    // Serializing strings and JSON cannot fail. A model's messages carry no ids (a prompt
+    // built afresh would get new ones), so the same prompt has the same key.
     for message in &req.messages {
-        match message.as_object() {
-            Some(fields) => {
-                for (key, value) in fields.iter().filter(|(k, _)| *k != "id") {
-                    let _ = serde_json::to_writer(&mut out, key);
-                    let _ = serde_json::to_writer(&mut out, value);
-                }
-            }
-            None => {
-                let _ = serde_json::to_writer(&mut out, message);
-            }
-        }
+        let _ = serde_json::to_writer(&mut out, message);
         let _ = std::io::Write::write(&mut out, b"\n");
     }
     let _ = serde_json::to_writer(&mut out, &req.tools);

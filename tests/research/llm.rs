@@ -59,6 +59,10 @@ fn name() -> ModelName {
 }
 
 fn request(messages: Vec<Value>) -> ChatRequest {
+    let messages = messages
+        .into_iter()
+        .map(|m| deep_research::llm::ChatMessage::from_langchain(m).unwrap())
+        .collect();
     ChatRequest::new(name(), messages, 256)
 }
 

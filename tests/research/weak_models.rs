@@ -6,9 +6,9 @@
 use crate::support;
 
 use deep_research::llm::{
-    ChatModel, ChatRequest, Fallback, FinishReason, LlmError, ModelName, ProviderConfig,
-    ProviderKind, Providers, ResponseSchema, RetryPolicy, ToolCalling, ToolChoice, ToolSpec,
-    chat_with_retry, structured,
+    ChatMessage, ChatModel, ChatRequest, Fallback, FinishReason, LlmError, ModelName,
+    ProviderConfig, ProviderKind, Providers, ResponseSchema, RetryPolicy, ToolCalling, ToolChoice,
+    ToolSpec, chat_with_retry, structured,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -44,12 +44,17 @@ fn search_tool() -> ToolSpec {
     }
 }
 
+/// A LangChain message dict, as the model is sent it.
+fn lc(message: Value) -> ChatMessage {
+    ChatMessage::from_langchain(message).unwrap()
+}
+
 fn tool_request() -> ChatRequest {
     let mut req = ChatRequest::new(
         name(),
         vec![
-            json!({"type": "system", "content": "You research."}),
-            json!({"type": "human", "content": "sodium-ion batteries"}),
+            ChatMessage::system("You research."),
+            ChatMessage::human("sodium-ion batteries"),
         ],
         256,
     );
@@ -164,12 +169,11 @@ async fn prompted_mode_never_sends_tools_and_replays_history_as_text() {
     let fake = FakeLlm::start(responder(|_| FakeReply::text(CALL_TEXT))).await;
     let p = providers(&fake.base_url(), ToolCalling::Prompted, false);
     let mut req = tool_request();
-    req.messages.push(json!({"type": "ai", "content": "", "tool_calls": [
-        {"name": "tavily_search", "args": {"queries": ["first"]}, "id": "c1", "type": "tool_call"}]}));
-    req.messages.push(
-        json!({"type": "tool", "name": "tavily_search", "tool_call_id": "c1",
-                             "content": "Result A"}),
-    );
+    req.messages.push(lc(json!({"type": "ai", "content": "", "tool_calls": [
+        {"name": "tavily_search", "args": {"queries": ["first"]}, "id": "c1", "type": "tool_call"}]})));
+    req.messages.push(lc(
+        json!({"type": "tool", "name": "tavily_search", "tool_call_id": "c1", "content": "Result A"}),
+    ));
     req.tool_choice = ToolChoice::Required;
     let answer = call(&model(&p), &req).await.unwrap();
     assert_eq!(
@@ -220,11 +224,7 @@ fn brief_schema() -> ResponseSchema {
 }
 
 async fn ask_brief(p: &Providers) -> Result<(Brief, deep_research::llm::ChatResponse), LlmError> {
-    let mut req = ChatRequest::new(
-        name(),
-        vec![json!({"type": "human", "content": "Write the brief."})],
-        256,
-    );
+    let mut req = ChatRequest::new(name(), vec![ChatMessage::human("Write the brief.")], 256);
     req.response_schema = Some(brief_schema());
     let policy = RetryPolicy {
         max_attempts: 2,
@@ -370,14 +370,15 @@ async fn a_history_the_server_cannot_render_is_sent_again_as_text() {
     let p = providers(&fake.base_url(), ToolCalling::Auto, false);
     let mut req = tool_request();
     req.tools.clear();
-    req.messages
-        .push(json!({"type": "ai", "content": "", "invalid_tool_calls": [
+    req.messages.push(lc(
+        json!({"type": "ai", "content": "", "invalid_tool_calls": [
         {"name": "tavily_search", "args": "{\"queries\": [\"cut", "id": "c1",
-         "error": "bad", "type": "invalid_tool_call"}]}));
-    req.messages.push(
+         "error": "bad", "type": "invalid_tool_call"}]}),
+    ));
+    req.messages.push(lc(
         json!({"type": "tool", "name": "tavily_search", "tool_call_id": "c1",
-                             "content": "Error: bad arguments"}),
-    );
+        "content": "Error: bad arguments"}),
+    ));
     let answer = call(&model(&p), &req).await.unwrap();
     assert_eq!(answer.message["content"], "The findings, cleaned up.");
     assert_eq!(answer.fallbacks, vec![Fallback::ToolFormatRetry]);
