@@ -60,77 +60,6 @@ impl SearchApi {
     }
 }
 
-/// Every ODR knob (§1.1), with ODR's defaults.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResearchConfig {
-    pub max_structured_output_retries: u32,
-    pub allow_clarification: bool,
-    pub max_concurrent_research_units: u32,
-    pub search_api: SearchApi,
-    pub max_researcher_iterations: u32,
-    pub max_react_tool_calls: u32,
-    pub summarization_model: String,
-    pub summarization_model_max_tokens: u32,
-    pub max_content_length: usize,
-    pub research_model: String,
-    pub research_model_max_tokens: u32,
-    pub compression_model: String,
-    pub compression_model_max_tokens: u32,
-    pub final_report_model: String,
-    pub final_report_model_max_tokens: u32,
-    #[serde(default)]
-    pub mcp_prompt: String,
-    /// Pause after the brief for the user to approve, edit or reject the research plan.
-    #[serde(default)]
-    pub review_plan: bool,
-    /// Results per search query (every engine).
-    #[serde(default = "five")]
-    pub search_max_results: u32,
-    /// Comma-separated domains searches are limited to (empty: anywhere).
-    #[serde(default)]
-    pub search_include_domains: String,
-    /// Comma-separated domains searches leave out.
-    #[serde(default)]
-    pub search_exclude_domains: String,
-    /// Tavily's `topic`: general, news or finance.
-    #[serde(default = "general")]
-    pub tavily_topic: String,
-    /// Tavily's `search_depth`: basic or advanced (advanced costs two credits a query).
-    #[serde(default = "basic")]
-    pub tavily_search_depth: String,
-    /// The operator's corpus `search_api: "local"` searches (empty: the only one there is).
-    #[serde(default)]
-    pub corpus: String,
-    /// Pages of at most this many characters are shown as they are, not summarised.
-    #[serde(default = "verbatim_default")]
-    pub verbatim_page_chars: usize,
-    /// Page summaries one run may start; past it, pages are shown by their snippets.
-    #[serde(default = "summaries_default")]
-    pub max_page_summaries: u32,
-    /// Pages longer than `verbatim_page_chars` summarised by the summarisation model (ODR); off,
-    /// shown by their excerpts that bear on the query, with no model call.
-    #[serde(default = "yes")]
-    pub summarize_pages: bool,
-    /// Each researcher's findings condensed by the compression model (ODR); off, they are the
-    /// search results as the researcher was shown them, each cited, with no model call.
-    #[serde(default = "yes")]
-    pub compress_research: bool,
-    /// How the final report is written (`ReportForm`).
-    #[serde(default)]
-    pub report_form: ReportForm,
-    /// Which defaults fit the run's models (`ResearchProfile`).
-    #[serde(default)]
-    pub research_profile: ResearchProfile,
-    /// The most characters of a researcher's prompt: past it, its older search results are
-    /// shortened to their sources' openings (0: no limit, as ODR).
-    #[serde(default)]
-    pub researcher_context_chars: usize,
-    /// What a question asked after the report does (`FollowUp`).
-    #[serde(default)]
-    pub follow_up: FollowUp,
-}
-
 /// Which defaults fit the run's models. A 1.5B model on a CPU given ODR's defaults writes a
 /// report from memory, loops, and copies its instructions back; the small-model profile
 /// changes the settings below unless the run names them itself.
@@ -253,70 +182,74 @@ pub enum FollowUp {
     Research,
 }
 
-fn yes() -> bool {
-    true
+/// Tavily's `topic`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TavilyTopic {
+    General,
+    News,
+    Finance,
+}
+
+/// Tavily's `search_depth` (advanced costs two credits a query).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TavilyDepth {
+    Basic,
+    Advanced,
+}
+
+impl TavilyTopic {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::General => "general",
+            Self::News => "news",
+            Self::Finance => "finance",
+        }
+    }
+}
+
+impl TavilyDepth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Basic => "basic",
+            Self::Advanced => "advanced",
+        }
+    }
+}
+
+// The spellings serde reads (checked against it in the tests).
+impl SettingType for SearchApi {
+    const CHOICES: &'static [&'static str] = &[
+        "tavily",
+        "exa",
+        "brave",
+        "searxng",
+        "anthropic",
+        "openai",
+        "google",
+        "local",
+        "none",
+    ];
+}
+impl SettingType for ReportForm {
+    const CHOICES: &'static [&'static str] = &["whole", "by_source", "by_topic"];
+}
+impl SettingType for ResearchProfile {
+    const CHOICES: &'static [&'static str] = &["auto", "small", "standard"];
+}
+impl SettingType for FollowUp {
+    const CHOICES: &'static [&'static str] = &["auto", "answer", "research"];
+}
+impl SettingType for TavilyTopic {
+    const CHOICES: &'static [&'static str] = &["general", "news", "finance"];
+}
+impl SettingType for TavilyDepth {
+    const CHOICES: &'static [&'static str] = &["basic", "advanced"];
 }
 
 /// The shortest excerpts of a page worth showing: a few sentences.
 const MIN_EXCERPT_CHARS: usize = 200;
-
-fn verbatim_default() -> usize {
-    2000
-}
-
-fn summaries_default() -> u32 {
-    100
-}
-
-fn five() -> u32 {
-    5
-}
-
-fn general() -> String {
-    "general".into()
-}
-
-fn basic() -> String {
-    "basic".into()
-}
-
-impl Default for ResearchConfig {
-    fn default() -> Self {
-        Self {
-            max_structured_output_retries: 3,
-            allow_clarification: true,
-            max_concurrent_research_units: 5,
-            search_api: SearchApi::Tavily,
-            max_researcher_iterations: 6,
-            max_react_tool_calls: 10,
-            summarization_model: "openai:gpt-4.1-mini".into(),
-            summarization_model_max_tokens: 8192,
-            max_content_length: 50_000,
-            research_model: "openai:gpt-4.1".into(),
-            research_model_max_tokens: 10_000,
-            compression_model: "openai:gpt-4.1".into(),
-            compression_model_max_tokens: 8192,
-            final_report_model: "openai:gpt-4.1".into(),
-            final_report_model_max_tokens: 10_000,
-            mcp_prompt: String::new(),
-            review_plan: false,
-            search_max_results: 5,
-            search_include_domains: String::new(),
-            search_exclude_domains: String::new(),
-            tavily_topic: general(),
-            tavily_search_depth: basic(),
-            corpus: String::new(),
-            verbatim_page_chars: verbatim_default(),
-            max_page_summaries: summaries_default(),
-            summarize_pages: true,
-            compress_research: true,
-            report_form: ReportForm::Whole,
-            research_profile: ResearchProfile::Auto,
-            researcher_context_chars: 0,
-            follow_up: FollowUp::Auto,
-        }
-    }
-}
 
 /// Keys of `configurable` that are not research knobs but are allowed (ids the server adds and
 /// ODR's per-run keys).
@@ -333,260 +266,36 @@ const PASSTHROUGH: [&str; 9] = [
 ];
 
 /// One setting as clients see it (`/assistants/{id}/schemas`): what it does, and the values it
-/// takes. `validate` checks the same ranges, so the form and the check cannot disagree.
+/// takes. Made by `research_settings!` from the declaration `validate` checks, so the form and
+/// the check cannot disagree.
 pub struct Setting {
     pub name: &'static str,
-    pub description: &'static str,
+    description: &'static str,
     /// Inclusive bounds of a number.
     pub range: Option<(u64, u64)>,
     /// The values a choice takes.
     pub choices: &'static [&'static str],
 }
 
-const fn setting(name: &'static str, description: &'static str) -> Setting {
-    Setting {
-        name,
-        description,
-        range: None,
-        choices: &[],
+impl Setting {
+    pub fn description(&self) -> &'static str {
+        // Each doc line of the declaration starts with a space.
+        self.description.trim_start()
     }
 }
 
-const fn number(name: &'static str, description: &'static str, lo: u64, hi: u64) -> Setting {
-    Setting {
-        name,
-        description,
-        range: Some((lo, hi)),
-        choices: &[],
-    }
+/// The values a setting's type takes, for its schema and the check of a run's value: none
+/// listed for numbers, booleans and text.
+pub trait SettingType {
+    const CHOICES: &'static [&'static str] = &[];
 }
 
-const TOKENS: (u64, u64) = (1, 200_000);
+impl SettingType for u32 {}
+impl SettingType for usize {}
+impl SettingType for bool {}
+impl SettingType for String {}
 
-/// Every research setting, in `ResearchConfig`'s order.
-pub const SETTINGS: [Setting; 31] = [
-    number(
-        "max_structured_output_retries",
-        "Attempts per structured-output or tool-calling model call before the step fails.",
-        1,
-        10,
-    ),
-    setting(
-        "allow_clarification",
-        "Ask the user one clarifying question first when the request is ambiguous.",
-    ),
-    number(
-        "max_concurrent_research_units",
-        "Researchers one supervisor round may run at once (and topics a plan may have).",
-        1,
-        20,
-    ),
-    Setting {
-        name: "search_api",
-        description: "Where researchers search: Tavily, Exa, Brave Search, a self-hosted \
-                      SearXNG, the research model's own web search (anthropic: Anthropic \
-                      models; openai: OpenAI models, through the Responses API; google: Gemini \
-                      models, Google Search grounding), the operator's local documents (local; \
-                      see corpus), or nowhere.",
-        range: None,
-        choices: &[
-            "tavily",
-            "exa",
-            "brave",
-            "searxng",
-            "anthropic",
-            "openai",
-            "google",
-            "local",
-            "none",
-        ],
-    },
-    number(
-        "max_researcher_iterations",
-        "Supervisor model calls allowed: how many rounds of delegation.",
-        1,
-        10,
-    ),
-    number(
-        "max_react_tool_calls",
-        "Model calls allowed per researcher.",
-        1,
-        30,
-    ),
-    setting(
-        "summarization_model",
-        "Model that summarises each fetched page, as provider:model.",
-    ),
-    number(
-        "summarization_model_max_tokens",
-        "Output token limit of a page summary.",
-        TOKENS.0,
-        TOKENS.1,
-    ),
-    number(
-        "max_content_length",
-        "Characters of a page kept before it is summarised.",
-        1000,
-        200_000,
-    ),
-    setting(
-        "research_model",
-        "Model for clarifying, the brief, the plan, the supervisor and the researchers, as \
-         provider:model.",
-    ),
-    number(
-        "research_model_max_tokens",
-        "Output token limit of the research model's calls.",
-        TOKENS.0,
-        TOKENS.1,
-    ),
-    setting(
-        "compression_model",
-        "Model that condenses each researcher's findings, as provider:model.",
-    ),
-    number(
-        "compression_model_max_tokens",
-        "Output token limit of the condensed findings.",
-        TOKENS.0,
-        TOKENS.1,
-    ),
-    setting(
-        "final_report_model",
-        "Model that writes the final report, as provider:model.",
-    ),
-    number(
-        "final_report_model_max_tokens",
-        "Output token limit of the final report.",
-        TOKENS.0,
-        TOKENS.1,
-    ),
-    setting(
-        "mcp_prompt",
-        "Extra instructions for the researchers (Open Deep Research's mcp_prompt).",
-    ),
-    setting(
-        "review_plan",
-        "Pause after the brief so the user approves, edits or rejects the planned topics \
-         before any research is paid for.",
-    ),
-    number(
-        "search_max_results",
-        "Results per search query (every search engine).",
-        1,
-        20,
-    ),
-    setting(
-        "search_include_domains",
-        "Domains searches are limited to, comma-separated (e.g. \"arxiv.org, nature.com\"); \
-         empty searches everywhere. Subdomains count.",
-    ),
-    setting(
-        "search_exclude_domains",
-        "Domains searches leave out, comma-separated.",
-    ),
-    Setting {
-        name: "tavily_topic",
-        description: "Tavily's search category.",
-        range: None,
-        choices: &["general", "news", "finance"],
-    },
-    Setting {
-        name: "tavily_search_depth",
-        description: "Tavily's search depth: advanced finds more relevant passages and costs two \
-                      credits a query.",
-        range: None,
-        choices: &["basic", "advanced"],
-    },
-    setting(
-        "corpus",
-        "The operator's document collection searched when search_api is local (empty: the \
-         only one the server has).",
-    ),
-    number(
-        "verbatim_page_chars",
-        "Pages (or document sections) of at most this many characters are shown to the \
-         researchers as they are instead of being summarised; 0 summarises every page.",
-        0,
-        50_000,
-    ),
-    number(
-        "max_page_summaries",
-        "Page summaries one run may start; past it, pages are shown by their snippets \
-         (0: never summarise).",
-        0,
-        1000,
-    ),
-    setting(
-        "summarize_pages",
-        "Have the summarisation model summarise each page longer than verbatim_page_chars \
-         (true, as Open Deep Research does). False shows such a page by its excerpts instead: \
-         its opening and the passages that share the most words with the query, \
-         verbatim_page_chars characters in all, without a model call (for a slow local model, \
-         whose summaries also drop facts).",
-    ),
-    setting(
-        "compress_research",
-        "Have the compression model condense each researcher's findings (true, as Open Deep \
-         Research does). False hands the writer the search results as the researcher was \
-         shown them, each cited, without that call: for a model whose condensed findings \
-         cannot be used (a small local model's nearly always fall back to the results).",
-    ),
-    Setting {
-        name: "report_form",
-        description: "How the report is written: whole (one call of the report model writes \
-                      it from all the findings, as Open Deep Research does), by_source (a \
-                      short call restates each source's findings, only the sentences that \
-                      source supports are kept, under a paragraph that answers the question) \
-                      or by_topic (an outline of a few sections; each is written by a short \
-                      call from the sources that bear on it and checked against them, under an \
-                      answer drawn from the sections' checked sentences: for a small local \
-                      model, which drops half the facts of findings it is given all at once).",
-        range: None,
-        choices: &["whole", "by_source", "by_topic"],
-    },
-    Setting {
-        name: "research_profile",
-        description: "Which defaults fit the models: auto (small when a model of the run is on \
-                      a provider marked local, else standard), small (report_form by_topic, \
-                      compress_research and summarize_pages false, researcher_context_chars \
-                      16000, each unless the run or the operator sets it) \
-                      or standard (the settings as given).",
-        range: None,
-        choices: &["auto", "small", "standard"],
-    },
-    number(
-        "researcher_context_chars",
-        "The most characters of a researcher's prompt: past it, its older search results are \
-         shortened to their sources' openings (the newest stay whole; the report reads them \
-         whole). 0: no limit, as Open Deep Research.",
-        0,
-        1_000_000,
-    ),
-    Setting {
-        name: "follow_up",
-        description: "What a question on a thread whose report is written does: auto (answered \
-                      in a few cited sentences from the report's sources when they support an \
-                      answer, else researched again, as is a request to research further), \
-                      answer (always answered from those sources, saying when they cannot) or \
-                      research (a new brief, the sources kept, as Open Deep Research does). \
-                      Under auto and research the earlier question asked again (a cron on the \
-                      thread) is researched afresh, its report ending with what changed.",
-        range: None,
-        choices: &["auto", "answer", "research"],
-    },
-];
-
-/// The bounds `SETTINGS` gives a number setting.
-fn bounds(field: &str) -> (u64, u64) {
-    SETTINGS
-        .iter()
-        .find(|s| s.name == field)
-        .and_then(|s| s.range)
-        .unwrap_or((0, u64::MAX))
-}
-
-fn range(field: &str, value: u64) -> Result<(), String> {
-    let (lo, hi) = bounds(field);
+fn range(field: &str, value: u64, (lo, hi): (u64, u64)) -> Result<(), String> {
     if (lo..=hi).contains(&value) {
         Ok(())
     } else {
@@ -596,34 +305,155 @@ fn range(field: &str, value: u64) -> Result<(), String> {
     }
 }
 
+/// Declares every research setting once: its field with type and default, what it does (the
+/// doc comment, which clients are shown), and a number's range. From that come
+/// `ResearchConfig`, its `Default`, `SETTINGS` and `check_ranges`.
+macro_rules! research_settings {
+    ($(
+        $(#[doc = $doc:literal])+
+        $name:ident: $ty:ty = $default:expr $(, range $lo:literal ..= $hi:literal)?;
+    )+) => {
+        /// Every research setting: Open Deep Research's knobs (§1.1) with its defaults, and this
+        /// service's own.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct ResearchConfig {
+            $( $(#[doc = $doc])+ pub $name: $ty, )+
+        }
+
+        impl Default for ResearchConfig {
+            fn default() -> Self {
+                Self { $( $name: $default, )+ }
+            }
+        }
+
+        /// Every research setting, in `ResearchConfig`'s order.
+        pub const SETTINGS: &[Setting] = &[$(
+            Setting {
+                name: stringify!($name),
+                description: concat!($($doc),+),
+                range: research_settings!(@range $($lo, $hi)?),
+                choices: <$ty as SettingType>::CHOICES,
+            },
+        )+];
+
+        impl ResearchConfig {
+            /// Each number within its declared range; the error names the field.
+            fn check_ranges(&self) -> Result<(), String> {
+                $( $( range(stringify!($name), self.$name as u64, ($lo, $hi))?; )? )+
+                Ok(())
+            }
+        }
+    };
+    (@range $lo:literal, $hi:literal) => { Some(($lo, $hi)) };
+    (@range) => { None };
+}
+
+research_settings! {
+    /// Attempts per structured-output or tool-calling model call before the step fails.
+    max_structured_output_retries: u32 = 3, range 1..=10;
+    /// Ask the user one clarifying question first when the request is ambiguous.
+    allow_clarification: bool = true;
+    /// Researchers one supervisor round may run at once (and topics a plan may have).
+    max_concurrent_research_units: u32 = 5, range 1..=20;
+    /// Where researchers search: Tavily, Exa, Brave Search, a self-hosted SearXNG, the research
+    /// model's own web search (anthropic: Anthropic models; openai: OpenAI models, through the
+    /// Responses API; google: Gemini models, Google Search grounding), the operator's local
+    /// documents (local; see corpus), or nowhere.
+    search_api: SearchApi = SearchApi::Tavily;
+    /// Supervisor model calls allowed: how many rounds of delegation.
+    max_researcher_iterations: u32 = 6, range 1..=10;
+    /// Model calls allowed per researcher.
+    max_react_tool_calls: u32 = 10, range 1..=30;
+    /// Model that summarises each fetched page, as provider:model.
+    summarization_model: String = String::from("openai:gpt-4.1-mini");
+    /// Output token limit of a page summary.
+    summarization_model_max_tokens: u32 = 8192, range 1..=200_000;
+    /// Characters of a page kept before it is summarised.
+    max_content_length: usize = 50_000, range 1000..=200_000;
+    /// Model for clarifying, the brief, the plan, the supervisor and the researchers, as
+    /// provider:model.
+    research_model: String = String::from("openai:gpt-4.1");
+    /// Output token limit of the research model's calls.
+    research_model_max_tokens: u32 = 10_000, range 1..=200_000;
+    /// Model that condenses each researcher's findings, as provider:model.
+    compression_model: String = String::from("openai:gpt-4.1");
+    /// Output token limit of the condensed findings.
+    compression_model_max_tokens: u32 = 8192, range 1..=200_000;
+    /// Model that writes the final report, as provider:model.
+    final_report_model: String = String::from("openai:gpt-4.1");
+    /// Output token limit of the final report.
+    final_report_model_max_tokens: u32 = 10_000, range 1..=200_000;
+    /// Extra instructions for the researchers (Open Deep Research's mcp_prompt).
+    mcp_prompt: String = String::new();
+    /// Pause after the brief so the user approves, edits or rejects the planned topics before
+    /// any research is paid for.
+    review_plan: bool = false;
+    /// Results per search query (every search engine).
+    search_max_results: u32 = 5, range 1..=20;
+    /// Domains searches are limited to, comma-separated (e.g. "arxiv.org, nature.com"); empty
+    /// searches everywhere. Subdomains count.
+    search_include_domains: String = String::new();
+    /// Domains searches leave out, comma-separated.
+    search_exclude_domains: String = String::new();
+    /// Tavily's search category.
+    tavily_topic: TavilyTopic = TavilyTopic::General;
+    /// Tavily's search depth: advanced finds more relevant passages and costs two credits a
+    /// query.
+    tavily_search_depth: TavilyDepth = TavilyDepth::Basic;
+    /// The operator's document collection searched when search_api is local (empty: the only
+    /// one the server has).
+    corpus: String = String::new();
+    /// Pages (or document sections) of at most this many characters are shown to the
+    /// researchers as they are instead of being summarised; 0 summarises every page.
+    verbatim_page_chars: usize = 2000, range 0..=50_000;
+    /// Page summaries one run may start; past it, pages are shown by their snippets (0: never
+    /// summarise).
+    max_page_summaries: u32 = 100, range 0..=1000;
+    /// Have the summarisation model summarise each page longer than verbatim_page_chars (true,
+    /// as Open Deep Research does). False shows such a page by its excerpts instead: its
+    /// opening and the passages that share the most words with the query, verbatim_page_chars
+    /// characters in all, without a model call (for a slow local model, whose summaries also
+    /// drop facts).
+    summarize_pages: bool = true;
+    /// Have the compression model condense each researcher's findings (true, as Open Deep
+    /// Research does). False hands the writer the search results as the researcher was shown
+    /// them, each cited, without that call: for a model whose condensed findings cannot be
+    /// used (a small local model's nearly always fall back to the results).
+    compress_research: bool = true;
+    /// How the report is written: whole (one call of the report model writes it from all the
+    /// findings, as Open Deep Research does), by_source (a short call restates each source's
+    /// findings, only the sentences that source supports are kept, under a paragraph that
+    /// answers the question) or by_topic (an outline of a few sections; each is written by a
+    /// short call from the sources that bear on it and checked against them, under an answer
+    /// drawn from the sections' checked sentences: for a small local model, which drops half
+    /// the facts of findings it is given all at once).
+    report_form: ReportForm = ReportForm::Whole;
+    /// Which defaults fit the models: auto (small when a model of the run is on a provider
+    /// marked local, else standard), small (report_form by_topic, compress_research and
+    /// summarize_pages false, researcher_context_chars 16000, each unless the run or the
+    /// operator sets it) or standard (the settings as given).
+    research_profile: ResearchProfile = ResearchProfile::Auto;
+    /// The most characters of a researcher's prompt: past it, its older search results are
+    /// shortened to their sources' openings (the newest stay whole; the report reads them
+    /// whole). 0: no limit, as Open Deep Research.
+    researcher_context_chars: usize = 0, range 0..=1_000_000;
+    /// What a question on a thread whose report is written does: auto (answered in a few cited
+    /// sentences from the report's sources when they support an answer, else researched again,
+    /// as is a request to research further), answer (always answered from those sources,
+    /// saying when they cannot) or research (a new brief, the sources kept, as Open Deep
+    /// Research does). Under auto and research the earlier question asked again (a cron on
+    /// the thread) is researched afresh, its report ending with what changed.
+    follow_up: FollowUp = FollowUp::Auto;
+}
+
 impl ResearchConfig {
     /// Checks ranges, enums and model strings; the error names the field.
     pub fn validate(&self) -> Result<(), String> {
-        range(
-            "max_structured_output_retries",
-            self.max_structured_output_retries.into(),
-        )?;
-        range(
-            "max_concurrent_research_units",
-            self.max_concurrent_research_units.into(),
-        )?;
-        range(
-            "max_researcher_iterations",
-            self.max_researcher_iterations.into(),
-        )?;
-        range("max_react_tool_calls", self.max_react_tool_calls.into())?;
-        range("max_content_length", self.max_content_length as u64)?;
-        for (field, model, tokens) in self.models() {
+        self.check_ranges()?;
+        for (field, model, _) in self.models() {
             ModelName::parse(model).map_err(|e| format!("config.configurable.{field}: {e}"))?;
-            range(&format!("{field}_max_tokens"), tokens.into())?;
         }
-        range("search_max_results", self.search_max_results.into())?;
-        range("verbatim_page_chars", self.verbatim_page_chars as u64)?;
-        range("max_page_summaries", self.max_page_summaries.into())?;
-        range(
-            "researcher_context_chars",
-            self.researcher_context_chars as u64,
-        )?;
         if !self.summarize_pages && self.verbatim_page_chars < MIN_EXCERPT_CHARS {
             return Err(format!(
                 "config.configurable.verbatim_page_chars: with summarize_pages false, pages are \
@@ -641,21 +471,6 @@ impl ResearchConfig {
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_default()
             ));
-        }
-        for (field, value) in [
-            ("tavily_topic", &self.tavily_topic),
-            ("tavily_search_depth", &self.tavily_search_depth),
-        ] {
-            let choices = SETTINGS
-                .iter()
-                .find(|s| s.name == field)
-                .map_or(&[][..], |s| s.choices);
-            if !choices.contains(&value.as_str()) {
-                return Err(format!(
-                    "config.configurable.{field}: must be one of {}, got '{value}'",
-                    choices.join(", ")
-                ));
-            }
         }
         for (field, list) in [
             ("search_include_domains", &self.search_include_domains),

@@ -281,7 +281,8 @@ fn config_properties(deps: &ResearchDeps) -> serde_json::Map<String, Value> {
                 Value::Number(_) => "integer",
                 _ => "string",
             };
-            let mut prop = json!({"type": kind, "default": default, "description": s.description});
+            let mut prop =
+                json!({"type": kind, "default": default, "description": s.description()});
             if let Some(map) = prop.as_object_mut() {
                 if let Some((lo, hi)) = s.range {
                     map.insert("minimum".into(), json!(lo));

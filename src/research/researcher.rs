@@ -475,8 +475,8 @@ async fn search(
     let opts = SearchOptions {
         query: QueryOptions {
             max_results: cfg.search_max_results,
-            topic: cfg.tavily_topic.clone(),
-            depth: cfg.tavily_search_depth.clone(),
+            topic: cfg.tavily_topic.as_str().to_owned(),
+            depth: cfg.tavily_search_depth.as_str().to_owned(),
             include_domains: super::config::domains(&cfg.search_include_domains),
             exclude_domains: super::config::domains(&cfg.search_exclude_domains),
             max_content_length: cfg.max_content_length,

@@ -29,7 +29,7 @@ fn every_setting_is_described_in_order() {
     let mut fields_sorted: Vec<&str> = fields.iter().map(|f| f.as_str()).collect();
     fields_sorted.sort_unstable();
     assert_eq!(sorted, fields_sorted);
-    assert!(SETTINGS.iter().all(|s| !s.description.is_empty()));
+    assert!(SETTINGS.iter().all(|s| !s.description().is_empty()));
 }
 
 #[test]
@@ -67,4 +67,45 @@ fn errors_name_the_field() {
         domains(&c.search_exclude_domains),
         ["a.example", "b.example"]
     );
+}
+
+/// The schema's choices are what serde reads, and each declared range is enforced: both come
+/// from the one declaration of each setting.
+#[test]
+fn choices_and_ranges_are_the_ones_declared() {
+    let no_lock = |v: Value| {
+        let map = v.as_object().cloned().unwrap_or_default();
+        ResearchConfig::default().with_overrides(&map, &[])
+    };
+    let defaults = serde_json::to_value(ResearchConfig::default()).unwrap();
+    for setting in SETTINGS {
+        let name = setting.name;
+        if !setting.choices.is_empty() {
+            assert!(
+                setting.choices.contains(&defaults[name].as_str().unwrap()),
+                "{name}"
+            );
+            for choice in setting.choices {
+                // `corpus` needs search_api local; the choices here are the enums'.
+                let mut run = json!({ name: choice });
+                if name == "search_api" && *choice == "local" {
+                    run["corpus"] = json!("");
+                }
+                assert!(no_lock(run).is_ok(), "{name} = {choice}");
+            }
+            assert!(no_lock(json!({ name: "nonsense" })).is_err(), "{name}");
+        }
+        if let Some((lo, hi)) = setting.range {
+            assert!(
+                no_lock(json!({ name: hi + 1 })).is_err(),
+                "{name} above its range"
+            );
+            if lo > 0 {
+                assert!(
+                    no_lock(json!({ name: lo - 1 })).is_err(),
+                    "{name} below its range"
+                );
+            }
+        }
+    }
 }
