@@ -3,10 +3,9 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use deep_research::app::Application;
-use deep_research::config::file::FileConfig;
+use deep_research::config::file::{FileConfig, SqliteSyncChoice};
 use deep_research::config::{Settings, non_empty};
 use deep_research::graph::Registry;
-use deep_research::store::SqliteSync;
 use deep_research::telemetry::{self, LogFormat};
 use secrecy::SecretString;
 use std::sync::Arc;
@@ -87,8 +86,8 @@ struct ServeArgs {
     sqlite_path: Option<String>,
     /// SQLite commits: `normal` returns once a commit is in the write-ahead log (a power cut
     /// may lose the last ones), `full` waits for fsync on every commit.
-    #[arg(long, env = "DR_SQLITE_SYNC", value_parser = ["normal", "full"])]
-    sqlite_sync: Option<String>,
+    #[arg(long, env = "DR_SQLITE_SYNC", value_enum)]
+    sqlite_sync: Option<SqliteSyncChoice>,
     /// Runs executing at once in this process [server.max_concurrent_runs].
     #[arg(long, env = "DR_MAX_CONCURRENT_RUNS")]
     max_concurrent_runs: Option<usize>,
@@ -106,8 +105,8 @@ struct ServeArgs {
     #[arg(long, env = "DR_MAX_BODY_BYTES")]
     max_body_bytes: Option<usize>,
     /// Log lines as `text` or `json` [telemetry.log_format].
-    #[arg(long, env = "DR_LOG_FORMAT", value_parser = ["text", "json"])]
-    log_format: Option<String>,
+    #[arg(long, env = "DR_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
     /// A TOML file layered over config/default.toml (server, research knobs, providers, limits,
     /// prices, telemetry).
     #[arg(long, env = "DR_CONFIG")]
@@ -232,10 +231,8 @@ impl ServeArgs {
         if let Some(path) = &self.sqlite_path {
             s.sqlite_path = path.clone();
         }
-        match self.sqlite_sync.as_deref() {
-            Some("full") => s.sqlite_sync = SqliteSync::Full,
-            Some(_) => s.sqlite_sync = SqliteSync::Normal,
-            None => {}
+        if let Some(sync) = self.sqlite_sync {
+            s.sqlite_sync = sync.into();
         }
         s.max_concurrent_runs = self.max_concurrent_runs.unwrap_or(s.max_concurrent_runs);
         s.db_max_connections = self.db_max_connections.unwrap_or(s.db_max_connections);
@@ -246,10 +243,8 @@ impl ServeArgs {
         if self.no_auth {
             s.auth.disabled = true;
         }
-        match self.log_format.as_deref() {
-            Some("json") => s.telemetry.log_format = LogFormat::Json,
-            Some(_) => s.telemetry.log_format = LogFormat::Text,
-            None => {}
+        if let Some(format) = self.log_format {
+            s.telemetry.log_format = format;
         }
         if s.telemetry.otlp_endpoint.is_none() {
             s.telemetry.otlp_endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")

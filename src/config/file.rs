@@ -72,7 +72,7 @@ pub struct Server {
 }
 
 /// `normal` or `full` (see `store::SqliteSync`).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum SqliteSyncChoice {
     Normal,

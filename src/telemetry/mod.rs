@@ -20,7 +20,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 /// Log lines as text (colours only on a terminal) or as one JSON object each.
-#[derive(Clone, Copy, Debug, Default, serde::Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, serde::Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]
