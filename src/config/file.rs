@@ -31,46 +31,6 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// The `[server]` section: where the service listens, its store, its intervals and its key.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Server {
-    pub host: String,
-    pub port: u16,
-    /// Empty: a SQLite file at `sqlite_path`.
-    pub database_url: SecretString,
-    pub sqlite_path: String,
-    pub sqlite_sync: SqliteSyncChoice,
-    pub db_max_connections: u32,
-    pub max_concurrent_runs: usize,
-    /// Empty: no key required.
-    pub api_key: SecretString,
-    pub max_body_bytes: usize,
-    pub header_read_timeout_ms: u64,
-    pub body_read_timeout_ms: u64,
-    pub first_request_timeout_ms: u64,
-    pub idle_timeout_ms: u64,
-    pub max_connections: usize,
-    pub max_connections_per_address: usize,
-    pub http2_max_concurrent_streams: u32,
-    pub allowed_hosts: Vec<String>,
-    pub cors_origins: Vec<String>,
-    pub cors_private_network: bool,
-    pub web_app: bool,
-    pub a2a: bool,
-    pub mcp: bool,
-    pub ag_ui: bool,
-    pub run_lease_ms: u64,
-    pub heartbeat_ms: u64,
-    pub poll_interval_ms: u64,
-    pub max_attempts: u32,
-    pub drain_timeout_ms: u64,
-    pub store_patience_ms: u64,
-    pub statement_timeout_ms: u64,
-    pub run_events_retention_hours: u64,
-    pub sweep_interval_ms: u64,
-}
-
 /// `normal` or `full` (see `store::SqliteSync`).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -256,7 +216,9 @@ pub struct LocalSearch {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
-    pub server: Server,
+    /// The `[server]` section, read as the settings it declares (the rest are the other
+    /// sections': `Settings::from_file`).
+    pub server: crate::config::Settings,
     pub telemetry: Telemetry,
     pub auth: Auth,
     pub webhooks: Webhooks,

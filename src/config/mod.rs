@@ -9,59 +9,80 @@ pub mod file;
 use crate::telemetry::TelemetryConfig;
 use file::{ConfigError, FileConfig};
 use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Deserializer};
 use std::time::Duration;
 
-/// Where and how the service runs. Secrets are `SecretString`s: `Debug` prints `[REDACTED]`.
-#[derive(Clone, Debug)]
+/// Where and how the service runs. Its fields down to `ag_ui` are the `[server]` section,
+/// each declared here once, with the name and unit the file uses (`run_lease_ms` is read into
+/// `run_lease`); the rest come from the other sections (`from_file`). Secrets are
+/// `SecretString`s: `Debug` prints `[REDACTED]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Settings {
     pub host: String,
     pub port: u16,
-    /// `postgres://…` or `sqlite://…`; `None` uses `sqlite_path`.
+    /// `postgres://…` or `sqlite://…`; empty (`None`) uses `sqlite_path`.
+    #[serde(deserialize_with = "blank_is_none")]
     pub database_url: Option<SecretString>,
     /// The embedded store's file when no database URL is set.
     pub sqlite_path: String,
     /// Database connections in the pool.
     pub db_max_connections: u32,
     /// How long a SQLite commit waits for the disk.
+    #[serde(deserialize_with = "sqlite_sync")]
     pub sqlite_sync: crate::store::SqliteSync,
     /// Process-wide bound on concurrently executing runs (the worker count).
     pub max_concurrent_runs: usize,
     /// How long a claimed run stays ours without a renewal.
+    #[serde(rename = "run_lease_ms", deserialize_with = "millis")]
     pub run_lease: Duration,
     /// Interval of SSE `: heartbeat` comments and `/wait` keep-alive newlines.
+    #[serde(rename = "heartbeat_ms", deserialize_with = "millis")]
     pub heartbeat: Duration,
     /// How often one idle worker looks for runs nothing woke it for (delayed runs, runs created
     /// by other replicas).
+    #[serde(rename = "poll_interval_ms", deserialize_with = "millis")]
     pub poll_interval: Duration,
     /// Claims of a run whose worker died before it is given up.
     pub max_attempts: u32,
     /// How long a shutdown lets runs reach their next checkpoint before handing them back.
+    #[serde(rename = "drain_timeout_ms", deserialize_with = "millis")]
     pub drain_timeout: Duration,
     /// How long runs retry writes while the database is unreachable or busy.
+    #[serde(rename = "store_patience_ms", deserialize_with = "millis")]
     pub store_patience: Duration,
     /// Postgres `statement_timeout` (zero: none).
+    #[serde(rename = "statement_timeout_ms", deserialize_with = "millis")]
     pub statement_timeout: Duration,
     /// How long finished runs keep their stored events (zero: forever).
+    #[serde(rename = "run_events_retention_hours", deserialize_with = "hours")]
     pub run_events_retention: Duration,
     /// Interval of the thread-ttl and event-retention sweep.
+    #[serde(rename = "sweep_interval_ms", deserialize_with = "millis")]
     pub sweep_interval: Duration,
     /// When set, every route but `/ok`, `/info`, `/docs`, `/metrics` and preflights needs
     /// `x-api-key`.
+    #[serde(deserialize_with = "blank_is_none")]
     pub api_key: Option<SecretString>,
     /// Largest accepted request body in bytes.
     pub max_body_bytes: usize,
     /// How long a client may take to send a request's headers, and its body.
+    #[serde(rename = "header_read_timeout_ms", deserialize_with = "millis")]
     pub header_read_timeout: Duration,
+    #[serde(rename = "body_read_timeout_ms", deserialize_with = "millis")]
     pub body_read_timeout: Duration,
     /// A new connection's deadline for its first request, and any connection's for its next.
+    #[serde(rename = "first_request_timeout_ms", deserialize_with = "millis")]
     pub first_request_timeout: Duration,
+    #[serde(rename = "idle_timeout_ms", deserialize_with = "millis")]
     pub idle_timeout: Duration,
     /// Connections served at once, in total and from one address (0: no cap of its own).
     pub max_connections: usize,
     pub max_connections_per_address: usize,
     /// HTTP/2 streams one connection may have open at once.
     pub http2_max_concurrent_streams: u32,
-    /// Accepted `Host` names (any port); `*` accepts any.
+    /// Accepted `Host` names (any port, any case); `*` accepts any.
+    #[serde(deserialize_with = "lowercase")]
     pub allowed_hosts: Vec<String>,
     /// Origins allowed by CORS (`*`: any); empty sends no CORS headers.
     pub cors_origins: Vec<String>,
@@ -74,16 +95,47 @@ pub struct Settings {
     pub mcp: bool,
     /// AG-UI at `/ag-ui/{assistant_id}` (off: 404).
     pub ag_ui: bool,
-    /// Who may call the API, as which owner.
+    /// Who may call the API, as which owner (`[auth]`).
+    #[serde(skip)]
     pub auth: AuthSettings,
-    /// Admission limits on runs.
+    /// Admission limits on runs (`[limits]`).
+    #[serde(skip)]
     pub run_limits: RunLimits,
-    /// Runs may bring provider keys in `configurable.apiKeys` (held in memory, never stored).
+    /// Runs may bring provider keys in `configurable.apiKeys` (held in memory, never stored;
+    /// `[operator]`).
+    #[serde(skip)]
     pub allow_run_keys: bool,
-    /// Logs, traces and metrics.
+    /// Logs, traces and metrics (`[telemetry]`).
+    #[serde(skip)]
     pub telemetry: TelemetryConfig,
-    /// Run-completion webhooks.
+    /// Run-completion webhooks (`[webhooks]`).
+    #[serde(skip)]
     pub webhooks: WebhookSettings,
+}
+
+fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    u64::deserialize(d).map(Duration::from_millis)
+}
+
+fn hours<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let hours = u64::deserialize(d)?;
+    hours
+        .checked_mul(3600)
+        .map(Duration::from_secs)
+        .ok_or_else(|| serde::de::Error::custom("too many hours"))
+}
+
+/// An empty or blank secret is none.
+fn blank_is_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SecretString>, D::Error> {
+    SecretString::deserialize(d).map(|s| non_empty(&s))
+}
+
+fn sqlite_sync<'de, D: Deserializer<'de>>(d: D) -> Result<crate::store::SqliteSync, D::Error> {
+    file::SqliteSyncChoice::deserialize(d).map(Into::into)
+}
+
+fn lowercase<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Vec::<String>::deserialize(d).map(|l| l.iter().map(|h| h.to_ascii_lowercase()).collect())
 }
 
 /// The `[auth]` settings (see `api::auth`).
@@ -158,7 +210,7 @@ pub struct RunLimits {
 }
 
 /// The `[webhooks]` settings (run-completion webhooks, sent by `runs::webhook`).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct WebhookSettings {
     /// Signs every POST; without it runs with a webhook are refused.
     pub secret: Option<SecretString>,
@@ -186,56 +238,16 @@ impl Settings {
                 cfg.auth.jwt_owners
             )));
         }
-        let s = &cfg.server;
-        let t = &cfg.telemetry;
-        let ms = Duration::from_millis;
-        let settings = Self {
-            host: s.host.clone(),
-            port: s.port,
-            database_url: non_empty(&s.database_url),
-            sqlite_path: s.sqlite_path.clone(),
-            db_max_connections: s.db_max_connections,
-            sqlite_sync: s.sqlite_sync.into(),
-            max_concurrent_runs: s.max_concurrent_runs,
-            run_lease: ms(s.run_lease_ms),
-            heartbeat: ms(s.heartbeat_ms),
-            poll_interval: ms(s.poll_interval_ms),
-            max_attempts: s.max_attempts,
-            drain_timeout: ms(s.drain_timeout_ms),
-            store_patience: ms(s.store_patience_ms),
-            statement_timeout: ms(s.statement_timeout_ms),
-            run_events_retention: Duration::from_secs(s.run_events_retention_hours * 3600),
-            sweep_interval: ms(s.sweep_interval_ms),
-            api_key: non_empty(&s.api_key),
-            max_body_bytes: s.max_body_bytes,
-            header_read_timeout: ms(s.header_read_timeout_ms),
-            body_read_timeout: ms(s.body_read_timeout_ms),
-            first_request_timeout: ms(s.first_request_timeout_ms),
-            idle_timeout: ms(s.idle_timeout_ms),
-            max_connections: s.max_connections,
-            max_connections_per_address: s.max_connections_per_address,
-            http2_max_concurrent_streams: s.http2_max_concurrent_streams,
-            allowed_hosts: s
-                .allowed_hosts
-                .iter()
-                .map(|h| h.to_ascii_lowercase())
-                .collect(),
-            cors_origins: s.cors_origins.clone(),
-            cors_private_network: s.cors_private_network,
-            web_app: s.web_app,
-            a2a: s.a2a,
-            mcp: s.mcp,
-            ag_ui: s.ag_ui,
-            auth: auth_settings(&cfg.auth),
-            allow_run_keys: cfg.operator.allow_api_keys_from_config,
-            run_limits: run_limits(&cfg.limits),
-            telemetry: telemetry_config(t),
-            webhooks: WebhookSettings {
-                secret: non_empty(&cfg.webhooks.signing_secret),
-                allow_private_targets: cfg.webhooks.allow_private_targets,
-                timeout: ms(cfg.webhooks.timeout_ms),
-                attempts: cfg.webhooks.attempts,
-            },
+        let mut settings = cfg.server.clone();
+        settings.auth = auth_settings(&cfg.auth);
+        settings.allow_run_keys = cfg.operator.allow_api_keys_from_config;
+        settings.run_limits = run_limits(&cfg.limits);
+        settings.telemetry = telemetry_config(&cfg.telemetry);
+        settings.webhooks = WebhookSettings {
+            secret: non_empty(&cfg.webhooks.signing_secret),
+            allow_private_targets: cfg.webhooks.allow_private_targets,
+            timeout: Duration::from_millis(cfg.webhooks.timeout_ms),
+            attempts: cfg.webhooks.attempts,
         };
         settings.validate()?;
         Ok(settings)

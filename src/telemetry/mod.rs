@@ -29,7 +29,7 @@ pub enum LogFormat {
 }
 
 /// How the service reports on itself (`[telemetry]` in the configuration).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TelemetryConfig {
     pub log_format: LogFormat,
     /// OTLP/HTTP traces endpoint (`http://collector:4318`); `None` exports no traces.
