@@ -230,7 +230,7 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// The `[server]` and `[telemetry]` sections, checked.
+    /// The settings of every section the server reads, checked.
     pub fn from_file(cfg: &FileConfig) -> Result<Self, ConfigError> {
         if JwtOwners::parse(&cfg.auth.jwt_owners).is_none() {
             return Err(ConfigError::Invalid(format!(
