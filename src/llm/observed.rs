@@ -8,7 +8,6 @@ use crate::telemetry::metrics;
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Instant;
-use tracing::Instrument;
 
 /// A chat model whose calls are traced and counted.
 pub struct Observed {
@@ -24,26 +23,23 @@ impl Observed {
 
 #[async_trait]
 impl ChatModel for Observed {
+    #[tracing::instrument(name = "chat", skip_all, fields(
+        otel.name = %format!("chat {}", self.name.model), otel.kind = "client",
+        gen_ai.operation.name = "chat", gen_ai.provider.name = %self.name.provider,
+        gen_ai.request.model = %self.name.model, gen_ai.request.max_tokens = req.max_tokens,
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        error.type = tracing::field::Empty))]
     async fn chat(
         &self,
         req: &ChatRequest,
         on_delta: Option<OnDelta<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         let ModelName { provider, model } = &self.name;
-        let span = tracing::info_span!("chat", otel.name = %format!("chat {model}"),
-            otel.kind = "client", gen_ai.operation.name = "chat",
-            gen_ai.provider.name = %provider, gen_ai.request.model = %model,
-            gen_ai.request.max_tokens = req.max_tokens,
-            gen_ai.usage.input_tokens = tracing::field::Empty,
-            gen_ai.usage.output_tokens = tracing::field::Empty,
-            gen_ai.response.finish_reasons = tracing::field::Empty,
-            error.type = tracing::field::Empty);
         let started = Instant::now();
-        let answer = self
-            .inner
-            .chat(req, on_delta)
-            .instrument(span.clone())
-            .await;
+        let answer = self.inner.chat(req, on_delta).await;
+        let span = tracing::Span::current();
         let took = started.elapsed();
         match &answer {
             Ok(response) => {

@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 pub use super::engines::{Engine, Found, QueryFound, QueryOptions, SearchHit, truncate_chars};
 
@@ -136,20 +135,19 @@ impl WebSearch {
     }
 
     /// Runs one query, retrying rate limits and transient failures; traced and counted.
+    #[tracing::instrument(name = "search", skip_all, fields(
+        otel.name = format!("search {}", self.config.engine.id()), otel.kind = "client",
+        search.api = self.config.engine.id(), search.results = tracing::field::Empty,
+        error.type = tracing::field::Empty))]
     pub async fn search(
         &self,
         query: &str,
         opts: &QueryOptions,
     ) -> Result<Vec<SearchHit>, SearchError> {
         let engine = self.config.engine.id();
-        let span = tracing::info_span!("search", otel.name = format!("search {engine}"),
-            otel.kind = "client", search.api = engine, search.results = tracing::field::Empty,
-            error.type = tracing::field::Empty);
         let started = std::time::Instant::now();
-        let result = self
-            .search_with_retries(query, opts)
-            .instrument(span.clone())
-            .await;
+        let result = self.search_with_retries(query, opts).await;
+        let span = tracing::Span::current();
         let outcome = match &result {
             Ok(hits) => {
                 span.record("search.results", hits.len());
