@@ -14,6 +14,7 @@ use crate::store::Owner;
 use crate::store::{
     Assistant, AssistantPatch, AssistantQuery, AssistantVersion, IfExists, JsonMap,
 };
+use crate::store::{AssistantSort, SortOrder};
 use crate::time::Timestamp;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -209,8 +210,8 @@ pub(super) struct AssistantSearch {
     limit: Option<i64>,
     #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     offset: Option<i64>,
-    sort_by: Option<String>,
-    sort_order: Option<String>,
+    sort_by: Option<AssistantSort>,
+    sort_order: Option<SortOrder>,
     #[serde(default)]
     select: Vec<String>,
 }
@@ -219,20 +220,7 @@ fn assistant_query(
     body: AssistantSearch,
     who: &Principal,
 ) -> ApiResult<(AssistantQuery, Vec<String>)> {
-    const SORTS: [&str; 5] = [
-        "assistant_id",
-        "graph_id",
-        "name",
-        "created_at",
-        "updated_at",
-    ];
-    let p = SearchParams::check(
-        body.limit,
-        body.offset,
-        body.sort_by,
-        body.sort_order.as_deref(),
-        &SORTS,
-    )?;
+    let p = SearchParams::check(body.limit, body.offset)?;
     let metadata = body.metadata.unwrap_or_default();
     super::check_filter("metadata", &metadata)?;
     let q = AssistantQuery {
@@ -242,8 +230,8 @@ fn assistant_query(
         name: body.name,
         limit: p.limit,
         offset: p.offset,
-        sort_by: p.sort_by,
-        sort_order: p.sort_order,
+        sort_by: body.sort_by,
+        sort_order: body.sort_order,
     };
     super::check_select(&body.select, &super::ASSISTANT_FIELDS)?;
     Ok((q, body.select))
@@ -418,7 +406,7 @@ pub(super) async fn versions(
     Body(body): Body<VersionSearch>,
 ) -> ApiResult<Json<Vec<AssistantVersion>>> {
     let current = by_path(&state, &id, &who).await?;
-    let p = SearchParams::check(body.limit, body.offset, None, None, &[])?;
+    let p = SearchParams::check(body.limit, body.offset)?;
     let metadata = body.metadata.unwrap_or_default();
     super::check_filter("metadata", &metadata)?;
     state

@@ -241,7 +241,7 @@ impl ResearchTools {
             name: None,
             limit: MAX_TOOLS,
             offset: 0,
-            sort_by: Some("created_at".into()),
+            sort_by: Some(crate::store::AssistantSort::CreatedAt),
             sort_order: Some(SortOrder::Asc),
         };
         let page = self

@@ -356,33 +356,14 @@ pub use runs::admission::Admission;
 pub(crate) struct SearchParams {
     pub limit: i64,
     pub offset: i64,
-    pub sort_by: Option<String>,
-    pub sort_order: Option<crate::store::SortOrder>,
 }
 
 impl SearchParams {
-    /// Validates paging and that `sort_by` is one of `sorts`; errors name the field.
-    pub fn check(
-        limit: Option<i64>,
-        offset: Option<i64>,
-        sort_by: Option<String>,
-        sort_order: Option<&str>,
-        sorts: &[&str],
-    ) -> Result<Self, AppError> {
+    /// A page of a search: 10 from the start unless said; errors name the field. (Its
+    /// ordering is typed in each search body.)
+    pub fn check(limit: Option<i64>, offset: Option<i64>) -> Result<Self, AppError> {
         let (limit, offset) = (limit.unwrap_or(10), offset.unwrap_or(0));
         check_paging(limit, offset)?;
-        if let Some(s) = sort_by.as_deref().filter(|s| !sorts.contains(s)) {
-            return Err(AppError::Invalid(format!(
-                "sort_by: invalid value '{s}' (expected one of {})",
-                sorts.join(", ")
-            )));
-        }
-        let sort_order = params::optional_enum(sort_order, "sort_order")?;
-        Ok(Self {
-            limit,
-            offset,
-            sort_by,
-            sort_order,
-        })
+        Ok(Self { limit, offset })
     }
 }

@@ -4,8 +4,8 @@
 use super::auth::Principal;
 use super::error::{ApiResult, AppError, Body, Params};
 use super::lookups::{self, checkpoint_id_of};
+use super::params::parse_enum;
 use super::params::{Ids, parse_id};
-use super::params::{optional_enum, parse_enum};
 use super::query::{query_pairs, query_values};
 use super::response_bodies::sse_response;
 use super::{AppState, SearchParams, paged, project};
@@ -17,6 +17,7 @@ use crate::store::{
     CancelAction, Checkpoint, CheckpointQuery, EventId, IfExists, JsonMap, Thread, ThreadQuery,
     ThreadStatus, ThreadSummary,
 };
+use crate::store::{SortOrder, ThreadSort};
 use crate::stream::{ThreadFollow, ThreadIdentity, ThreadModes, thread_sse_body};
 use crate::time::Timestamp;
 use axum::extract::{RawQuery, State};
@@ -130,34 +131,21 @@ pub(super) struct ThreadSearch {
     metadata: Option<JsonMap>,
     #[schema(value_type = Option<Object>)]
     values: Option<JsonMap>,
-    ids: Option<Vec<String>>,
-    status: Option<String>,
+    #[schema(value_type = Option<Vec<String>>)]
+    ids: Option<Vec<ThreadId>>,
+    status: Option<ThreadStatus>,
     #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     limit: Option<i64>,
     #[serde(default, deserialize_with = "super::numbers::opt_whole")]
     offset: Option<i64>,
-    sort_by: Option<String>,
-    sort_order: Option<String>,
+    sort_by: Option<ThreadSort>,
+    sort_order: Option<SortOrder>,
     #[serde(default)]
     select: Vec<String>,
 }
 
 fn thread_query(body: ThreadSearch, who: &Principal) -> ApiResult<(ThreadQuery, Vec<String>)> {
-    const SORTS: [&str; 5] = [
-        "thread_id",
-        "status",
-        "created_at",
-        "updated_at",
-        "state_updated_at",
-    ];
-    let p = SearchParams::check(
-        body.limit,
-        body.offset,
-        body.sort_by,
-        body.sort_order.as_deref(),
-        &SORTS,
-    )?;
-    let status = optional_enum::<ThreadStatus>(body.status.as_deref(), "status")?;
+    let p = SearchParams::check(body.limit, body.offset)?;
     let metadata = body.metadata.unwrap_or_default();
     let values = body.values.unwrap_or_default();
     super::check_filter("metadata", &metadata)?;
@@ -170,22 +158,17 @@ fn thread_query(body: ThreadSearch, who: &Principal) -> ApiResult<(ThreadQuery, 
         ));
     }
     super::check_ids("ids", body.ids.as_ref().map_or(0, Vec::len))?;
-    let ids = body
-        .ids
-        .unwrap_or_default()
-        .iter()
-        .map(|raw| parse_id::<ThreadId>(raw))
-        .collect::<ApiResult<Vec<ThreadId>>>()?;
+    let ids = body.ids.unwrap_or_default();
     let q = ThreadQuery {
         owner: who.owner.clone(),
         metadata,
         values,
         ids,
-        status,
+        status: body.status,
         limit: p.limit,
         offset: p.offset,
-        sort_by: p.sort_by,
-        sort_order: p.sort_order,
+        sort_by: body.sort_by,
+        sort_order: body.sort_order,
     };
     super::check_select(&body.select, &super::THREAD_FIELDS)?;
     Ok((q, body.select))

@@ -48,6 +48,41 @@ macro_rules! text_enum {
 pub(crate) use text_enum;
 
 text_enum!(
+    /// What assistants are listed by (each a column).
+    AssistantSort {
+        AssistantId => "assistant_id",
+        GraphId => "graph_id",
+        Name => "name",
+        CreatedAt => "created_at",
+        UpdatedAt => "updated_at",
+    }
+);
+
+text_enum!(
+    /// What threads are listed by (each a column).
+    ThreadSort {
+        ThreadId => "thread_id",
+        Status => "status",
+        CreatedAt => "created_at",
+        UpdatedAt => "updated_at",
+        StateUpdatedAt => "state_updated_at",
+    }
+);
+
+text_enum!(
+    /// What crons are listed by (each a column).
+    CronSort {
+        CronId => "cron_id",
+        AssistantId => "assistant_id",
+        ThreadId => "thread_id",
+        NextRunDate => "next_run_date",
+        EndTime => "end_time",
+        CreatedAt => "created_at",
+        UpdatedAt => "updated_at",
+    }
+);
+
+text_enum!(
     /// Where a thread stands, recomputed whenever one of its runs starts or ends.
     ThreadStatus { Idle => "idle", Busy => "busy", Interrupted => "interrupted", Error => "error" }
 );
@@ -208,8 +243,7 @@ pub struct AssistantQuery {
     pub name: Option<String>,
     pub limit: i64,
     pub offset: i64,
-    /// One of assistant_id, graph_id, name, created_at, updated_at (validated by the API).
-    pub sort_by: Option<String>,
+    pub sort_by: Option<AssistantSort>,
     pub sort_order: Option<SortOrder>,
 }
 
@@ -256,8 +290,7 @@ pub struct ThreadQuery {
     pub status: Option<ThreadStatus>,
     pub limit: i64,
     pub offset: i64,
-    /// One of thread_id, status, created_at, updated_at, state_updated_at (validated by the API).
-    pub sort_by: Option<String>,
+    pub sort_by: Option<ThreadSort>,
     pub sort_order: Option<SortOrder>,
 }
 
@@ -599,9 +632,7 @@ pub struct CronQuery {
     pub metadata: JsonMap,
     pub limit: i64,
     pub offset: i64,
-    /// One of cron_id, assistant_id, thread_id, next_run_date, end_time, created_at,
-    /// updated_at (validated by the API).
-    pub sort_by: Option<String>,
+    pub sort_by: Option<CronSort>,
     pub sort_order: Option<SortOrder>,
 }
 

@@ -606,7 +606,7 @@ impl Call<'_> {
                     status: None,
                     limit: 100,
                     offset: 0,
-                    sort_by: Some("updated_at".into()),
+                    sort_by: Some(crate::store::ThreadSort::UpdatedAt),
                     sort_order: Some(SortOrder::Desc),
                 };
                 self.state.store.search_threads(&query).await?.items

@@ -17,6 +17,7 @@ use super::runs::{RunRequest, Target, check_run_request};
 use super::{AppState, SearchParams, paged, project};
 use crate::ids::{AssistantId, CronId, ThreadId};
 use crate::store::{Cron, CronQuery, JsonMap};
+use crate::store::{CronSort, SortOrder};
 use crate::time::Timestamp;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -384,34 +385,18 @@ pub(super) struct CronSearch {
     limit: Option<i64>,
     #[serde(default, deserialize_with = "crate::api::numbers::opt_whole")]
     offset: Option<i64>,
-    sort_by: Option<String>,
-    sort_order: Option<String>,
+    sort_by: Option<CronSort>,
+    sort_order: Option<SortOrder>,
     #[serde(default)]
     select: Vec<String>,
 }
-
-pub(crate) const SORTS: [&str; 7] = [
-    "cron_id",
-    "assistant_id",
-    "thread_id",
-    "next_run_date",
-    "end_time",
-    "created_at",
-    "updated_at",
-];
 
 async fn cron_query(
     state: &AppState,
     who: &Principal,
     body: CronSearch,
 ) -> ApiResult<(CronQuery, Vec<String>)> {
-    let p = SearchParams::check(
-        body.limit,
-        body.offset,
-        body.sort_by,
-        body.sort_order.as_deref(),
-        &SORTS,
-    )?;
+    let p = SearchParams::check(body.limit, body.offset)?;
     let assistant_id = match body.assistant_id.as_deref() {
         None => None,
         Some(raw) => Some(match raw.parse::<AssistantId>() {
@@ -437,8 +422,8 @@ async fn cron_query(
         },
         limit: p.limit,
         offset: p.offset,
-        sort_by: p.sort_by,
-        sort_order: p.sort_order,
+        sort_by: body.sort_by,
+        sort_order: body.sort_order,
     };
     Ok((q, body.select))
 }

@@ -113,10 +113,6 @@ fn select(fields: &[&str]) -> Value {
     json!({"type": "array", "items": {"type": "string", "enum": fields}})
 }
 
-fn sort_order() -> Value {
-    choice(&["asc", "desc"])
-}
-
 fn ttl() -> Value {
     json!({"anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_MINUTES},
                      {"type": "object", "required": ["ttl"],
@@ -128,34 +124,11 @@ fn ttl() -> Value {
 
 fn assistant_and_thread_fields() -> Vec<Override> {
     let if_exists = choice(&["raise", "do_nothing"]);
-    let assistant_sorts = [
-        "assistant_id",
-        "graph_id",
-        "name",
-        "created_at",
-        "updated_at",
-    ];
-    let thread_sorts = [
-        "thread_id",
-        "status",
-        "created_at",
-        "updated_at",
-        "state_updated_at",
-    ];
     vec![
-        ("AssistantSearch", "sort_by", choice(&assistant_sorts)),
-        ("AssistantSearch", "sort_order", sort_order()),
         ("AssistantSearch", "select", select(&ASSISTANT_FIELDS)),
         ("NewAssistant", "if_exists", if_exists.clone()),
         ("NewAssistant", "assistant_id", opt_uuid()),
-        ("ThreadSearch", "sort_by", choice(&thread_sorts)),
-        ("ThreadSearch", "sort_order", sort_order()),
         ("ThreadSearch", "select", select(&THREAD_FIELDS)),
-        (
-            "ThreadSearch",
-            "status",
-            choice(&["idle", "busy", "interrupted", "error"]),
-        ),
         ("ThreadSearch", "ids", uuids()),
         ("NewThread", "if_exists", if_exists),
         ("NewThread", "thread_id", opt_uuid()),
@@ -177,8 +150,6 @@ fn assistant_and_thread_fields() -> Vec<Override> {
 
 fn cron_and_cancel_fields() -> Vec<Override> {
     vec![
-        ("CronSearch", "sort_by", choice(&crate::api::crons::SORTS)),
-        ("CronSearch", "sort_order", sort_order()),
         ("CronSearch", "select", select(&CRON_FIELDS)),
         ("CronSearch", "thread_id", opt_uuid()),
         ("CancelMany", "thread_id", opt_uuid()),

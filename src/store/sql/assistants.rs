@@ -113,7 +113,7 @@ impl crate::store::AssistantStore for SqlStore {
         }
         self.push_contains(&mut filter, "metadata", &query.metadata)?;
         let order = order_by(
-            query.sort_by.as_deref(),
+            query.sort_by.map(|s| s.as_str()),
             query.sort_order,
             &[
                 "assistant_id",

@@ -130,7 +130,7 @@ impl crate::store::ThreadStore for SqlStore {
         self.push_contains(&mut filter, "metadata", &query.metadata)?;
         self.push_contains(&mut filter, "state_values", &query.values)?;
         let order = order_by(
-            query.sort_by.as_deref(),
+            query.sort_by.map(|s| s.as_str()),
             query.sort_order,
             &[
                 "thread_id",
