@@ -92,6 +92,8 @@ pub fn router(state: AppState) -> Router {
         .merge(threads::router())
         .merge(runs::router())
         .merge(thread_protocol::router())
+        .merge(thread_socket::router())
+        .merge(thread_report::router())
         .merge(store_items::router())
         .merge(crons::router())
         .merge(docs)

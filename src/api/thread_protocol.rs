@@ -27,12 +27,7 @@ use axum::routing::post;
 use serde_json::{Map, Value, json};
 
 pub(super) fn router() -> Router<AppState> {
-    Router::new()
-        .route("/threads/{thread_id}/commands", post(command))
-        .route(
-            "/threads/{thread_id}/stream/events",
-            post(events).get(super::thread_socket::socket),
-        )
+    Router::new().route("/threads/{thread_id}/commands", post(command))
 }
 
 /// The stream modes of a run the protocol starts: what its channels are made from.

@@ -59,6 +59,13 @@ fn format_asked(query: &ReportQuery, headers: &HeaderMap) -> ApiResult<Format> {
     })
 }
 
+pub(super) fn router() -> axum::Router<AppState> {
+    axum::Router::new().route(
+        "/threads/{thread_id}/report",
+        axum::routing::get(thread_report),
+    )
+}
+
 /// The thread's report as a file: Markdown, one self-contained HTML page, PDF or DOCX, each with
 /// its citations linked to the Sources list and an evidence appendix (each cited sentence with
 /// the passage of its source the citation check matched).

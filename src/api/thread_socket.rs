@@ -34,6 +34,14 @@ use tokio_util::task::AbortOnDropHandle;
 /// Subscriptions one socket may hold at once (`useStream` opens three or four).
 const MAX_SUBSCRIPTIONS: usize = 16;
 
+/// The thread's event stream: over SSE (`POST`, the protocol's) or this socket (`GET`).
+pub(super) fn router() -> axum::Router<AppState> {
+    axum::Router::new().route(
+        "/threads/{thread_id}/stream/events",
+        axum::routing::post(super::thread_protocol::events).get(socket),
+    )
+}
+
 /// Opens the socket.
 pub(super) async fn socket(
     State(state): State<AppState>,

@@ -52,10 +52,6 @@ pub(super) fn router() -> Router<AppState> {
             get(history_get).post(history_post),
         )
         .route("/threads/{thread_id}/stream", get(stream))
-        .route(
-            "/threads/{thread_id}/report",
-            get(super::thread_report::thread_report),
-        )
 }
 
 /// The graph that last ran on the thread (its metadata `graph_id`).

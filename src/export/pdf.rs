@@ -6,7 +6,7 @@
 //! source's location, as is each link of the report a reader can follow.
 
 use super::blocks::{Block, Link, Span};
-use super::pdf_fonts::Fonts;
+use super::pdf_fonts::{Font, Fonts};
 use super::{ExportError, Report};
 use lopdf::content::{Content, Operation};
 use lopdf::{Document, Object, Stream, dictionary};
@@ -16,30 +16,7 @@ const PAGE_H: f32 = 842.0;
 const MARGIN: f32 = 56.0;
 const BODY: f32 = 10.5;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Font {
-    Regular,
-    Bold,
-    Italic,
-    Mono,
-}
-
 impl Font {
-    pub(super) const ALL: [Font; 4] = [Self::Regular, Self::Bold, Self::Italic, Self::Mono];
-
-    pub(super) fn index(self) -> usize {
-        match self {
-            Self::Regular => 0,
-            Self::Bold => 1,
-            Self::Italic => 2,
-            Self::Mono => 3,
-        }
-    }
-
-    pub(super) fn name(self) -> &'static str {
-        ["F1", "F2", "F3", "F4"][self.index()]
-    }
-
     fn of(span: &Span) -> Self {
         if span.code {
             Self::Mono

@@ -6,7 +6,6 @@
 //! Helvetica and Courier are used, which hold Windows-1252 only (anything else is `?`) and
 //! whose widths are estimated.
 
-use super::pdf::Font;
 use lopdf::{Dictionary, Document, Object, Stream, StringFormat, dictionary};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,6 +13,32 @@ use std::sync::OnceLock;
 
 /// Where the fonts are looked for; `DEEP_RESEARCH_PDF_FONTS` names another directory.
 const FONT_DIR: &str = "/usr/share/fonts/truetype/dejavu";
+
+/// The four faces a report is set in.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Font {
+    Regular,
+    Bold,
+    Italic,
+    Mono,
+}
+
+impl Font {
+    pub(super) const ALL: [Font; 4] = [Self::Regular, Self::Bold, Self::Italic, Self::Mono];
+
+    pub(super) fn index(self) -> usize {
+        match self {
+            Self::Regular => 0,
+            Self::Bold => 1,
+            Self::Italic => 2,
+            Self::Mono => 3,
+        }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        ["F1", "F2", "F3", "F4"][self.index()]
+    }
+}
 
 /// The files, in the order of `Font`'s faces.
 const FILES: [&str; 4] = [
