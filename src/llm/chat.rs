@@ -114,22 +114,21 @@ pub fn prompt_chars(messages: &[ChatMessage]) -> usize {
 }
 
 fn sent_calls(message: &Value) -> Vec<SentCall> {
-    let list = |key: &str| message[key].as_array().cloned().unwrap_or_default();
+    // Read in place: each call's arguments are copied once, into its `CallArgs`.
+    let list = |key: &str| message[key].as_array().into_iter().flatten();
     let call = |raw: &Value, args: CallArgs| SentCall {
         id: raw["id"].as_str().unwrap_or_default().to_owned(),
         name: raw["name"].as_str().unwrap_or_default().to_owned(),
         args,
     };
-    let valid = list("tool_calls")
-        .into_iter()
-        .map(|raw| call(&raw, parsed_args(&raw["args"])));
-    let invalid = list("invalid_tool_calls").into_iter().map(|raw| {
+    let valid = list("tool_calls").map(|raw| call(raw, parsed_args(&raw["args"])));
+    let invalid = list("invalid_tool_calls").map(|raw| {
         let text = match &raw["args"] {
             Value::String(text) => text.clone(),
             Value::Null => String::new(),
             other => other.to_string(),
         };
-        call(&raw, CallArgs::Invalid(text))
+        call(raw, CallArgs::Invalid(text))
     });
     valid.chain(invalid).collect()
 }
