@@ -2797,3 +2797,63 @@ async fn a_report_can_be_written_topic_by_topic() {
     assert_eq!(messages.last().unwrap()["content"].as_str(), Some(report));
     assert_streamed_as_kept(&frames, &values);
 }
+
+/// A section whose every sentence the check refuses (the model wrote from memory) while a
+/// source bears on it strongly is not said to be unanswered: its source's own sentence on its
+/// question is quoted under it, marked as a quotation. A section no source bears on is still
+/// named as not answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_section_written_from_memory_quotes_the_source_that_answers() {
+    let (docs, index, config) = docs_corpus();
+    let run = vacuum_run(
+        json!(["vacuum dead tuples", "WAL segment files"]),
+        |_| FakeReply::Text("unused".into()),
+        "# Not asked for",
+    );
+    let ra = r::start(
+        move |req: &Value| match r::role(req) {
+            Role::Outline => FakeReply::Json(json!({
+                "title": "Vacuum and the write-ahead log",
+                "sections": [
+                    {"heading": "The autovacuum launcher", "question": "When does the autovacuum launcher start a worker, and what does VACUUM reclaim?"},
+                    {"heading": "WAL segments", "question": "How large is a WAL segment file?"},
+                    {"heading": "Replication slots", "question": "How do replication slots hold back old segments?"}
+                ]})),
+            Role::Section => {
+                let n = shown_numbers(req);
+                if support::workload::all_text(req).contains("This section is \"WAL segments\"") {
+                    FakeReply::Json(json!({"sentences": [
+                        format!("WAL segment files are 16 MB each [{}].", n[0]),
+                    ], "facts": []}))
+                } else {
+                    FakeReply::Json(json!({"sentences": [
+                        format!("The launcher wakes whenever the moon is full, like cron on Jupiter [{}].", n[0]),
+                    ], "facts": []}))
+                }
+            }
+            Role::Answer => FakeReply::Text("WAL segment files are 16 MB each [2].".into()),
+            _ => run(req),
+        },
+        &format!("[research]\nallow_clarification = false\ncompress_research = false\n\n{config}"),
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let run =
+        json!({"config": {"configurable": {"search_api": "local", "report_form": "by_topic"}}});
+    let question = "When does the autovacuum launcher start a worker, and how large is a WAL segment?";
+    let frames = stream(&ra, &tid, question, run).await;
+    drop((docs, index));
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    let values = last_values(&frames);
+    let report = values["final_report"].as_str().unwrap();
+    assert!(!report.contains("moon"), "{report}");
+    assert!(
+        report.contains("## The autovacuum launcher\n\n> “The autovacuum launcher starts a worker every 60 seconds by default.” ["),
+        "the source that answers, quoted: {report}"
+    );
+    assert!(
+        report.contains("> Note: the sources found did not answer: How do replication slots hold back old segments?\n"),
+        "{report}"
+    );
+    assert!(!report.contains("did not answer: When does"), "{report}");
+}

@@ -15,7 +15,9 @@
 //!    run), and only the sentences one of them supports are kept (`support::supported_among`);
 //!    a sentence an earlier section already says, one cut off or left without its context
 //!    (`[…]`, a lead-in ending in `:`, unbalanced code) is dropped; a section whose call kept
-//!    nothing is not written (its question is named as not answered); under a written section
+//!    nothing stands on quotations of its sources when one bears on it strongly
+//!    (`QUOTED_BEARING`), else it is not written (its question is named as not answered);
+//!    under a written section
 //!    go its sources' own sentences on its question that the report does not say, as marked
 //!    quotations (`evidence`);
 //!    the same call lists the values its sources give (a setting and its default, a function
@@ -60,6 +62,12 @@ const EXCERPT_CHARS: usize = 1_500;
 /// cited.
 const MIN_BEARING: f64 = 2.5;
 
+/// How much a section's strongest source must bear on it for the section to stand on quotations
+/// of its sources when the model's sentences were all refused: two `MIN_BEARING`s, several rare
+/// words of its question. Below it, the quotations that stood for such sections were off-topic
+/// pages' sentences (six questions, 2026-12-03).
+const QUOTED_BEARING: f64 = 2.0 * MIN_BEARING;
+
 /// How much a source must bear on a section, against the section it bears on most, to be
 /// written from there too (see `assign`).
 const SECOND_SECTION_SHARE: f64 = 0.6;
@@ -76,15 +84,6 @@ const ANSWER_SENTENCES: usize = 4;
 /// A sentence whose pairs of adjacent content words an earlier kept sentence holds to this
 /// share says nothing new (as `by_source::SAID_SHARE` reads "said").
 const REPEAT_SHARE: f64 = 0.6;
-
-/// The most sources quoted under a section for what it left out, and the characters of each
-/// source's sentences looked through for it.
-const EVIDENCE_QUOTES: usize = 2;
-const EVIDENCE_CHARS: usize = 300;
-
-/// The content words of its section's heading and question a quotation holds at the least
-/// (`on_the_section`).
-const QUOTE_SHARED_WORDS: usize = 3;
 
 /// One planned section: its heading and the question it answers.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
@@ -135,13 +134,13 @@ pub async fn write(
     tracing::info!(
         sections = outline.sections.len(),
         sources = parts.len(),
-        consulted = assigned.iter().filter(|a| a.is_empty()).count(),
+        consulted = assigned.to.iter().filter(|a| a.is_empty()).count(),
         "writing the report a topic at a time"
     );
     let plan = Plan {
         outline: &outline,
         parts: &parts,
-        assigned: &assigned,
+        assigned: &assigned.to,
     };
     let calls = outline.sections.iter().enumerate().map(|(i, planned)| {
         let mine: Vec<&Part> = plan.sources_of(i).collect();
@@ -152,8 +151,9 @@ pub async fn write(
         drafted.push(written?);
     }
     let mut said = Said::default();
-    let (mut sections, uncovered) = fresh_sections(&outline, drafted, &mut said);
-    if sections.is_empty() {
+    let (mut sections, mut uncovered) =
+        fresh_sections(&outline, drafted, &assigned.strongest, &mut said);
+    if sections.iter().all(|k| k.unwritten) {
         return Ok(None);
     }
     let answered = answer(caller, subject.question, &plan, &sections, numbered).await?;
@@ -170,7 +170,9 @@ pub async fn write(
     }
     let mut text = format!("# {}\n\n{}\n\n", outline.title, answered.text);
     let asked = crate::lexical::names(subject.question);
-    text.push_str(&plan.render(&sections, &answered.text, &asked, &mut said, numbered));
+    let (body, unquoted) = plan.render(&sections, &answered.text, &asked, &mut said, numbered);
+    text.push_str(&body);
+    uncovered.extend(unquoted);
     if !uncovered.is_empty() {
         text.push_str(&format!(
             "> Note: the sources found did not answer: {}\n\n",
@@ -205,6 +207,8 @@ struct Kept {
     planned: usize,
     sentences: Vec<String>,
     facts: Vec<Fact>,
+    /// The model's sentences were all refused: the section stands for its sources' quotations.
+    unwritten: bool,
 }
 
 impl Plan<'_> {
@@ -218,7 +222,8 @@ impl Plan<'_> {
     }
 
     /// The sections under their headings, each followed by what its sources say that the
-    /// report does not (`evidence`); a section with neither is left out.
+    /// report does not (`evidence`); a section with neither is left out, and the questions of
+    /// those the model wrote nothing of and nothing could be quoted for are returned.
     fn render(
         &self,
         sections: &[Kept],
@@ -226,7 +231,7 @@ impl Plan<'_> {
         asked: &crate::lexical::WordSet,
         said: &mut Said,
         numbered: &Sources,
-    ) -> String {
+    ) -> (String, Vec<String>) {
         let all_said = std::iter::once(answer)
             .chain(
                 sections
@@ -236,6 +241,7 @@ impl Plan<'_> {
             .collect::<Vec<_>>()
             .join(" ");
         let mut text = String::new();
+        let mut unquoted = Vec::new();
         let mut listed = HashSet::new();
         for kept in sections {
             let planned = &self.outline.sections[kept.planned];
@@ -253,6 +259,9 @@ impl Plan<'_> {
                 Vec::new()
             };
             if kept.sentences.is_empty() && quotes.is_empty() && facts.is_empty() {
+                if kept.unwritten {
+                    unquoted.push(planned.question.clone());
+                }
                 continue;
             }
             text.push_str(&format!("## {}\n\n", planned.heading));
@@ -266,22 +275,36 @@ impl Plan<'_> {
                 text.push_str(&format!("{q}\n\n"));
             }
         }
-        text
+        (text, unquoted)
     }
 }
 
 /// The drafted sections without what an earlier one says, and the questions of those no
-/// source answered. A section whose every sentence an earlier one says is answered there.
+/// source answered. A section whose every sentence an earlier one says is answered there. A
+/// section the model kept nothing of stands when a source bears on it at `QUOTED_BEARING`
+/// (its sources are quoted instead, `evidence`): the page that answers was found, and the
+/// 1.5B model wrote from memory (py-02: "`except*` … similar to Java's try-with-resources",
+/// all refused by the check, with the tutorial's section on exception groups at 11.3).
 fn fresh_sections(
     outline: &Outline,
     drafted: Vec<Drafted>,
+    strongest: &[f64],
     said: &mut Said,
 ) -> (Vec<Kept>, Vec<String>) {
     let mut sections = Vec::new();
     let mut uncovered = Vec::new();
     for (i, (planned, drafted)) in outline.sections.iter().zip(drafted).enumerate() {
         if drafted.sentences.is_empty() && drafted.facts.is_empty() {
-            uncovered.push(planned.question.clone());
+            if strongest.get(i).is_some_and(|&b| b >= QUOTED_BEARING) {
+                sections.push(Kept {
+                    planned: i,
+                    sentences: Vec::new(),
+                    facts: Vec::new(),
+                    unwritten: true,
+                });
+            } else {
+                uncovered.push(planned.question.clone());
+            }
             continue;
         }
         let fresh: Vec<String> = drafted
@@ -294,6 +317,7 @@ fn fresh_sections(
                 planned: i,
                 sentences: fresh,
                 facts: drafted.facts,
+                unwritten: false,
             });
         }
     }
@@ -469,7 +493,7 @@ fn first_sentence(text: &str) -> &str {
 /// sections would say twice, `Said` drops. A source that holds none of the identifiers the
 /// question names (`identifiers`) goes to none: a page on `vacuum_cost_delay` shares "default"
 /// and "value" with a section on `shared_buffers`' default, and its sentences were written there.
-fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Vec<Vec<usize>> {
+fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Assigned {
     let wanted = identifiers(question);
     let on_the_question =
         |p: &Part| wanted.is_empty() || wanted.iter().any(|id| p.text.contains(id.as_str()));
@@ -486,6 +510,14 @@ fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Vec<Vec<usize
             bearing(&query, &found)
         })
         .collect();
+    for (s, per_part) in sections.iter().zip(&scores) {
+        let weighed: Vec<(usize, f64)> = parts
+            .iter()
+            .zip(per_part)
+            .map(|(p, score)| (p.number, (score * 10.0).round() / 10.0))
+            .collect();
+        tracing::debug!(section = %s.heading, ?weighed, "how much each source bears on a section");
+    }
     // Strongest claims first, so a full section holds its best sources.
     let mut wishes: Vec<(usize, usize, f64)> = Vec::new();
     for (si, per_part) in scores.iter().enumerate() {
@@ -505,16 +537,25 @@ fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Vec<Vec<usize
     wishes.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
     let mut out = vec![Vec::new(); parts.len()];
     let mut taken = vec![0usize; sections.len()];
-    for (pi, si, _) in wishes {
+    let mut strongest = vec![0.0f64; sections.len()];
+    for (pi, si, score) in wishes {
         if taken[si] < SOURCES_PER_SECTION {
             out[pi].push(si);
             taken[si] += 1;
+            strongest[si] = strongest[si].max(score);
         }
     }
     for sections in &mut out {
         sections.sort_unstable();
     }
-    out
+    Assigned { to: out, strongest }
+}
+
+/// Which sections each part goes to (`to`, by part), and how much the section's strongest
+/// source bears on it (`strongest`, by section).
+struct Assigned {
+    to: Vec<Vec<usize>>,
+    strongest: Vec<f64>,
 }
 
 /// The identifiers a question names: words with `_` (`shared_buffers`) or a capital inside
@@ -612,65 +653,6 @@ fn shown(planned: &Planned, mine: &[&Part], numbered: &Sources) -> String {
         .join("\n\n")
 }
 
-/// What the section's sources say on its question that the report does not: for each source
-/// (at most `EVIDENCE_QUOTES`), its own sentence that bears most on the question, holds a
-/// detail (`holds_a_detail`) and that no sentence of the report already says
-/// (`by_source::unsaid`), as a marked quotation. A 1.5B model writing a section keeps its gist
-/// and drops the setting names, defaults and numbers that answer; quoting them costs no call
-/// and is not passed off as the report's own words.
-fn evidence<'a>(
-    mine: impl Iterator<Item = &'a Part>,
-    planned: &Planned,
-    all_said: &str,
-    asked: &crate::lexical::WordSet,
-    said: &mut Said,
-    numbered: &Sources,
-) -> Vec<String> {
-    let query = format!("{} {}", planned.heading, planned.question);
-    let mut quotes = Vec::new();
-    for part in mine {
-        if quotes.len() == EVIDENCE_QUOTES {
-            break;
-        }
-        let own = unsaid(&part.text, &query, all_said, EVIDENCE_CHARS);
-        let kept = readable(support::supported_among(&own, &[part.number], numbered));
-        if let Some(first) = kept
-            .into_iter()
-            .find(|s| holds_a_detail(s, asked) && on_the_section(s, &query) && said.add(s))
-        {
-            quotes.push(format!(
-                "> “{}” [{}]",
-                support::without_markers(&first),
-                part.number
-            ));
-        }
-    }
-    quotes
-}
-
-/// Whether a sentence shares at least `QUOTE_SHARED_WORDS` content words with its section's
-/// heading and question. Ranked within one page, a single rare word was enough to be quoted,
-/// and on six questions two quotations in three were off the section's subject ("I/O timing
-/// information is displayed in pg_stat_database …" under autovacuum's defaults).
-fn on_the_section(sentence: &str, query: &str) -> bool {
-    let mut words = Words::new();
-    let (wanted, _) = terms(&mut words, query);
-    let (have, _) = terms(&mut words, &support::without_markers(sentence));
-    wanted.intersection(&have).count() >= QUOTE_SHARED_WORDS
-}
-
-/// Whether a sentence holds what a small model's section drops: a number, or a name (a
-/// setting, a command, a function) the question does not already name. A sentence of a page
-/// with neither ("Each of these reasons dictates performing VACUUM …") adds nothing a reader
-/// needs quoted.
-fn holds_a_detail(sentence: &str, asked: &crate::lexical::WordSet) -> bool {
-    let plain = support::without_markers(sentence);
-    plain.chars().any(|c| c.is_ascii_digit())
-        || crate::lexical::names(&plain)
-            .iter()
-            .any(|n| !asked.contains(n))
-}
-
 /// The answer above the sections: the answer call's sentences that a source of the sections
 /// supports, each cited to it, at most `ANSWER_SENTENCES`; when none is kept, the sections' first
 /// sentences as key points. The call streams, and its message is the report's.
@@ -681,6 +663,8 @@ async fn answer(
     sections: &[Kept],
     numbered: &Sources,
 ) -> Result<Answered, NodeError> {
+    // A section that stands on quotations only gives the answer nothing of its own.
+    let sections: Vec<&Kept> = sections.iter().filter(|k| !k.unwritten).collect();
     let findings = sections
         .iter()
         .map(|k| {
@@ -776,7 +760,10 @@ fn consulted_list(numbers: &[usize], numbered: &Sources) -> String {
 }
 
 mod facts;
+mod quotes;
 mod sentences;
+
+use quotes::evidence;
 
 use sentences::points_back;
 pub(super) use sentences::{about_the_question, readable};
