@@ -2798,12 +2798,12 @@ async fn a_report_can_be_written_topic_by_topic() {
     assert_streamed_as_kept(&frames, &values);
 }
 
-/// A section whose every sentence the check refuses (the model wrote from memory) while a
-/// source bears on it strongly is not said to be unanswered: its source's own sentence on its
-/// question is quoted under it, marked as a quotation. A section no source bears on is still
-/// named as not answered.
+/// A section whose every sentence the check refuses (the model wrote from memory) is not
+/// written, though a source that answers it was assigned to it: it is named as not answered
+/// beside the one no source bears on, and its sources are not quoted in its place (tried on
+/// the real model: the quotations were off its subject).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_section_written_from_memory_quotes_the_source_that_answers() {
+async fn a_section_written_from_memory_is_named_as_not_answered() {
     let (docs, index, config) = docs_corpus();
     let run = vacuum_run(
         json!(["vacuum dead tuples", "WAL segment files"]),
@@ -2840,7 +2840,8 @@ async fn a_section_written_from_memory_quotes_the_source_that_answers() {
     let tid = new_thread(&ra.app).await;
     let run =
         json!({"config": {"configurable": {"search_api": "local", "report_form": "by_topic"}}});
-    let question = "When does the autovacuum launcher start a worker, and how large is a WAL segment?";
+    let question =
+        "When does the autovacuum launcher start a worker, and how large is a WAL segment?";
     let frames = stream(&ra, &tid, question, run).await;
     drop((docs, index));
     assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
@@ -2848,12 +2849,15 @@ async fn a_section_written_from_memory_quotes_the_source_that_answers() {
     let report = values["final_report"].as_str().unwrap();
     assert!(!report.contains("moon"), "{report}");
     assert!(
-        report.contains("## The autovacuum launcher\n\n> “The autovacuum launcher starts a worker every 60 seconds by default.” ["),
-        "the source that answers, quoted: {report}"
+        !report.contains("## The autovacuum launcher") && !report.contains("> “"),
+        "no section of quotations: {report}"
     );
     assert!(
-        report.contains("> Note: the sources found did not answer: How do replication slots hold back old segments?\n"),
+        report.contains("> Note: the sources found did not answer: When does the autovacuum launcher start a worker, and what does VACUUM reclaim?; How do replication slots hold back old segments?\n"),
         "{report}"
     );
-    assert!(!report.contains("did not answer: When does"), "{report}");
+    assert!(
+        report.contains("WAL segment files are 16 MB each [1]."),
+        "{report}"
+    );
 }

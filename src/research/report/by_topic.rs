@@ -15,8 +15,7 @@
 //!    run), and only the sentences one of them supports are kept (`support::supported_among`);
 //!    a sentence an earlier section already says, one cut off or left without its context
 //!    (`[…]`, a lead-in ending in `:`, unbalanced code) is dropped; a section whose call kept
-//!    nothing stands on quotations of its sources when one bears on it strongly
-//!    (`QUOTED_BEARING`), else it is not written (its question is named as not answered);
+//!    nothing is not written (its question is named as not answered);
 //!    under a written section
 //!    go its sources' own sentences on its question that the report does not say, as marked
 //!    quotations (`evidence`);
@@ -61,12 +60,6 @@ const EXCERPT_CHARS: usize = 1_500;
 /// shared by pages on other subjects. Below it on every section, the source is consulted, not
 /// cited.
 const MIN_BEARING: f64 = 2.5;
-
-/// How much a section's strongest source must bear on it for the section to stand on quotations
-/// of its sources when the model's sentences were all refused: two `MIN_BEARING`s, several rare
-/// words of its question. Below it, the quotations that stood for such sections were off-topic
-/// pages' sentences (six questions, 2026-12-03).
-const QUOTED_BEARING: f64 = 2.0 * MIN_BEARING;
 
 /// How much a source must bear on a section, against the section it bears on most, to be
 /// written from there too (see `assign`).
@@ -134,13 +127,13 @@ pub async fn write(
     tracing::info!(
         sections = outline.sections.len(),
         sources = parts.len(),
-        consulted = assigned.to.iter().filter(|a| a.is_empty()).count(),
+        consulted = assigned.iter().filter(|a| a.is_empty()).count(),
         "writing the report a topic at a time"
     );
     let plan = Plan {
         outline: &outline,
         parts: &parts,
-        assigned: &assigned.to,
+        assigned: &assigned,
     };
     let calls = outline.sections.iter().enumerate().map(|(i, planned)| {
         let mine: Vec<&Part> = plan.sources_of(i).collect();
@@ -151,9 +144,8 @@ pub async fn write(
         drafted.push(written?);
     }
     let mut said = Said::default();
-    let (mut sections, mut uncovered) =
-        fresh_sections(&outline, drafted, &assigned.strongest, &mut said);
-    if sections.iter().all(|k| k.unwritten) {
+    let (mut sections, uncovered) = fresh_sections(&outline, drafted, &mut said);
+    if sections.is_empty() {
         return Ok(None);
     }
     let answered = answer(caller, subject.question, &plan, &sections, numbered).await?;
@@ -170,9 +162,7 @@ pub async fn write(
     }
     let mut text = format!("# {}\n\n{}\n\n", outline.title, answered.text);
     let asked = crate::lexical::names(subject.question);
-    let (body, unquoted) = plan.render(&sections, &answered.text, &asked, &mut said, numbered);
-    text.push_str(&body);
-    uncovered.extend(unquoted);
+    text.push_str(&plan.render(&sections, &answered.text, &asked, &mut said, numbered));
     if !uncovered.is_empty() {
         text.push_str(&format!(
             "> Note: the sources found did not answer: {}\n\n",
@@ -207,8 +197,6 @@ struct Kept {
     planned: usize,
     sentences: Vec<String>,
     facts: Vec<Fact>,
-    /// The model's sentences were all refused: the section stands for its sources' quotations.
-    unwritten: bool,
 }
 
 impl Plan<'_> {
@@ -222,8 +210,7 @@ impl Plan<'_> {
     }
 
     /// The sections under their headings, each followed by what its sources say that the
-    /// report does not (`evidence`); a section with neither is left out, and the questions of
-    /// those the model wrote nothing of and nothing could be quoted for are returned.
+    /// report does not (`evidence`); a section with neither is left out.
     fn render(
         &self,
         sections: &[Kept],
@@ -231,7 +218,7 @@ impl Plan<'_> {
         asked: &crate::lexical::WordSet,
         said: &mut Said,
         numbered: &Sources,
-    ) -> (String, Vec<String>) {
+    ) -> String {
         let all_said = std::iter::once(answer)
             .chain(
                 sections
@@ -241,7 +228,6 @@ impl Plan<'_> {
             .collect::<Vec<_>>()
             .join(" ");
         let mut text = String::new();
-        let mut unquoted = Vec::new();
         let mut listed = HashSet::new();
         for kept in sections {
             let planned = &self.outline.sections[kept.planned];
@@ -259,9 +245,6 @@ impl Plan<'_> {
                 Vec::new()
             };
             if kept.sentences.is_empty() && quotes.is_empty() && facts.is_empty() {
-                if kept.unwritten {
-                    unquoted.push(planned.question.clone());
-                }
                 continue;
             }
             text.push_str(&format!("## {}\n\n", planned.heading));
@@ -275,36 +258,26 @@ impl Plan<'_> {
                 text.push_str(&format!("{q}\n\n"));
             }
         }
-        (text, unquoted)
+        text
     }
 }
 
 /// The drafted sections without what an earlier one says, and the questions of those no
 /// source answered. A section whose every sentence an earlier one says is answered there. A
-/// section the model kept nothing of stands when a source bears on it at `QUOTED_BEARING`
-/// (its sources are quoted instead, `evidence`): the page that answers was found, and the
-/// 1.5B model wrote from memory (py-02: "`except*` … similar to Java's try-with-resources",
-/// all refused by the check, with the tutorial's section on exception groups at 11.3).
+/// section the model kept nothing of is named as not answered even when a source that answers
+/// was assigned to it: quoting its sources instead was tried and measured (py-02, 2026-12-07:
+/// three sections of quotations from the documentation's index and What's New in 2.5, none
+/// on exception groups).
 fn fresh_sections(
     outline: &Outline,
     drafted: Vec<Drafted>,
-    strongest: &[f64],
     said: &mut Said,
 ) -> (Vec<Kept>, Vec<String>) {
     let mut sections = Vec::new();
     let mut uncovered = Vec::new();
     for (i, (planned, drafted)) in outline.sections.iter().zip(drafted).enumerate() {
         if drafted.sentences.is_empty() && drafted.facts.is_empty() {
-            if strongest.get(i).is_some_and(|&b| b >= QUOTED_BEARING) {
-                sections.push(Kept {
-                    planned: i,
-                    sentences: Vec::new(),
-                    facts: Vec::new(),
-                    unwritten: true,
-                });
-            } else {
-                uncovered.push(planned.question.clone());
-            }
+            uncovered.push(planned.question.clone());
             continue;
         }
         let fresh: Vec<String> = drafted
@@ -317,7 +290,6 @@ fn fresh_sections(
                 planned: i,
                 sentences: fresh,
                 facts: drafted.facts,
-                unwritten: false,
             });
         }
     }
@@ -493,7 +465,7 @@ fn first_sentence(text: &str) -> &str {
 /// sections would say twice, `Said` drops. A source that holds none of the identifiers the
 /// question names (`identifiers`) goes to none: a page on `vacuum_cost_delay` shares "default"
 /// and "value" with a section on `shared_buffers`' default, and its sentences were written there.
-fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Assigned {
+fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Vec<Vec<usize>> {
     let wanted = identifiers(question);
     let on_the_question =
         |p: &Part| wanted.is_empty() || wanted.iter().any(|id| p.text.contains(id.as_str()));
@@ -537,25 +509,16 @@ fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Assigned {
     wishes.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
     let mut out = vec![Vec::new(); parts.len()];
     let mut taken = vec![0usize; sections.len()];
-    let mut strongest = vec![0.0f64; sections.len()];
-    for (pi, si, score) in wishes {
+    for (pi, si, _) in wishes {
         if taken[si] < SOURCES_PER_SECTION {
             out[pi].push(si);
             taken[si] += 1;
-            strongest[si] = strongest[si].max(score);
         }
     }
     for sections in &mut out {
         sections.sort_unstable();
     }
-    Assigned { to: out, strongest }
-}
-
-/// Which sections each part goes to (`to`, by part), and how much the section's strongest
-/// source bears on it (`strongest`, by section).
-struct Assigned {
-    to: Vec<Vec<usize>>,
-    strongest: Vec<f64>,
+    out
 }
 
 /// The identifiers a question names: words with `_` (`shared_buffers`) or a capital inside
@@ -663,8 +626,6 @@ async fn answer(
     sections: &[Kept],
     numbered: &Sources,
 ) -> Result<Answered, NodeError> {
-    // A section that stands on quotations only gives the answer nothing of its own.
-    let sections: Vec<&Kept> = sections.iter().filter(|k| !k.unwritten).collect();
     let findings = sections
         .iter()
         .map(|k| {
