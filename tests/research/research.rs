@@ -2658,6 +2658,36 @@ fn shown_numbers(req: &Value) -> Vec<usize> {
         .collect()
 }
 
+/// A run of `question` with `report_form: "by_topic"` over `docs_corpus`: the research by
+/// `vacuum_run`, the writer's calls (outline, sections, answer) by `writer`. The server and
+/// the frames streamed, none of them an error.
+async fn by_topic_run(
+    question: &str,
+    writer: impl Fn(&Value) -> FakeReply + Send + Sync + 'static,
+) -> (ResearchApp, Vec<support::SseFrame>) {
+    let (docs, index, config) = docs_corpus();
+    let run = vacuum_run(
+        json!(["vacuum dead tuples", "WAL segment files"]),
+        |_| FakeReply::Text("unused".into()),
+        "# Not asked for",
+    );
+    let ra = r::start(
+        move |req: &Value| match r::role(req) {
+            Role::Outline | Role::Section | Role::Answer => writer(req),
+            _ => run(req),
+        },
+        &format!("[research]\nallow_clarification = false\ncompress_research = false\n\n{config}"),
+    )
+    .await;
+    let tid = new_thread(&ra.app).await;
+    let run =
+        json!({"config": {"configurable": {"search_api": "local", "report_form": "by_topic"}}});
+    let frames = stream(&ra, &tid, question, run).await;
+    drop((docs, index));
+    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
+    (ra, frames)
+}
+
 /// `report_form: "by_topic"`: one call plans the report (a title of its own, sections with
 /// their questions); each source goes to the section it bears on, and each section is written
 /// by a short call from its sources only, keeping the sentences they support (an added claim
@@ -2668,14 +2698,9 @@ fn shown_numbers(req: &Value) -> Vec<usize> {
 /// one-shot writer nor the by-source calls are made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_can_be_written_topic_by_topic() {
-    let (docs, index, config) = docs_corpus();
-    let run = vacuum_run(
-        json!(["vacuum dead tuples", "WAL segment files"]),
-        |_| FakeReply::Text("unused".into()),
-        "# Not asked for",
-    );
-    let ra = r::start(
-        move |req: &Value| match r::role(req) {
+    let question = "How does VACUUM work, how large is a WAL segment, and when does the \
+                    autovacuum launcher start a worker by default?";
+    let (ra, frames) = by_topic_run(question, |req: &Value| match r::role(req) {
             Role::Outline => FakeReply::Json(json!({
                 "title": "Vacuum and the write-ahead log",
                 "sections": [
@@ -2718,19 +2743,9 @@ async fn a_report_can_be_written_topic_by_topic() {
                      of France and hosts the manual's authors [{n}]."
                 ))
             }
-            _ => run(req),
-        },
-        &format!("[research]\nallow_clarification = false\ncompress_research = false\n\n{config}"),
-    )
+            _ => unreachable!("only the writer's calls"),
+        })
     .await;
-    let tid = new_thread(&ra.app).await;
-    let run =
-        json!({"config": {"configurable": {"search_api": "local", "report_form": "by_topic"}}});
-    let question = "How does VACUUM work, how large is a WAL segment, and when does the \
-                    autovacuum launcher start a worker by default?";
-    let frames = stream(&ra, &tid, question, run).await;
-    drop((docs, index));
-    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
     let requests = ra.llm.requests();
     let roles: Vec<Role> = requests.iter().map(r::role).collect();
     assert!(!roles.contains(&Role::Report) && !roles.contains(&Role::Restate));
@@ -2804,14 +2819,9 @@ async fn a_report_can_be_written_topic_by_topic() {
 /// the real model: the quotations were off its subject).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_section_written_from_memory_is_named_as_not_answered() {
-    let (docs, index, config) = docs_corpus();
-    let run = vacuum_run(
-        json!(["vacuum dead tuples", "WAL segment files"]),
-        |_| FakeReply::Text("unused".into()),
-        "# Not asked for",
-    );
-    let ra = r::start(
-        move |req: &Value| match r::role(req) {
+    let question =
+        "When does the autovacuum launcher start a worker, and how large is a WAL segment?";
+    let (_ra, frames) = by_topic_run(question, |req: &Value| match r::role(req) {
             Role::Outline => FakeReply::Json(json!({
                 "title": "Vacuum and the write-ahead log",
                 "sections": [
@@ -2832,19 +2842,9 @@ async fn a_section_written_from_memory_is_named_as_not_answered() {
                 }
             }
             Role::Answer => FakeReply::Text("WAL segment files are 16 MB each [2].".into()),
-            _ => run(req),
-        },
-        &format!("[research]\nallow_clarification = false\ncompress_research = false\n\n{config}"),
-    )
+            _ => unreachable!("only the writer's calls"),
+        })
     .await;
-    let tid = new_thread(&ra.app).await;
-    let run =
-        json!({"config": {"configurable": {"search_api": "local", "report_form": "by_topic"}}});
-    let question =
-        "When does the autovacuum launcher start a worker, and how large is a WAL segment?";
-    let frames = stream(&ra, &tid, question, run).await;
-    drop((docs, index));
-    assert!(frames.iter().all(|f| f.event != "error"), "{frames:?}");
     let values = last_values(&frames);
     let report = values["final_report"].as_str().unwrap();
     assert!(!report.contains("moon"), "{report}");

@@ -15,8 +15,7 @@
 //!    run), and only the sentences one of them supports are kept (`support::supported_among`);
 //!    a sentence an earlier section already says, one cut off or left without its context
 //!    (`[…]`, a lead-in ending in `:`, unbalanced code) is dropped; a section whose call kept
-//!    nothing is not written (its question is named as not answered);
-//!    under a written section
+//!    nothing is not written (its question is named as not answered); under a written section
 //!    go its sources' own sentences on its question that the report does not say, as marked
 //!    quotations (`evidence`);
 //!    the same call lists the values its sources give (a setting and its default, a function
@@ -482,7 +481,12 @@ fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Vec<Vec<usize
             bearing(&query, &found)
         })
         .collect();
-    for (s, per_part) in sections.iter().zip(&scores) {
+    // Why a source went to a section or to none (`RUST_LOG=deep_research::research::report=debug`).
+    for (s, per_part) in sections
+        .iter()
+        .zip(&scores)
+        .filter(|_| tracing::enabled!(tracing::Level::DEBUG))
+    {
         let weighed: Vec<(usize, f64)> = parts
             .iter()
             .zip(per_part)
