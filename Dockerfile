@@ -10,19 +10,24 @@
 FROM rust:1.95-bookworm AS builder
 WORKDIR /build
 
-# Dependencies first, in their own layer: rebuilt only when the manifest or the
-# lock file change. A dummy lib + bin lets cargo compile every dependency.
+# Dependencies first, in their own layer: rebuilt only when a manifest or the
+# lock file change. Dummy crate roots (the service and its crates/) let cargo
+# compile every dependency.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src \
+COPY crates/base/Cargo.toml crates/base/
+COPY crates/models/Cargo.toml crates/models/
+COPY crates/engine/Cargo.toml crates/engine/
+RUN mkdir -p src benches crates/base/src crates/models/src crates/engine/src \
     && echo 'fn main() {}' > src/main.rs \
-    && touch src/lib.rs \
+    && for b in load kills corpus; do echo 'fn main() {}' > benches/$b.rs; done \
+    && touch src/lib.rs crates/base/src/lib.rs crates/models/src/lib.rs crates/engine/src/lib.rs \
     && cargo build --release --locked --bin deep-research \
-    && rm -rf src
+    && rm -rf src benches crates/base/src crates/models/src crates/engine/src
 
 # The real sources (see .dockerignore). Touch the crate roots so cargo does not
 # mistake the dummy build for an up-to-date one.
 COPY . .
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs crates/base/src/lib.rs crates/models/src/lib.rs crates/engine/src/lib.rs \
     && cargo build --release --locked --bin deep-research \
     && install -m 0755 target/release/deep-research /usr/local/bin/deep-research
 

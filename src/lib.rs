@@ -20,17 +20,11 @@ pub mod cli;
 pub mod config;
 pub mod eval;
 pub mod export;
-pub mod graph;
-pub mod ids;
-pub mod lexical;
-pub mod llm;
-pub mod outbound;
-pub mod research;
 pub mod runs;
 pub mod serve;
-pub mod sse_decoder;
-pub mod store;
-pub mod stream;
-pub mod telemetry;
-pub mod time;
-pub mod tools;
+
+// The layers below the service, each a crate of its own (crates/), under their old names.
+pub use deep_research_engine::{
+    graph, ids, lexical, llm, outbound, research, sse_decoder, store, stream, telemetry, time,
+    tools,
+};

@@ -233,7 +233,7 @@ fn agreement(file_name: &str) -> (usize, usize, usize, usize) {
         citations: Vec<Read>,
         sources: HashMap<String, Vec<crate::research::state::Source>>,
     }
-    let path = format!("{}/eval/{file_name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/../../eval/{file_name}", env!("CARGO_MANIFEST_DIR"));
     let file: File = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let runs: HashMap<&str, Sources> = file
         .sources
@@ -343,7 +343,10 @@ fn a_claim_about_one_name_is_not_supported_by_a_passage_about_another() {
 /// check cannot tell those apart: TRUNCATE's passage names DELETE, json's names jsonb).
 #[test]
 fn the_check_refuses_swapped_subjects() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/eval/swapped-subjects.json");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../eval/swapped-subjects.json"
+    );
     let set: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let (mut right, mut swapped, mut cases) = (0, 0, 0);
@@ -433,4 +436,24 @@ fn a_number_spelled_out_in_the_source_supports_the_same_number_in_digits() {
         &s,
     );
     assert!(kept.is_empty(), "{kept:?}");
+}
+
+/// The sentence split the check cites by is the corpus's (`lexical::sentence_spans`): an
+/// initial or an ellipsis does not end a sentence there either.
+#[test]
+fn a_cited_sentence_is_not_cut_at_an_initial_or_an_ellipsis() {
+    let cited = "Adapted from D. Whitley [1]. Then INSERT ... ON CONFLICT [2]. See Appendix \
+            E. Done.";
+    assert_eq!(
+        sentences(cited)
+            .into_iter()
+            .map(str::trim)
+            .collect::<Vec<_>>(),
+        [
+            "Adapted from D. Whitley [1].",
+            "Then INSERT ... ON CONFLICT [2].",
+            "See Appendix E.",
+            "Done."
+        ]
+    );
 }

@@ -11,6 +11,9 @@ use std::str::FromStr;
 /// A JSON object.
 pub type JsonMap = Map<String, Value>;
 
+/// An enum stored and sent as text: its variants, their spellings, `Display` and `FromStr`.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! text_enum {
     ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$meta])*
@@ -45,7 +48,7 @@ macro_rules! text_enum {
         }
     };
 }
-pub(crate) use text_enum;
+pub use crate::text_enum;
 
 text_enum!(
     /// What assistants are listed by (each a column).

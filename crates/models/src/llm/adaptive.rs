@@ -27,8 +27,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-const TOOLS_PROMPT: &str = include_str!("../../prompts/tools_in_prompt.txt");
-const JSON_PROMPT: &str = include_str!("../../prompts/json_in_prompt.txt");
+const TOOLS_PROMPT: &str = include_str!("../../../../prompts/tools_in_prompt.txt");
+const JSON_PROMPT: &str = include_str!("../../../../prompts/json_in_prompt.txt");
 
 /// What a model was found to need, shared by every run of the process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -206,8 +206,12 @@ impl SqlStore {
             }
         };
         match dialect {
-            Dialect::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
-            Dialect::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,
+            Dialect::Postgres => {
+                sqlx::migrate!("../../migrations/postgres")
+                    .run(&pool)
+                    .await?
+            }
+            Dialect::Sqlite => sqlx::migrate!("../../migrations/sqlite").run(&pool).await?,
         }
         Ok(SqlStore {
             pool,

@@ -8,77 +8,80 @@ use std::path::Path;
 const BUILT_IN: [(&str, &str); 19] = [
     (
         "clarify_with_user",
-        include_str!("../../prompts/clarify_with_user.txt"),
+        include_str!("../../../../prompts/clarify_with_user.txt"),
     ),
     (
         "research_brief",
-        include_str!("../../prompts/research_brief.txt"),
+        include_str!("../../../../prompts/research_brief.txt"),
     ),
     (
         "supervisor_system",
-        include_str!("../../prompts/supervisor_system.txt"),
+        include_str!("../../../../prompts/supervisor_system.txt"),
     ),
     (
         "researcher_system",
-        include_str!("../../prompts/researcher_system.txt"),
+        include_str!("../../../../prompts/researcher_system.txt"),
     ),
     (
         "compress_system",
-        include_str!("../../prompts/compress_system.txt"),
+        include_str!("../../../../prompts/compress_system.txt"),
     ),
     (
         "compress_request",
-        include_str!("../../prompts/compress_request.txt"),
+        include_str!("../../../../prompts/compress_request.txt"),
     ),
     (
         "final_report",
-        include_str!("../../prompts/final_report.txt"),
+        include_str!("../../../../prompts/final_report.txt"),
     ),
     (
         "restate_source",
-        include_str!("../../prompts/restate_source.txt"),
+        include_str!("../../../../prompts/restate_source.txt"),
     ),
     (
         "overview_from_sources",
-        include_str!("../../prompts/overview_from_sources.txt"),
+        include_str!("../../../../prompts/overview_from_sources.txt"),
     ),
     (
         "outline_report",
-        include_str!("../../prompts/outline_report.txt"),
+        include_str!("../../../../prompts/outline_report.txt"),
     ),
     (
         "write_section",
-        include_str!("../../prompts/write_section.txt"),
+        include_str!("../../../../prompts/write_section.txt"),
     ),
     (
         "answer_from_sections",
-        include_str!("../../prompts/answer_from_sections.txt"),
+        include_str!("../../../../prompts/answer_from_sections.txt"),
     ),
     (
         "answer_follow_up",
-        include_str!("../../prompts/answer_follow_up.txt"),
+        include_str!("../../../../prompts/answer_follow_up.txt"),
     ),
     (
         "report_again",
-        include_str!("../../prompts/report_again.txt"),
+        include_str!("../../../../prompts/report_again.txt"),
     ),
     (
         "summarize_webpage",
-        include_str!("../../prompts/summarize_webpage.txt"),
+        include_str!("../../../../prompts/summarize_webpage.txt"),
     ),
     (
         "corrective_turn",
-        include_str!("../../prompts/corrective_turn.txt"),
+        include_str!("../../../../prompts/corrective_turn.txt"),
     ),
     (
         "plan_research",
-        include_str!("../../prompts/plan_research.txt"),
+        include_str!("../../../../prompts/plan_research.txt"),
     ),
     (
         "plan_approved",
-        include_str!("../../prompts/plan_approved.txt"),
+        include_str!("../../../../prompts/plan_approved.txt"),
     ),
-    ("plan_topic", include_str!("../../prompts/plan_topic.txt")),
+    (
+        "plan_topic",
+        include_str!("../../../../prompts/plan_topic.txt"),
+    ),
 ];
 
 /// The loaded templates.

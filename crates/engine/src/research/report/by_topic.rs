@@ -481,7 +481,7 @@ fn assign(parts: &[Part], sections: &[Planned], question: &str) -> Vec<Vec<usize
             bearing(&query, &found)
         })
         .collect();
-    // Why a source went to a section or to none (`RUST_LOG=deep_research::research::report=debug`).
+    // Why a source went to a section or to none (`RUST_LOG=deep_research_engine::research::report=debug`).
     for (s, per_part) in sections
         .iter()
         .zip(&scores)
